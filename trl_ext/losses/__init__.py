@@ -1,0 +1,67 @@
+"""Framework-free ports of Trinity-RFT's policy losses, loss aggregation, KL and entropy terms.
+
+Pure torch: importing this package needs nothing but torch.
+
+    from trl_ext.losses import get_policy_loss, POLICY_LOSSES, aggregate_loss, get_kl_fn
+    fn = get_policy_loss("sapo", tau_neg=1.1)
+    loss, metrics = fn(logprob=lp, old_logprob=olp, action_mask=m, advantages=adv)
+"""
+
+from . import cispo, dpo, gspo, importance_sampling, mix, opmd, ppo, rec, sapo, sft, sppo, topr  # noqa: F401
+from .base import (
+    EPS,
+    LOSS_AGG_MODES,
+    POLICY_LOSSES,
+    MaskedBatch,
+    PolicyLoss,
+    aggregate_loss,
+    get_policy_loss,
+    register_policy_loss,
+)
+from .cispo import CISPOPolicyLoss
+from .dpo import DPOLoss
+from .entropy import ENTROPY_FNS, EntropyFn, get_entropy_fn
+from .gspo import GSPOPolicyLoss
+from .importance_sampling import ImportanceSamplingLoss
+from .kl import KL_FNS, KLFn, get_kl_fn
+from .mix import MIXCHORDPolicyLoss, MIXPolicyLoss, mu_schedule
+from .opmd import OPMDPolicyLoss
+from .ppo import PPOPolicyLoss
+from .rec import RECPolicyLoss
+from .sapo import SAPOPolicyLoss
+from .sft import SFTISLoss, SFTLoss, SFTPhiLoss
+from .sppo import SPPOPolicyLoss
+from .topr import TOPRPolicyLoss
+
+__all__ = [
+    "ENTROPY_FNS",
+    "EPS",
+    "KL_FNS",
+    "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "CISPOPolicyLoss",
+    "DPOLoss",
+    "EntropyFn",
+    "GSPOPolicyLoss",
+    "ImportanceSamplingLoss",
+    "KLFn",
+    "MIXCHORDPolicyLoss",
+    "MIXPolicyLoss",
+    "MaskedBatch",
+    "OPMDPolicyLoss",
+    "PPOPolicyLoss",
+    "PolicyLoss",
+    "RECPolicyLoss",
+    "SAPOPolicyLoss",
+    "SFTISLoss",
+    "SFTLoss",
+    "SFTPhiLoss",
+    "SPPOPolicyLoss",
+    "TOPRPolicyLoss",
+    "aggregate_loss",
+    "get_entropy_fn",
+    "get_kl_fn",
+    "get_policy_loss",
+    "mu_schedule",
+    "register_policy_loss",
+]

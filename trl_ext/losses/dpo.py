@@ -1,0 +1,62 @@
+"""DPO: Direct Preference Optimization (Trinity-RFT `dpo`).
+
+Paper: Rafailov et al. 2023, "Direct Preference Optimization: Your Language Model is Secretly a Reward
+Model" (arXiv 2305.18290); label smoothing as conservative DPO (Mitchell 2023, "A note on DPO with
+noisy preferences"). Rows come interleaved (chosen, rejected, chosen, rejected, ...). Per pair, with
+S = Σ_t m·lp and S_ref = Σ_t m·ref:
+
+    z    = (S_c − S_c,ref) − (S_r − S_r,ref)
+    loss = mean over pairs of −(1 − ls)·log σ(βz) − ls·log σ(−βz)
+
+This is TRL's `loss_type="sigmoid"`. Deliberate difference: the reference sums the log-ratios of all
+pairs in the batch into one z (right only for a single pair); here every pair has its own z.
+With the window's `global_valid_seqs` (rows, i.e. 2 × pairs) the loss is this batch's share of the
+mean over the window's pairs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import MaskedBatch, Metrics, PolicyLoss, check_number, register_policy_loss
+
+
+@register_policy_loss("dpo")
+class DPOLoss(PolicyLoss):
+    """Sigmoid DPO. Metrics: `chosen_reward` (β·mean(S_c − S_c,ref)), `rejected_reward`,
+    `accuracy_mean` (share of pairs with z > 0), `dpo_loss`."""
+
+    def __init__(self, backend: str = "verl", beta: float = 0.1, label_smoothing: float = 0.0) -> None:
+        super().__init__(backend)
+        check_number(self.name, "beta", beta, gt=0)
+        check_number(self.name, "label_smoothing", label_smoothing, ge=0, lt=0.5)
+        self.beta = beta
+        self.label_smoothing = label_smoothing
+
+    def __call__(
+        self, logprob: torch.Tensor, ref_logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        if b.shape[0] % 2:
+            raise ValueError(
+                f"dpo: logprob has {b.shape[0]} rows; expected an even number (chosen, rejected interleaved)"
+            )
+        log_ratio = b.select(logprob).sum(-1) - b.select(ref_logprob.detach(), "ref_logprob").sum(-1)
+        chosen, rejected = log_ratio[0::2], log_ratio[1::2]
+        z = self.beta * (chosen - rejected)
+        losses = -(1.0 - self.label_smoothing) * F.logsigmoid(z)
+        if self.label_smoothing:
+            losses = losses - self.label_smoothing * F.logsigmoid(-z)
+        if b.global_valid_seqs is None:
+            loss = losses.mean()
+        else:
+            loss = losses.sum() / (b.global_valid_seqs / 2)
+        with torch.no_grad():
+            metrics = {
+                "chosen_reward": self.beta * chosen.mean(),
+                "rejected_reward": self.beta * rejected.mean(),
+                "accuracy_mean": (chosen > rejected).float().mean(),
+                "dpo_loss": loss.detach(),
+            }
+        return loss, metrics

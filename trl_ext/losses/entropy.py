@@ -1,0 +1,83 @@
+"""Entropy bonus terms (Trinity-RFT `entropy_loss_fn`).
+
+Each returns `(bonus, metrics)` with bonus = entropy_coef · agg(entropy); the trainer *subtracts*
+the bonus from the loss (maximizing entropy for a positive coefficient), as the reference does.
+
+* `default`: over all valid tokens.
+* `mix`:     over the non-expert rows only (MIX / MIX-CHORD: expert demonstrations are not the
+             policy's own samples), normalized over those rows.
+* `none`:    0.
+
+Metric: `entropy_loss` = agg(entropy) (unscaled).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import MaskedBatch, Metrics, build_from_registry, check_loss_agg_mode, check_number
+
+
+class EntropyFn:
+    name = "default"
+
+    def __init__(self, entropy_coef: float = 0.0) -> None:
+        check_number(self.name, "entropy_coef", entropy_coef)
+        self.entropy_coef = entropy_coef
+
+    @classmethod
+    def default_args(cls) -> dict[str, Any]:
+        return {"entropy_coef": 0.0}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(entropy_coef={self.entropy_coef!r})"
+
+    def __call__(
+        self,
+        entropy: torch.Tensor,
+        action_mask: torch.Tensor,
+        loss_agg_mode: str = "token-mean",
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, Metrics]:
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        b = MaskedBatch(self.name, entropy, action_mask, **kwargs)
+        entropy_loss = b.aggregate(b.select(entropy, "entropy"), loss_agg_mode)
+        return entropy_loss * self.entropy_coef, {"entropy_loss": entropy_loss.detach()}
+
+
+class MixEntropyFn(EntropyFn):
+    name = "mix"
+
+    def __call__(
+        self,
+        entropy: torch.Tensor,
+        action_mask: torch.Tensor,
+        loss_agg_mode: str = "token-mean",
+        expert_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, Metrics]:
+        if expert_mask is None:
+            raise ValueError("mix entropy: expert_mask ([B] bool) is required")
+        b = MaskedBatch(self.name, entropy, action_mask)
+        usual = ~b.row_flags(expert_mask, "expert_mask")
+        tokens = b.mask & usual.unsqueeze(-1)
+        return super().__call__(
+            entropy, tokens, loss_agg_mode, global_valid_toks=tokens.sum(), global_valid_seqs=usual.sum()
+        )
+
+
+class NoEntropy(EntropyFn):
+    name = "none"
+
+    def __call__(self, entropy: torch.Tensor, action_mask: torch.Tensor, loss_agg_mode: str = "token-mean", **kwargs):
+        return entropy.new_zeros(()), {}
+
+
+ENTROPY_FNS: dict[str, type[EntropyFn]] = {"default": EntropyFn, "mix": MixEntropyFn, "none": NoEntropy}
+
+
+def get_entropy_fn(name: str, entropy_coef: float = 0.0) -> EntropyFn:
+    """The entropy term `name` (`default`, `mix`, `none`) with its coefficient."""
+    return build_from_registry("entropy function", ENTROPY_FNS, name, {"entropy_coef": entropy_coef})

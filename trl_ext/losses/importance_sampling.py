@@ -1,0 +1,46 @@
+"""Unclipped importance-sampled policy gradient (Trinity-RFT `importance_sampling`).
+
+The loss of on-policy distillation as in Thinking Machines' Tinker ("On-Policy Distillation", 2025)
+and Trinity-RFT's `on_policy_distill` algorithm, where the advantage is the per-token
+kl_coef·(teacher log-prob − sampling log-prob):
+
+    Δ = clamp(lp − old, ±20),   L = −A · e^Δ
+
+Tinker sums over tokens; the reference (and the default here) takes the token mean.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import MaskedBatch, Metrics, PolicyLoss, check_loss_agg_mode, register_policy_loss
+
+
+@register_policy_loss("importance_sampling")
+class ImportanceSamplingLoss(PolicyLoss):
+    """IS-REINFORCE. Metrics: `pg_loss`, `ratio/mean`, `approx_kl` (token mean of −Δ)."""
+
+    def __init__(self, backend: str = "verl", loss_agg_mode: str = "token-mean") -> None:
+        super().__init__(backend)
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        self.loss_agg_mode = loss_agg_mode
+
+    def __call__(
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        **kwargs,
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
+        ratio = torch.exp(delta)
+        loss = b.aggregate(-b.advantages(advantages) * ratio, self.loss_agg_mode)
+        with torch.no_grad():
+            metrics = {
+                "pg_loss": loss.detach(),
+                "ratio/mean": b.valid_mean(ratio),
+                "approx_kl": -b.mean(delta),
+            }
+        return loss, metrics

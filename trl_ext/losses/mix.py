@@ -1,0 +1,270 @@
+"""MIX and MIX-CHORD: RL on rollouts and SFT on expert demonstrations in one batch (Trinity-RFT).
+
+CHORD: Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts: Harmonizing Supervised Fine-Tuning
+and Reinforcement Learning via Dynamic Weighting" (arXiv 2508.11408).
+
+Rows with `expert_mask` False ("usual" rollouts) get the dual-clip PPO loss, expert rows an SFT loss
+(`sft`; CHORD's φ-weighted `sft_phi` by default in `mix_chord`). Each part is the loss over its own
+rows, scaled by its row count n and a per-micro-batch weight w so that it averages over *its own*
+batch across the reference's gradient-accumulation steps:
+
+    w = (ppo_mini_batch_size // ppo_micro_batch_size_per_gpu) / (train_batch_size_<type> // ngpus_trainer)
+    w = (ppo_mini_batch_size // ngpus_trainer) / (B · (train_batch_size_<type> // ngpus_trainer))   [use_dynamic_bsz]
+    loss = (1 − μ) · n_usual·w_usual·ppo + μ · n_expert·w_expert·sft
+
+An empty part contributes 0. `mix` keeps μ fixed; `mix_chord` schedules it by the global `step`:
+linear warm-up to μ_peak over W steps, then a cosine decay to μ_valley over D steps, then μ_valley.
+
+Metrics are the parts' metrics, scaled like their losses and prefixed `usual/` and `expert/`, plus
+`loss` (and `mu` for `mix_chord`). Unlike the reference, which omits a part's metrics when it has no
+rows, they are always present (0 for an empty part): omitting them would need a host sync.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import (
+    MaskedBatch,
+    Metrics,
+    PolicyLoss,
+    check_bool,
+    check_loss_agg_mode,
+    check_number,
+    register_policy_loss,
+)
+from .ppo import PPOPolicyLoss
+from .sft import SFTLoss, SFTPhiLoss
+
+
+@register_policy_loss("mix")
+class MIXPolicyLoss(PolicyLoss):
+    """PPO on rollouts + μ·SFT on expert rows, with the reference's per-micro-batch weighting.
+
+    Args:
+        mu: weight of the SFT part.
+        clip_range, clip_range_low, clip_range_high: the PPO part's ε.
+        use_dynamic_bsz, ppo_mini_batch_size, ppo_micro_batch_size_per_gpu, ngpus_trainer,
+        train_batch_size_usual, train_batch_size_expert: the reference's batch geometry, which sets
+            the per-micro-batch weights (module docstring).
+        loss_agg_mode: aggregation of both parts; `sft_loss_agg_mode` / `grpo_loss_agg_mode`
+            override it per part.
+    """
+
+    def __init__(
+        self,
+        backend: str = "verl",
+        mu: float = 0.1,
+        clip_range: float | None = 0.2,
+        clip_range_low: float | None = None,
+        clip_range_high: float | None = None,
+        use_dynamic_bsz: bool = False,
+        ppo_mini_batch_size: int = 1,
+        ppo_micro_batch_size_per_gpu: int = 1,
+        ngpus_trainer: int = 1,
+        train_batch_size_usual: int = 1,
+        train_batch_size_expert: int = 1,
+        loss_agg_mode: str = "token-mean",
+        sft_loss_agg_mode: str | None = None,
+        grpo_loss_agg_mode: str | None = None,
+    ) -> None:
+        super().__init__(backend)
+        check_number(self.name, "mu", mu, ge=0, le=1)
+        check_bool(self.name, "use_dynamic_bsz", use_dynamic_bsz)
+        for name, value in [
+            ("ppo_mini_batch_size", ppo_mini_batch_size),
+            ("ppo_micro_batch_size_per_gpu", ppo_micro_batch_size_per_gpu),
+            ("ngpus_trainer", ngpus_trainer),
+        ]:
+            check_number(self.name, name, value, integer=True, ge=1)
+        for name, value in [
+            ("train_batch_size_usual", train_batch_size_usual),
+            ("train_batch_size_expert", train_batch_size_expert),
+        ]:
+            check_number(self.name, name, value, integer=True, ge=ngpus_trainer)  # at least one row per GPU
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        for name, value in [
+            ("sft_loss_agg_mode", sft_loss_agg_mode),
+            ("grpo_loss_agg_mode", grpo_loss_agg_mode),
+        ]:
+            if value is not None:
+                check_loss_agg_mode(self.name, value, name)
+        self.mu = mu
+        self.clip_range = clip_range
+        self.clip_range_low = clip_range_low
+        self.clip_range_high = clip_range_high
+        self.use_dynamic_bsz = use_dynamic_bsz
+        self.ppo_mini_batch_size = ppo_mini_batch_size
+        self.ppo_micro_batch_size_per_gpu = ppo_micro_batch_size_per_gpu
+        self.ngpus_trainer = ngpus_trainer
+        self.train_batch_size_usual = train_batch_size_usual
+        self.train_batch_size_expert = train_batch_size_expert
+        self.loss_agg_mode = loss_agg_mode
+        self.sft_loss_agg_mode = sft_loss_agg_mode
+        self.grpo_loss_agg_mode = grpo_loss_agg_mode
+        self.grpo_loss_fn = PPOPolicyLoss(
+            clip_range=clip_range,
+            clip_range_low=clip_range_low,
+            clip_range_high=clip_range_high,
+            loss_agg_mode=grpo_loss_agg_mode or loss_agg_mode,
+        )
+        self.sft_loss_fn = self._sft_loss(sft_loss_agg_mode or loss_agg_mode)
+        # Per-micro-batch weights (module docstring); with use_dynamic_bsz they are further divided by
+        # the micro-batch's row count at call time.
+        usual_per_gpu = train_batch_size_usual // ngpus_trainer
+        expert_per_gpu = train_batch_size_expert // ngpus_trainer
+        if use_dynamic_bsz:
+            experience_per_gpu = ppo_mini_batch_size // ngpus_trainer
+            self._weight_usual = experience_per_gpu / usual_per_gpu
+            self._weight_expert = experience_per_gpu / expert_per_gpu
+        else:
+            gradient_accumulation = ppo_mini_batch_size // ppo_micro_batch_size_per_gpu
+            self._weight_usual = gradient_accumulation / usual_per_gpu
+            self._weight_expert = gradient_accumulation / expert_per_gpu
+
+    def _sft_loss(self, loss_agg_mode: str) -> PolicyLoss:
+        return SFTLoss(loss_agg_mode=loss_agg_mode)
+
+    schedules_mu = False
+
+    def current_mu(self, step) -> torch.Tensor | float:
+        return self.mu
+
+    def __call__(
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        expert_mask: torch.Tensor,
+        step: torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask)
+        expert = b.row_flags(expert_mask, "expert_mask")
+        n_expert = expert.sum()
+        n_usual = expert.shape[0] - n_expert
+        per_row = 1.0 / expert.shape[0] if self.use_dynamic_bsz else 1.0
+        usual_tokens = b.mask & ~expert.unsqueeze(-1)
+        expert_tokens = b.mask & expert.unsqueeze(-1)
+
+        # Each part is normalized over its own rows: the window counts are those rows' counts.
+        ppo_loss, ppo_metrics = self.grpo_loss_fn(
+            logprob,
+            old_logprob,
+            usual_tokens,
+            advantages,
+            global_valid_toks=usual_tokens.sum(),
+            global_valid_seqs=n_usual,
+        )
+        sft_loss, sft_metrics = self.sft_loss_fn(
+            logprob, expert_tokens, global_valid_toks=expert_tokens.sum(), global_valid_seqs=n_expert
+        )
+        scale_usual = n_usual * (self._weight_usual * per_row)
+        scale_expert = n_expert * (self._weight_expert * per_row)
+        mu = self.current_mu(step)
+        loss = (1.0 - mu) * (ppo_loss * scale_usual) + mu * (sft_loss * scale_expert)
+
+        with torch.no_grad():
+            metrics = {f"usual/{k}": v * scale_usual for k, v in ppo_metrics.items()}
+            metrics.update({f"expert/{k}": v * scale_expert for k, v in sft_metrics.items()})
+            metrics["loss"] = loss.detach()
+            if self.schedules_mu:
+                metrics["mu"] = torch.as_tensor(mu).detach()
+        return loss, metrics
+
+
+def mu_schedule(step, mu_warmup_steps: int, mu_decay_steps: int, mu_peak: float, mu_valley: float):
+    """CHORD's μ at `step` (int or tensor): linear warm-up, cosine decay, then the valley."""
+    if isinstance(step, torch.Tensor):
+        step = step.to(torch.float64)
+        warmup = mu_peak * step / max(mu_warmup_steps, 1)
+        progress = (step - mu_warmup_steps) / max(mu_decay_steps, 1)
+        decay = mu_valley + (mu_peak - mu_valley) * 0.5 * (1.0 + torch.cos(math.pi * progress))
+        mu = torch.where(
+            step < mu_warmup_steps,
+            warmup,
+            torch.where(step >= mu_warmup_steps + mu_decay_steps, mu_valley, decay),
+        )
+        return mu.to(torch.get_default_dtype())
+    if step < mu_warmup_steps:
+        return mu_peak * step / mu_warmup_steps
+    if step >= mu_warmup_steps + mu_decay_steps:
+        return mu_valley
+    progress = (step - mu_warmup_steps) / mu_decay_steps
+    return mu_valley + (mu_peak - mu_valley) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@register_policy_loss("mix_chord")
+class MIXCHORDPolicyLoss(MIXPolicyLoss):
+    """MIX with CHORD's μ schedule and (by default) the φ-weighted SFT part. Extra metric: `mu`.
+
+    Requires `step` at call time: the global optimizer step, an int or a `[B]` tensor of equal values.
+    """
+
+    def __init__(
+        self,
+        backend: str = "verl",
+        mu_warmup_steps: int = 0,
+        mu_decay_steps: int = 0,
+        mu_peak: float = 0.1,
+        mu_valley: float = 0.1,
+        enable_phi_function: bool = True,
+        clip_range: float | None = 0.2,
+        clip_range_low: float | None = None,
+        clip_range_high: float | None = None,
+        use_dynamic_bsz: bool = False,
+        ppo_mini_batch_size: int = 1,
+        ppo_micro_batch_size_per_gpu: int = 1,
+        ngpus_trainer: int = 1,
+        train_batch_size_usual: int = 1,
+        train_batch_size_expert: int = 1,
+        loss_agg_mode: str = "token-mean",
+        sft_loss_agg_mode: str | None = None,
+        grpo_loss_agg_mode: str | None = None,
+    ) -> None:
+        check_number("mix_chord", "mu_warmup_steps", mu_warmup_steps, integer=True, ge=0)
+        check_number("mix_chord", "mu_decay_steps", mu_decay_steps, integer=True, ge=0)
+        check_number("mix_chord", "mu_peak", mu_peak, ge=0, le=1)
+        check_number("mix_chord", "mu_valley", mu_valley, ge=0, le=1)
+        check_bool("mix_chord", "enable_phi_function", enable_phi_function)
+        self.mu_warmup_steps = mu_warmup_steps
+        self.mu_decay_steps = mu_decay_steps
+        self.mu_peak = mu_peak
+        self.mu_valley = mu_valley
+        self.enable_phi_function = enable_phi_function
+        super().__init__(
+            backend,
+            mu=mu_peak,
+            clip_range=clip_range,
+            clip_range_low=clip_range_low,
+            clip_range_high=clip_range_high,
+            use_dynamic_bsz=use_dynamic_bsz,
+            ppo_mini_batch_size=ppo_mini_batch_size,
+            ppo_micro_batch_size_per_gpu=ppo_micro_batch_size_per_gpu,
+            ngpus_trainer=ngpus_trainer,
+            train_batch_size_usual=train_batch_size_usual,
+            train_batch_size_expert=train_batch_size_expert,
+            loss_agg_mode=loss_agg_mode,
+            sft_loss_agg_mode=sft_loss_agg_mode,
+            grpo_loss_agg_mode=grpo_loss_agg_mode,
+        )
+        self.mu = None  # scheduled by the step: see current_mu
+
+    schedules_mu = True
+
+    def _sft_loss(self, loss_agg_mode: str) -> PolicyLoss:
+        return (SFTPhiLoss if self.enable_phi_function else SFTLoss)(loss_agg_mode=loss_agg_mode)
+
+    def current_mu(self, step) -> torch.Tensor | float:
+        if step is None:
+            raise ValueError("mix_chord: `step` (the global training step) is required to schedule mu")
+        if isinstance(step, torch.Tensor):
+            if step.dim() > 1 or step.numel() == 0:
+                raise ValueError(f"mix_chord: step must be an int or a [B] tensor, got shape {tuple(step.shape)}")
+            if step.dim() == 1:
+                torch._assert_async((step == step[0]).all(), "mix_chord: step differs within the batch")
+                step = step[0]
+        return mu_schedule(step, self.mu_warmup_steps, self.mu_decay_steps, self.mu_peak, self.mu_valley)

@@ -1,0 +1,43 @@
+"""OPMD: online policy mirror descent (Trinity-RFT `opmd`).
+
+Origin: Kimi Team 2025, "Kimi k1.5: Scaling Reinforcement Learning with LLMs" (arXiv 2501.12599),
+re-derived as regularized REINFORCE in Yao, Chen et al. 2025, "Group-Relative REINFORCE Is Secretly an
+Off-Policy Algorithm" (arXiv 2509.24203). With the `opmd` advantage (reward minus a group baseline):
+
+    L = −A · lp,   loss = agg(L) / (1 + τ)
+
+The 1/(1 + τ) comes from the mirror-descent regularizer (w.r.t. the current policy); `old_logprob` is
+not used.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import (
+    MaskedBatch,
+    Metrics,
+    PolicyLoss,
+    check_loss_agg_mode,
+    check_number,
+    register_policy_loss,
+)
+
+
+@register_policy_loss("opmd")
+class OPMDPolicyLoss(PolicyLoss):
+    """OPMD. Metric: `opmd_loss`."""
+
+    def __init__(self, backend: str = "verl", tau: float = 1.0, loss_agg_mode: str = "token-mean") -> None:
+        super().__init__(backend)
+        check_number(self.name, "tau", tau, ge=0)
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        self.tau = tau
+        self.loss_agg_mode = loss_agg_mode
+
+    def __call__(
+        self, logprob: torch.Tensor, action_mask: torch.Tensor, advantages: torch.Tensor, **kwargs
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        loss = b.aggregate(-b.advantages(advantages) * b.select(logprob), self.loss_agg_mode) / (1.0 + self.tau)
+        return loss, {"opmd_loss": loss.detach()}

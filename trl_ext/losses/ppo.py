@@ -1,0 +1,115 @@
+"""PPO clipped surrogate with dual clip and optional sequence masking (Trinity-RFT `ppo`, verl `vanilla`).
+
+Papers: Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv 1707.06347); dual clip:
+Ye et al. 2019, "Mastering Complex Control in MOBA Games with Deep RL" (arXiv 1912.09729); sequence
+masking: DeepSeek-AI 2025, DeepSeek-V3.2 (off-policy sequence masking).
+
+Per token, with Δ = clamp(lp − old, ±20) and r = e^Δ:
+
+    L1 = −A·r,   L2 = −A·clamp(r, 1 − ε_low, 1 + ε_high),   C = max(L1, L2),   L3 = −A·c
+    L  = min(L3, C) where A < 0, else C
+
+`fallback_to_policy_gradient` uses Δ = lp − sg(lp) (r ≡ 1 with the policy-gradient gradient) and
+ignores `old_logprob`. `enable_sequence_masking` zeroes the A < 0 tokens of rows whose mean of −Δ over
+the mask exceeds δ (`delta_sequence_masking`): off-policy rows may not push probability down.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import (
+    MaskedBatch,
+    Metrics,
+    PolicyLoss,
+    check_bool,
+    check_loss_agg_mode,
+    check_number,
+    register_policy_loss,
+    resolve_clip_range,
+)
+
+
+@register_policy_loss("ppo")
+class PPOPolicyLoss(PolicyLoss):
+    """Dual-clip PPO. Metrics: `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, `pg_loss` and, with
+    sequence masking, `seq_mask/masked_tokens` and `seq_mask/mean_sequence_kl`.
+
+    Args:
+        clip_range: symmetric ε; `clip_range_low` / `clip_range_high` fall back to it.
+        clip_ratio_c: the dual-clip constant c (> 1): a negative-advantage token's loss is at most −A·c.
+        loss_agg_mode: one of `LOSS_AGG_MODES`.
+        enable_sequence_masking, delta_sequence_masking: see the module docstring.
+        fallback_to_policy_gradient: ignore `old_logprob` and take r = 1 (plain policy gradient).
+    """
+
+    def __init__(
+        self,
+        backend: str = "verl",
+        clip_range: float | None = 0.2,
+        clip_range_low: float | None = None,
+        clip_range_high: float | None = None,
+        clip_ratio_c: float = 3.0,
+        loss_agg_mode: str = "token-mean",
+        enable_sequence_masking: bool = False,
+        delta_sequence_masking: float = 0.1,
+        fallback_to_policy_gradient: bool = False,
+    ) -> None:
+        super().__init__(backend)
+        self.clip_range = clip_range
+        self.clip_range_low, self.clip_range_high = resolve_clip_range(
+            self.name, clip_range, clip_range_low, clip_range_high
+        )
+        check_number(self.name, "clip_ratio_c", clip_ratio_c, gt=1)
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        check_bool(self.name, "enable_sequence_masking", enable_sequence_masking)
+        check_number(self.name, "delta_sequence_masking", delta_sequence_masking)
+        check_bool(self.name, "fallback_to_policy_gradient", fallback_to_policy_gradient)
+        self.clip_ratio_c = clip_ratio_c
+        self.loss_agg_mode = loss_agg_mode
+        self.enable_sequence_masking = enable_sequence_masking
+        self.delta_sequence_masking = delta_sequence_masking
+        self.fallback_to_policy_gradient = fallback_to_policy_gradient
+
+    def __call__(
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor | None,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        **kwargs,
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        adv = b.advantages(advantages)
+        if self.fallback_to_policy_gradient:
+            lp = b.select(logprob)
+            delta = lp - lp.detach()
+        else:
+            delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
+        ratio = torch.exp(delta)
+        pg_losses1 = -adv * ratio
+        pg_losses2 = -adv * ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)
+        clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+        pg_losses3 = -adv * self.clip_ratio_c
+        negative = adv < 0
+        pg_losses = torch.where(negative, torch.minimum(pg_losses3, clip_pg_losses1), clip_pg_losses1)
+
+        metrics: Metrics = {}
+        if self.enable_sequence_masking:
+            with torch.no_grad():
+                seq_kl = -b.row_mean(delta.detach())
+                masked_rows = (seq_kl > self.delta_sequence_masking).unsqueeze(-1)
+                # The reference counts the A < 0 positions of masked rows over the whole row, padding
+                # included (a per-sequence advantage is negative at padding too).
+                raw_negative = b.broadcast_rows(advantages, "advantages") < 0
+                metrics["seq_mask/masked_tokens"] = b.mean(masked_rows & raw_negative)
+                metrics["seq_mask/mean_sequence_kl"] = seq_kl.mean()
+            pg_losses = torch.where(masked_rows & negative, 0.0, pg_losses)
+
+        loss = b.aggregate(pg_losses, self.loss_agg_mode)
+        with torch.no_grad():
+            metrics["pg_clipfrac"] = b.mean(pg_losses2 > pg_losses1)
+            metrics["pg_clipfrac_lower"] = b.mean((clip_pg_losses1 > pg_losses3) & negative)
+            metrics["ppo_kl"] = -b.mean(delta)
+            metrics["pg_loss"] = loss.detach()
+        return loss, metrics

@@ -1,0 +1,96 @@
+"""SAPO: Soft Adaptive Policy Optimization (Trinity-RFT `sapo`).
+
+Paper: Qwen 2025, "Soft Adaptive Policy Optimization" (arXiv 2511.20347). A smooth, temperature-
+controlled gate replaces the hard clip:
+
+    r = exp(clamp(lp − old, ±20)),   τ = τ_pos where A > 0 else τ_neg
+    f(r) = σ(τ·(r − 1)) · 4/τ
+
+* default (the paper, verl, TRL 1.16):  L = −A · f(r), differentiable through r. The gradient weight
+  on ∇lp is 4σ(1 − σ)·r: exactly 1 at r = 1 (the plain policy gradient on-policy) and decaying
+  smoothly as r leaves 1 — a soft trust region.
+* `detach_gate=True` (Trinity-RFT ≤ 0.6, bit for bit):  L = −A · sg(f(r)) · lp. Its gradient weight is
+  f(r) itself: 2/τ at r = 1, growing monotonically towards 4/τ as r grows.
+
+τ_neg ≥ τ_pos damps negative-advantage updates faster. The ±20 clamp only guards exp() against
+overflow (the gate is saturated long before); it changes nothing for |lp − old| ≤ 20.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import (
+    MaskedBatch,
+    Metrics,
+    PolicyLoss,
+    check_bool,
+    check_loss_agg_mode,
+    check_number,
+    register_policy_loss,
+)
+
+
+@register_policy_loss("sapo")
+class SAPOPolicyLoss(PolicyLoss):
+    """SAPO. Metrics: `sapo_loss`, `ppo_kl`, `avg_soft_gate`, `avg_ratio`, `pos_adv_frac`."""
+
+    def __init__(
+        self,
+        backend: str = "verl",
+        tau_pos: float = 1.0,
+        tau_neg: float = 1.05,
+        loss_agg_mode: str = "token-mean",
+        detach_gate: bool = False,
+    ) -> None:
+        super().__init__(backend)
+        check_number(self.name, "tau_pos", tau_pos, gt=0)
+        check_number(self.name, "tau_neg", tau_neg, gt=0)
+        if tau_neg < tau_pos:
+            raise ValueError(f"sapo: tau_neg={tau_neg!r} is not valid; must be >= tau_pos ({tau_pos!r})")
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        check_bool(self.name, "detach_gate", detach_gate)
+        self.tau_pos = tau_pos
+        self.tau_neg = tau_neg
+        self.loss_agg_mode = loss_agg_mode
+        self.detach_gate = detach_gate
+
+    def soft_gate_function(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+        """f(r) = σ(τ·(r − 1))·4/τ with τ = τ_pos where A > 0 else τ_neg."""
+        positive = advantages > 0
+        tau = torch.where(positive, self.tau_pos, self.tau_neg)
+        scale = torch.where(positive, 4.0 / self.tau_pos, 4.0 / self.tau_neg)
+        return torch.sigmoid(tau * (ratio - 1.0)) * scale
+
+    def __call__(
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        **kwargs,
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        adv = b.advantages(advantages)
+        lp = b.select(logprob)
+        if self.detach_gate:
+            with torch.no_grad():
+                delta = (lp - b.select(old_logprob, "old_logprob")).clamp(-20.0, 20.0)
+                ratio = torch.exp(delta)
+                gate = self.soft_gate_function(ratio, adv)
+            sapo_losses = (-adv * gate) * lp
+        else:
+            delta = (lp - b.select(old_logprob, "old_logprob")).clamp(-20.0, 20.0)
+            ratio = torch.exp(delta)
+            gate = self.soft_gate_function(ratio, adv)
+            sapo_losses = -adv * gate
+        loss = b.aggregate(sapo_losses, self.loss_agg_mode)
+        with torch.no_grad():
+            metrics = {
+                "sapo_loss": loss.detach(),
+                "ppo_kl": -b.mean(delta.detach()),
+                "avg_soft_gate": b.valid_mean(gate.detach()),
+                "avg_ratio": b.valid_mean(ratio.detach()),
+                "pos_adv_frac": b.mean(adv > 0),
+            }
+        return loss, metrics

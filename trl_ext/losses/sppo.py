@@ -1,0 +1,53 @@
+"""sPPO: PPO with a log-space trust region on the policy gradient (Trinity-RFT `sppo`).
+
+Trinity-RFT's `sppo_loss_fn` (it cites arXiv 2108.05828). The surrogate is linear in the log-ratio and
+tokens whose (detached) ratio leaves the symmetric-in-log band are dropped:
+
+    keep = 1/(1 + ε) ≤ sg(r) ≤ 1 + ε,   L = −A · (lp − old) · keep
+
+Inside the band the gradient is exactly A·∇lp.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import (
+    MaskedBatch,
+    Metrics,
+    PolicyLoss,
+    check_loss_agg_mode,
+    check_number,
+    register_policy_loss,
+)
+
+
+@register_policy_loss("sppo")
+class SPPOPolicyLoss(PolicyLoss):
+    """sPPO. Metrics: `pg_clipfrac` (share of valid tokens outside the band), `pg_loss`."""
+
+    def __init__(self, backend: str = "verl", epsilon: float = 0.3, loss_agg_mode: str = "token-mean") -> None:
+        super().__init__(backend)
+        check_number(self.name, "epsilon", epsilon, gt=0)
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        self.epsilon = epsilon
+        self.loss_agg_mode = loss_agg_mode
+
+    def __call__(
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        **kwargs,
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        delta = b.select(logprob) - b.select(old_logprob, "old_logprob")
+        with torch.no_grad():
+            ratio = torch.exp(delta)
+            outside = (ratio < 1.0 / (1.0 + self.epsilon)) | (ratio > 1.0 + self.epsilon)
+            coef = torch.where(outside, 0.0, -b.advantages(advantages))
+        loss = b.aggregate(coef * delta, self.loss_agg_mode)
+        with torch.no_grad():
+            metrics = {"pg_clipfrac": b.mean(outside), "pg_loss": loss.detach()}
+        return loss, metrics

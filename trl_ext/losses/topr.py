@@ -1,0 +1,62 @@
+"""TOPR: Tapered Off-Policy REINFORCE (Trinity-RFT `topr`).
+
+Paper: Le Roux, Bellemare et al. 2025, "Tapered Off-Policy REINFORCE: Stable and efficient
+reinforcement learning for LLMs" (arXiv 2503.14286). Positive samples get an SFT-like REINFORCE
+gradient; negative ones a truncated importance weight, which keeps the objective bounded:
+
+    r = exp(lp − old),   α = clamp(r, 0, 1) where A ≤ threshold, else 1
+    L = −sg(α) · A · lp
+
+As in the reference, the truncation is per token (the paper truncates the sequence ratio) and the
+advantage plays the role of the reward (use the `reinforce` advantage for the paper's setting).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import (
+    MaskedBatch,
+    Metrics,
+    PolicyLoss,
+    check_loss_agg_mode,
+    check_number,
+    register_policy_loss,
+)
+
+
+@register_policy_loss("topr")
+class TOPRPolicyLoss(PolicyLoss):
+    """TOPR. Metrics: `topr_loss`, `avg_alpha`, `avg_ratio`."""
+
+    def __init__(
+        self, backend: str = "verl", advantage_threshold: float = 0.0, loss_agg_mode: str = "token-mean"
+    ) -> None:
+        super().__init__(backend)
+        check_number(self.name, "advantage_threshold", advantage_threshold)
+        check_loss_agg_mode(self.name, loss_agg_mode)
+        self.advantage_threshold = advantage_threshold
+        self.loss_agg_mode = loss_agg_mode
+
+    def __call__(
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        **kwargs,
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        lp = b.select(logprob)
+        with torch.no_grad():
+            adv = b.advantages(advantages)
+            ratio = torch.exp(lp - b.select(old_logprob, "old_logprob"))
+            alpha = torch.where(adv <= self.advantage_threshold, ratio.clamp(0.0, 1.0), 1.0)
+        loss = b.aggregate((-alpha * adv) * lp, self.loss_agg_mode)
+        with torch.no_grad():
+            metrics = {
+                "topr_loss": loss.detach(),
+                "avg_alpha": b.valid_mean(alpha),
+                "avg_ratio": b.valid_mean(ratio),
+            }
+        return loss, metrics
