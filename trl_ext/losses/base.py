@@ -129,6 +129,8 @@ class MaskedBatch:
         self.shape = tuple(logprob.shape)
         self.check("action_mask", action_mask)
         self.mask = action_mask if action_mask.dtype == torch.bool else action_mask != 0
+        # Counts in the values' precision (at least float32), so that "+ ε" is not rounded away.
+        self.count_dtype = torch.promote_types(logprob.dtype, torch.float32)
         self.global_valid_toks = global_valid_toks
         self.global_valid_seqs = global_valid_seqs
         self.normalizer = normalizer
@@ -174,11 +176,14 @@ class MaskedBatch:
 
     @cached_property
     def n_tok(self) -> torch.Tensor:
-        return self.mask.sum()
+        return self.mask.sum(dtype=self.count_dtype)
 
     @cached_property
     def row_tok(self) -> torch.Tensor:
-        return self.mask.sum(-1)
+        return self.mask.sum(-1, dtype=self.count_dtype)
+
+    def _window_count(self, count: torch.Tensor | float) -> torch.Tensor | float:
+        return count.to(self.count_dtype) if isinstance(count, torch.Tensor) else float(count)
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """Token mean over the mask of an `x` that is already 0 (or False) at masked positions."""
@@ -197,7 +202,7 @@ class MaskedBatch:
     def aggregate(self, x: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
         """Aggregate an `x` that is already 0 at masked positions (see `aggregate_loss`)."""
         if loss_agg_mode == "token-mean":
-            count = self.n_tok if self.global_valid_toks is None else self.global_valid_toks
+            count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
             return x.sum() / (count + EPS)
         if loss_agg_mode == "seq-mean-token-mean":
             return self._seq_mean(x.sum(-1) / (self.row_tok + EPS))
@@ -212,8 +217,8 @@ class MaskedBatch:
     def _seq_mean(self, rows: torch.Tensor) -> torch.Tensor:
         if self.global_valid_seqs is None:
             return rows.mean()
-        count = self.global_valid_seqs
-        count = count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1)
+        count = self._window_count(self.global_valid_seqs)
+        count = count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1.0)
         return rows.sum() / count
 
 

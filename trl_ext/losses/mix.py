@@ -144,7 +144,7 @@ class MIXPolicyLoss(PolicyLoss):
     ) -> tuple[torch.Tensor, Metrics]:
         b = MaskedBatch(self.name, logprob, action_mask)
         expert = b.row_flags(expert_mask, "expert_mask")
-        n_expert = expert.sum()
+        n_expert = expert.sum(dtype=b.count_dtype)
         n_usual = expert.shape[0] - n_expert
         per_row = 1.0 / expert.shape[0] if self.use_dynamic_bsz else 1.0
         usual_tokens = b.mask & ~expert.unsqueeze(-1)
@@ -165,6 +165,8 @@ class MIXPolicyLoss(PolicyLoss):
         scale_usual = n_usual * (self._weight_usual * per_row)
         scale_expert = n_expert * (self._weight_expert * per_row)
         mu = self.current_mu(step)
+        if isinstance(mu, torch.Tensor):
+            mu = mu.to(b.count_dtype)
         loss = (1.0 - mu) * (ppo_loss * scale_usual) + mu * (sft_loss * scale_expert)
 
         with torch.no_grad():
@@ -188,7 +190,7 @@ def mu_schedule(step, mu_warmup_steps: int, mu_decay_steps: int, mu_peak: float,
             warmup,
             torch.where(step >= mu_warmup_steps + mu_decay_steps, mu_valley, decay),
         )
-        return mu.to(torch.get_default_dtype())
+        return mu
     if step < mu_warmup_steps:
         return mu_peak * step / mu_warmup_steps
     if step >= mu_warmup_steps + mu_decay_steps:

@@ -58,8 +58,8 @@ class SAPOPolicyLoss(PolicyLoss):
     def soft_gate_function(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
         """f(r) = σ(τ·(r − 1))·4/τ with τ = τ_pos where A > 0 else τ_neg."""
         positive = advantages > 0
-        tau = torch.where(positive, self.tau_pos, self.tau_neg)
-        scale = torch.where(positive, 4.0 / self.tau_pos, 4.0 / self.tau_neg)
+        tau = torch.where(positive, ratio.new_tensor(self.tau_pos), ratio.new_tensor(self.tau_neg))
+        scale = torch.where(positive, ratio.new_tensor(4.0 / self.tau_pos), ratio.new_tensor(4.0 / self.tau_neg))
         return torch.sigmoid(tau * (ratio - 1.0)) * scale
 
     def __call__(
