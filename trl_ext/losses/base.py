@@ -16,12 +16,14 @@ into `x`, while `exp(where(m, x, 0))` does not.
 
 from __future__ import annotations
 
-import inspect
-import math
 from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
+
+from .._validation import build_from_registry, check_bool, check_choice, check_number, signature_defaults
+
+__all__ = ["build_from_registry", "check_bool", "check_choice", "check_number"]  # re-exported for the losses
 
 EPS = 1e-8
 """The ε of every masked mean, as in Trinity-RFT / verl (`masked_mean`)."""
@@ -32,44 +34,8 @@ Metrics = dict[str, torch.Tensor]
 
 
 # --------------------------------------------------------------------------------------------------
-# Argument checks: raise at construction, name the parameter and what it may be.
+# Argument checks (the generic ones live in trl_ext._validation)
 # --------------------------------------------------------------------------------------------------
-
-
-def check_choice(owner: str, name: str, value: Any, choices: tuple | list) -> None:
-    if value not in choices:
-        allowed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{owner}: {name}={value!r} is not valid; allowed values: {allowed}")
-
-
-def check_number(
-    owner: str,
-    name: str,
-    value: Any,
-    *,
-    gt: float | None = None,
-    ge: float | None = None,
-    lt: float | None = None,
-    le: float | None = None,
-    integer: bool = False,
-) -> None:
-    """Check that `value` is a finite real (or integer) number inside the given bounds."""
-    bounds = [f"> {gt}" if gt is not None else None, f">= {ge}" if ge is not None else None]
-    bounds += [f"< {lt}" if lt is not None else None, f"<= {le}" if le is not None else None]
-    kind = "an integer" if integer else "a finite number"
-    rule = " and ".join(b for b in bounds if b) or ""
-    wanted = f"must be {kind}" + (f" {rule}" if rule else "")
-    types = (int,) if integer else (int, float)
-    ok = isinstance(value, types) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
-    ok = ok and (lt is None or value < lt) and (le is None or value <= le)
-    if not ok:
-        raise ValueError(f"{owner}: {name}={value!r} is not valid; {wanted}")
-
-
-def check_bool(owner: str, name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{owner}: {name}={value!r} is not valid; must be True or False")
 
 
 def check_loss_agg_mode(owner: str, value: Any, name: str = "loss_agg_mode") -> None:
@@ -288,7 +254,7 @@ class PolicyLoss:
 
     @classmethod
     def default_args(cls) -> dict[str, Any]:
-        return _signature_defaults(cls.__init__)
+        return signature_defaults(cls.__init__)
 
     @property
     def args(self) -> dict[str, Any]:
@@ -301,12 +267,6 @@ class PolicyLoss:
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Metrics]:
         raise NotImplementedError
-
-
-def _signature_defaults(func: Any) -> dict[str, Any]:
-    params = list(inspect.signature(func).parameters.values())[1:]  # drop `self`
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {p.name: p.default for p in params if p.kind in kinds and p.name != "backend"}
 
 
 POLICY_LOSSES: dict[str, type[PolicyLoss]] = {}
@@ -325,20 +285,6 @@ def register_policy_loss(name: str):
         return cls
 
     return decorator
-
-
-def build_from_registry(kind: str, registry: dict[str, type], name: Any, kwargs: dict[str, Any]) -> Any:
-    """Instantiate `registry[name](**kwargs)` with errors that list the valid names and arguments."""
-    if name not in registry:
-        raise ValueError(f"unknown {kind} {name!r}; valid names: {', '.join(sorted(registry))}")
-    cls = registry[name]
-    valid = _signature_defaults(cls.__init__)
-    unknown = [k for k in kwargs if k not in valid and k != "backend"]
-    if unknown:
-        raise ValueError(
-            f"{name}: unknown argument(s) {', '.join(unknown)}; valid arguments: {', '.join(valid) or 'none'}"
-        )
-    return cls(**kwargs)
 
 
 def get_policy_loss(name: str, **kwargs: Any) -> PolicyLoss:

@@ -1,0 +1,82 @@
+"""Argument checks shared by the losses and the advantage estimators (pure Python).
+
+Every check raises `ValueError("<owner>: <name>=<value> is not valid; must be <rule>")` so that a bad
+hyperparameter is reported at construction with the parameter's name and what it may be.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+from typing import Any
+
+
+def _rule(gt, ge, lt, le, integer: bool) -> str:
+    low = f"({gt:g}" if gt is not None else f"[{ge:g}" if ge is not None else None
+    high = f"{lt:g})" if lt is not None else f"{le:g}]" if le is not None else None
+    kind = "an integer" if integer else "a finite number"
+    if low and high:
+        return f"{kind} in {low}, {high}" if integer else f"in {low}, {high}"
+    if low:
+        return f"{kind + ' ' if integer else ''}{'>' if gt is not None else '>='} {low[1:]}"
+    if high:
+        return f"{kind + ' ' if integer else ''}{'<' if lt is not None else '<='} {high[:-1]}"
+    return kind
+
+
+def check_number(
+    owner: str,
+    name: str,
+    value: Any,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+    le: float | None = None,
+    integer: bool = False,
+    allow_none: bool = False,
+) -> Any:
+    """Check that `value` is a finite real (or integer) number within the bounds; return it."""
+    if value is None and allow_none:
+        return value
+    kind = numbers.Integral if integer else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
+    ok = ok and (lt is None or value < lt) and (le is None or value <= le)
+    if not ok:
+        rule = _rule(gt, ge, lt, le, integer) + (" or None" if allow_none else "")
+        raise ValueError(f"{owner}: {name}={value!r} is not valid; must be {rule}")
+    return value
+
+
+def check_choice(owner: str, name: str, value: Any, choices: tuple | list) -> Any:
+    if not any(value is c or (isinstance(value, str) and value == c) for c in choices):
+        raise ValueError(f"{owner}: {name}={value!r} is not valid; must be one of {', '.join(map(repr, choices))}")
+    return value
+
+
+def check_bool(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}: {name}={value!r} is not valid; must be True or False")
+    return value
+
+
+def signature_defaults(func: Any) -> dict[str, Any]:
+    """The keyword parameters of `func` (a method: `self` dropped) with their defaults; `backend` excluded."""
+    params = list(inspect.signature(func).parameters.values())[1:]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p.default for p in params if p.kind in kinds and p.name != "backend"}
+
+
+def build_from_registry(kind: str, registry: dict[str, type], name: Any, kwargs: dict[str, Any]) -> Any:
+    """Instantiate `registry[name](**kwargs)` with errors that list the valid names and arguments."""
+    if not isinstance(name, str) or name not in registry:
+        raise ValueError(f"unknown {kind} {name!r}; valid names: {', '.join(sorted(registry))}")
+    cls = registry[name]
+    valid = signature_defaults(cls.__init__)
+    unknown = [k for k in kwargs if k not in valid and k != "backend"]
+    if unknown:
+        valid_text = ", ".join(valid) or "none"
+        raise ValueError(f"{name}: unknown argument(s) {', '.join(unknown)}; valid arguments: {valid_text}")
+    return cls(**kwargs)

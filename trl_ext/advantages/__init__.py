@@ -1,0 +1,44 @@
+"""Advantage estimators ported from Trinity-RFT / verl for Hugging Face TRL.
+
+Usage::
+
+    from trl_ext.advantages import get_advantage_fn
+
+    fn = get_advantage_fn("grpo", epsilon=1e-6)
+    advantages = fn(rewards, group_ids)             # [N]
+    result = fn.compute(rewards, group_ids)         # AdvantageResult(advantages, keep)
+
+Registered names (``ADVANTAGE_FNS``): ``grpo``, ``rloo``, ``reinforce``, ``opmd``, ``asymre``, ``rec``,
+``step_wise_grpo`` (group estimators, ``[N]``) and ``reinforceplusplus``, ``on_policy_distill``
+(token-level, ``[N, T]``).
+"""
+
+from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn, register_advantage
+from .group import (
+    AsymREAdvantage,
+    GRPOAdvantage,
+    OPMDAdvantage,
+    RECAdvantage,
+    ReinforceAdvantage,
+    RLOOAdvantage,
+    StepWiseGRPOAdvantage,
+)
+from .on_policy_distill import OnPolicyDistillAdvantage
+from .reinforce_plus_plus import ReinforcePlusPlusAdvantage
+
+__all__ = [
+    "ADVANTAGE_FNS",
+    "AdvantageFn",
+    "AdvantageResult",
+    "AsymREAdvantage",
+    "GRPOAdvantage",
+    "OPMDAdvantage",
+    "OnPolicyDistillAdvantage",
+    "RECAdvantage",
+    "RLOOAdvantage",
+    "ReinforceAdvantage",
+    "ReinforcePlusPlusAdvantage",
+    "StepWiseGRPOAdvantage",
+    "get_advantage_fn",
+    "register_advantage",
+]

@@ -1,0 +1,250 @@
+"""Shared machinery for advantage estimators: registry, hyperparameter / input validation, group statistics.
+
+An advantage estimator turns per-sample rewards ``R`` (one per generated completion) into advantages ``A``.
+Group estimators (GRPO, RLOO, OPMD, ...) compare each sample with the other samples of its *group* — the
+completions generated for the same prompt, identified by a shared group id.  Token-level estimators
+(REINFORCE++, on-policy distillation) return one advantage per response token.
+
+Group statistics are computed vectorized: group ids are mapped to ``0..G-1`` (``torch.unique`` for tensors,
+a dict for Python sequences) and per-group sums are accumulated with ``index_add_``.  Following verl
+(``verl/trainer/ppo/core_algos.py``) and Trinity-RFT (``trinity/algorithm/advantage_fn``), a group with a
+single sample uses mean 0 and standard deviation 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar, NamedTuple, TypeVar
+
+import torch
+
+from .._validation import check_bool, check_choice, check_number, signature_defaults
+
+__all__ = ["check_bool", "check_choice", "check_number"]  # re-exported for the estimators
+
+GroupIds = torch.Tensor | Sequence[Hashable]
+
+
+class AdvantageResult(NamedTuple):
+    """Output of ``AdvantageFn.compute``.
+
+    ``advantages``: ``[N]`` (group estimators) or ``[N, T]`` (token-level estimators), in the rewards'
+    float dtype.  ``keep``: bool ``[N]``; ``False`` marks samples the estimator drops (they should not
+    contribute to the loss).
+    ``advantages`` holds the raw values even for dropped samples; ``AdvantageFn.__call__`` zeroes them.
+    """
+
+    advantages: torch.Tensor
+    keep: torch.Tensor
+
+
+ADVANTAGE_FNS: dict[str, type[AdvantageFn]] = {}
+
+_F = TypeVar("_F", bound="type[AdvantageFn]")
+
+
+def register_advantage(name: str):
+    """Class decorator: register an ``AdvantageFn`` subclass in ``ADVANTAGE_FNS`` under ``name``."""
+
+    def decorator(cls: _F) -> _F:
+        if name in ADVANTAGE_FNS:
+            raise ValueError(f"advantage function {name!r} is already registered")
+        cls.name = name
+        ADVANTAGE_FNS[name] = cls
+        return cls
+
+    return decorator
+
+
+def get_advantage_fn(name: str, **hyperparams: Any) -> AdvantageFn:
+    """Instantiate the advantage estimator registered as ``name`` with the given hyperparameters."""
+    if name not in ADVANTAGE_FNS:
+        valid = ", ".join(sorted(ADVANTAGE_FNS))
+        raise ValueError(f"unknown advantage function {name!r}; valid names: {valid}")
+    return ADVANTAGE_FNS[name](**hyperparams)
+
+
+class AdvantageFn:
+    """Base class of all advantage estimators.
+
+    Subclasses declare their hyperparameters as keyword-only ``__init__`` arguments with defaults (these are
+    what ``default_args()`` returns), validate them eagerly, and implement ``compute`` (under
+    ``torch.no_grad``).
+    """
+
+    name: ClassVar[str] = ""
+    #: True for estimators returning ``[N, T]`` token-level advantages.
+    token_level: ClassVar[bool] = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> AdvantageFn:
+        # Reject unknown hyperparameters with a ValueError listing the valid ones (not __init__'s TypeError).
+        valid = cls.default_args()
+        unknown = [k for k in kwargs if k not in valid]
+        if unknown:
+            raise ValueError(
+                f"{cls.name}: unknown hyperparameter(s) {', '.join(map(repr, unknown))}; "
+                f"valid hyperparameters: {', '.join(valid) or '(none)'}"
+            )
+        return super().__new__(cls)
+
+    @classmethod
+    def default_args(cls) -> dict[str, Any]:
+        """Constructor defaults, read from the ``__init__`` signature."""
+        return signature_defaults(cls.__init__)
+
+    def hyperparams(self) -> dict[str, Any]:
+        """Current hyperparameter values."""
+        return {k: getattr(self, k) for k in self.default_args()}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparams().items())
+        return f"{type(self).__name__}({args})"
+
+    def compute(self, *args: Any, **kwargs: Any) -> AdvantageResult:
+        raise NotImplementedError
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Same arguments as ``compute``; returns the advantages with dropped samples set to 0."""
+        res = self.compute(*args, **kwargs)
+        keep = res.keep.reshape(res.keep.shape + (1,) * (res.advantages.dim() - 1))
+        return res.advantages.masked_fill(~keep, 0.0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Hyperparameter validation
+# ----------------------------------------------------------------------------------------------------------
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Input validation
+# ----------------------------------------------------------------------------------------------------------
+
+
+def nonfinite_message(name: str, values: torch.Tensor, where: torch.Tensor | None = None) -> str | None:
+    """Describe the non-finite entries of ``values`` (within ``where``), e.g. ``"rewards[3] is nan"``."""
+    bad = ~torch.isfinite(values)
+    if where is not None:
+        bad &= where
+    if not bool(bad.any()):
+        return None
+    positions = bad.nonzero().tolist()
+    parts = [f"{name}[{', '.join(map(str, pos))}] is {values[tuple(pos)].item()}" for pos in positions[:5]]
+    more = f" (and {len(positions) - 5} more)" if len(positions) > 5 else ""
+    return ", ".join(parts) + more
+
+
+def as_float_tensor(owner: str, name: str, value: Any, device: torch.device | None = None) -> torch.Tensor:
+    """Convert to a float tensor (bool / integer -> float32); complex or non-numeric input is rejected."""
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(value, device=device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"{owner}: {name} must be a numeric tensor ({e})") from None
+    if value.is_complex():
+        raise ValueError(f"{owner}: {name} must be real, got dtype {value.dtype}")
+    if not value.is_floating_point():
+        value = value.to(torch.float32)
+    return value
+
+
+def check_rewards(owner: str, rewards: Any) -> torch.Tensor:
+    """Validate sequence-level rewards: 1-D ``[N]``, numeric (ints -> float32), all finite."""
+    rewards = as_float_tensor(owner, "rewards", rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"{owner}: rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    msg = nonfinite_message("rewards", rewards)
+    if msg:
+        raise ValueError(f"{owner}: {msg}; all rewards must be finite")
+    return rewards
+
+
+def check_per_sample(owner: str, name: str, value: Any, like: torch.Tensor) -> torch.Tensor:
+    """Validate an extra finite per-sample tensor ``[N]`` matching ``like`` (the rewards)."""
+    value = as_float_tensor(owner, name, value, device=like.device).to(like.device)
+    if value.shape != like.shape:
+        raise ValueError(f"{owner}: {name} must have shape {tuple(like.shape)} like rewards, got {tuple(value.shape)}")
+    msg = nonfinite_message(name, value)
+    if msg:
+        raise ValueError(f"{owner}: {msg}; {name} must be finite")
+    return value
+
+
+def check_mask(owner: str, name: str, mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """Validate a 0/1 (or bool) mask of the given shape; return it as a bool tensor on ``device``."""
+    mask = torch.as_tensor(mask, device=device)
+    if mask.shape != shape:
+        raise ValueError(f"{owner}: {name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
+    if mask.dtype != torch.bool:
+        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1")
+        mask = mask != 0
+    return mask.to(device)
+
+
+def group_index(
+    owner: str, ids: GroupIds, n: int, device: torch.device, name: str = "group_ids"
+) -> tuple[torch.Tensor, int]:
+    """Map ``n`` ids (int tensor or sequence of hashables) to a long tensor of ``0..G-1``; return it and G."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"{owner}: {name} must be 1-D [N], got shape {tuple(ids.shape)}")
+        if ids.is_floating_point() or ids.is_complex():
+            raise ValueError(f"{owner}: a {name} tensor must have an integer dtype, got {ids.dtype}")
+        if ids.numel() != n:
+            raise ValueError(f"{owner}: rewards has {n} entries but {name} has {ids.numel()}")
+        uniques, inverse = torch.unique(ids, return_inverse=True)
+        return inverse.to(device=device, dtype=torch.long), uniques.numel()
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"{owner}: {name} must be a sequence of ids, not a single string")
+    try:
+        ids = list(ids)
+    except TypeError:
+        raise ValueError(
+            f"{owner}: {name} must be an int tensor or a sequence of hashables, got {type(ids).__name__}"
+        ) from None
+    if len(ids) != n:
+        raise ValueError(f"{owner}: rewards has {n} entries but {name} has {len(ids)}")
+    codes: dict[Hashable, int] = {}
+    try:
+        index = [codes.setdefault(g, len(codes)) for g in ids]
+    except TypeError:
+        bad = next(i for i, g in enumerate(ids) if not isinstance(g, Hashable))
+        raise ValueError(f"{owner}: {name}[{bad}] is not hashable ({type(ids[bad]).__name__})") from None
+    return torch.tensor(index, dtype=torch.long, device=device), len(codes)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Group statistics
+# ----------------------------------------------------------------------------------------------------------
+
+
+def group_sum(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Per-group sum of ``values`` ``[N]`` -> ``[G]``."""
+    return values.new_zeros(num_groups).index_add_(0, index, values)
+
+
+def group_stats(
+    values: torch.Tensor, index: torch.Tensor, num_groups: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-group ``(count, mean, unbiased std)``, each ``[G]``; a group of one gets mean 0, std 1 (verl)."""
+    counts = group_sum(torch.ones_like(values), index, num_groups)
+    mean = group_sum(values, index, num_groups) / counts
+    var = group_sum((values - mean[index]) ** 2, index, num_groups) / (counts - 1).clamp(min=1)
+    single = counts <= 1
+    return counts, mean.masked_fill(single, 0.0), var.sqrt().masked_fill(single, 1.0)
+
+
+def rank_within_groups(index: torch.Tensor, num_groups: int, score: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
+    """Rank of each ``member`` sample among the members of its group by DESCENDING ``score`` (0 = largest).
+
+    Ties keep index order (stable sorts).  Non-members get rank -1.
+    """
+    n = index.numel()
+    key = index * 2 + (~member).long()  # members and non-members of a group are ranked separately
+    order = torch.argsort(score, descending=True, stable=True)
+    order = order[torch.argsort(key[order], stable=True)]  # now sorted by key, then by descending score
+    counts = torch.bincount(key, minlength=2 * num_groups)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(n, device=index.device) - starts[key[order]]
+    return torch.where(member, rank, torch.full_like(rank, -1))

@@ -1,0 +1,75 @@
+"""On-policy distillation token-level advantages (reverse-KL reward from a teacher).
+
+``A_t = kl_coef * (log pi_teacher(y_t) - log pi_old(y_t))`` on valid tokens, 0 elsewhere: the negative
+per-token reverse KL between the sampling policy and the teacher, used as a dense reward (Agarwal et al. 2024,
+"On-Policy Distillation of Language Models", arXiv 2306.13649; Thinking Machines, "On-Policy Distillation",
+2025).  Ports Trinity-RFT ``OnPolicyDistillAdvantage`` (``trinity/algorithm/advantage_fn``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import (
+    AdvantageFn,
+    AdvantageResult,
+    as_float_tensor,
+    check_mask,
+    check_number,
+    nonfinite_message,
+    register_advantage,
+)
+
+
+@register_advantage("on_policy_distill")
+class OnPolicyDistillAdvantage(AdvantageFn):
+    """``A_t = kl_coef * (teacher_logprob - old_logprob)`` on ``response_mask`` (& ``teacher_valid_mask``).
+
+    All tensors are ``[N, T]``; masked positions get exactly 0 (values there, even NaN / -inf, are ignored).
+    ``rewards`` and ``group_ids`` are unused.
+    """
+
+    token_level = True
+
+    def __init__(self, *, kl_coef: float = 1.0) -> None:
+        self.kl_coef = check_number(self.name, "kl_coef", kl_coef, ge=0)
+
+    @torch.no_grad()
+    def compute(
+        self,
+        rewards: Any = None,
+        group_ids: Any = None,
+        *,
+        teacher_logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        response_mask: torch.Tensor,
+        teacher_valid_mask: torch.Tensor | None = None,
+    ) -> AdvantageResult:
+        teacher = as_float_tensor(self.name, "teacher_logprob", teacher_logprob)
+        old = as_float_tensor(self.name, "old_logprob", old_logprob).to(teacher.device)
+        tensors = {"teacher_logprob": teacher, "old_logprob": old, "response_mask": response_mask}
+        if teacher_valid_mask is not None:
+            tensors["teacher_valid_mask"] = teacher_valid_mask
+        shapes = {k: tuple(torch.as_tensor(v).shape) for k, v in tensors.items()}
+        if len(set(shapes.values())) != 1 or len(shapes["teacher_logprob"]) != 2:
+            described = ", ".join(f"{k} {s}" for k, s in shapes.items())
+            raise ValueError(f"{self.name}: expected tensors of one shape [N, T], got {described}")
+
+        valid = check_mask(self.name, "response_mask", response_mask, teacher.shape, teacher.device)
+        if teacher_valid_mask is not None:
+            valid = valid & check_mask(
+                self.name, "teacher_valid_mask", teacher_valid_mask, teacher.shape, teacher.device
+            )
+        for name, value in (("teacher_logprob", teacher), ("old_logprob", old)):
+            msg = nonfinite_message(name, value, where=valid)
+            if msg:
+                raise ValueError(
+                    f"{self.name}: {msg} at a valid position; mask such tokens out with teacher_valid_mask"
+                )
+        dtype = torch.promote_types(teacher.dtype, old.dtype)
+        diff = teacher.to(dtype) - old.to(dtype)
+        advantages = torch.where(valid, self.kl_coef * diff, torch.zeros_like(diff))
+        keep = torch.ones(teacher.shape[0], dtype=torch.bool, device=teacher.device)
+        return AdvantageResult(advantages, keep)
