@@ -199,7 +199,11 @@ def topr(lp, old, mask, adv, threshold=0.0, mode="token-mean"):
         ell[b, t], dell[b, t] = -alpha * a * lp[b][t], -alpha * a
         alphas[b, t], ratios[b, t] = alpha, r
     value, grad = combine(ell, dell, mask, mode)
-    return value, grad, {"topr_loss": value, "avg_alpha": token_mean(alphas, mask), "avg_ratio": token_mean(ratios, mask)}
+    return (
+        value,
+        grad,
+        {"topr_loss": value, "avg_alpha": token_mean(alphas, mask), "avg_ratio": token_mean(ratios, mask)},
+    )
 
 
 def sppo(lp, old, mask, adv, epsilon=0.3, mode="token-mean"):
@@ -247,7 +251,11 @@ def rec(
             s = seq_ratio[b]
             keep = (s <= high and a >= 0) or (a <= 0 and s >= low)
         else:  # ring
-            keep = (low <= r <= high) or (a >= 0 and r <= 1 - epsilon_low_prime) or (a <= 0 and r >= 1 + epsilon_high_prime)
+            keep = (
+                (low <= r <= high)
+                or (a >= 0 and r <= 1 - epsilon_low_prime)
+                or (a <= 0 and r >= 1 + epsilon_high_prime)
+            )
         dropped += not keep
         if weight == "importance_sampling":
             a = a * r
@@ -322,7 +330,9 @@ def mix(lp, old, mask, adv, expert, mu=0.1, weight_usual=1.0, weight_expert=1.0,
             continue
         sub = [[mask[b][t] for t in range(len(mask[0]))] for b in rows]
         if part == "usual":
-            value, sub_grad, sub_metrics = ppo([lp[b] for b in rows], [old[b] for b in rows], sub, [adv[b] for b in rows], mode=mode)
+            value, sub_grad, sub_metrics = ppo(
+                [lp[b] for b in rows], [old[b] for b in rows], sub, [adv[b] for b in rows], mode=mode
+            )
         else:
             value, sub_grad, sub_metrics = sft([lp[b] for b in rows], sub, kind=sft_kind, mode=mode)
         scale = len(rows) * (weight_usual if part == "usual" else weight_expert)

@@ -261,9 +261,7 @@ def test_grpo_rank_penalty_hand_example():
 
 def test_grpo_rank_penalty_ties_and_zero():
     # Ties: stable by index -> idx0 rank 0 (factor 1 - 1*2/2 = 0), idx1 rank 1 (factor 1 - 1*1/2 = .5).
-    out = get_advantage_fn("grpo", rank_penalty=1.0)(
-        torch.tensor([1.0, 1.0]), [0, 0], seq_logprobs=[-1.0, -1.0]
-    )
+    out = get_advantage_fn("grpo", rank_penalty=1.0)(torch.tensor([1.0, 1.0]), [0, 0], seq_logprobs=[-1.0, -1.0])
     close(out, py_grpo([0.0, 0.5], [0, 0]))
     # rank_penalty=0 leaves rewards unchanged; seq_logprobs is ignored without rank_penalty.
     rewards = torch.tensor([1.0, 0.0, 1.0])
@@ -394,9 +392,7 @@ def test_step_wise_grpo_broadcast():
 # ---------------------------------------------------------------------------------------------------------
 
 
-def py_reinforce_pp(
-    token_rewards: list[list[float]], mask: list[list[int]], gamma: float
-) -> list[list[float]]:
+def py_reinforce_pp(token_rewards: list[list[float]], mask: list[list[int]], gamma: float) -> list[list[float]]:
     """Plain-Python REINFORCE++ reference (verl): discounted returns, then masked whitening."""
     returns = []
     for rewards_row, mask_row in zip(token_rewards, mask, strict=True):
@@ -406,9 +402,7 @@ def py_reinforce_pp(
             row[t] = running
             running *= mask_row[t]
         returns.append(row)
-    valid = [
-        x for row, m_row in zip(returns, mask, strict=True) for x, m in zip(row, m_row, strict=True) if m
-    ]
+    valid = [x for row, m_row in zip(returns, mask, strict=True) for x, m in zip(row, m_row, strict=True) if m]
     mean, var = statistics.mean(valid), statistics.variance(valid)  # unbiased variance
     return [
         [(x - mean) / math.sqrt(var + 1e-8) * m for x, m in zip(row, m_row, strict=True)]
@@ -509,9 +503,7 @@ def test_on_policy_distill_formula_and_masks():
 
 def test_on_policy_distill_shape_mismatch():
     fn = get_advantage_fn("on_policy_distill")
-    with pytest.raises(
-        ValueError, match=r"teacher_logprob \(2, 3\), old_logprob \(2, 4\), response_mask \(2, 3\)"
-    ):
+    with pytest.raises(ValueError, match=r"teacher_logprob \(2, 3\), old_logprob \(2, 4\), response_mask \(2, 3\)"):
         fn(teacher_logprob=torch.zeros(2, 3), old_logprob=torch.zeros(2, 4), response_mask=torch.ones(2, 3))
     with pytest.raises(ValueError, match=r"teacher_valid_mask \(3, 3, 1\)"):
         fn(
@@ -522,7 +514,5 @@ def test_on_policy_distill_shape_mismatch():
         )
     with pytest.raises(ValueError, match=r"expected tensors of one shape \[N, T\]"):
         fn(teacher_logprob=torch.zeros(3), old_logprob=torch.zeros(3), response_mask=torch.ones(3))
-    empty = fn(
-        teacher_logprob=torch.zeros(0, 5), old_logprob=torch.zeros(0, 5), response_mask=torch.ones(0, 5)
-    )
+    empty = fn(teacher_logprob=torch.zeros(0, 5), old_logprob=torch.zeros(0, 5), response_mask=torch.ones(0, 5))
     assert empty.shape == (0, 5)

@@ -147,7 +147,10 @@ def test_without_window_counts_a_loss_aggregates_its_own_batch():
     fn = get_policy_loss("ppo")
     old = lp.clone()
     full, _ = fn(logprob=lp, old_logprob=old, action_mask=mask, advantages=adv)
-    halves = [fn(logprob=lp[i : i + 2], old_logprob=old[i : i + 2], action_mask=mask[i : i + 2], advantages=adv[i : i + 2])[0] for i in (0, 2)]
+    halves = [
+        fn(logprob=lp[i : i + 2], old_logprob=old[i : i + 2], action_mask=mask[i : i + 2], advantages=adv[i : i + 2])[0]
+        for i in (0, 2)
+    ]
     expected_first = aggregate_loss(-adv[:2].unsqueeze(-1).expand(2, 8), mask[:2])
     torch.testing.assert_close(halves[0], expected_first)
     assert not torch.allclose((halves[0] + halves[1]) / 2, full)
@@ -162,7 +165,9 @@ def test_aggregate_loss_modes_by_hand():
     assert aggregate_loss(values, mask, "seq-mean-token-sum-norm").item() == pytest.approx(10 / 3)
     assert aggregate_loss(values, mask, "seq-mean-token-sum-norm", normalizer=5).item() == pytest.approx(10 / 5)
     assert aggregate_loss(values, mask, "token-mean", global_valid_toks=8).item() == pytest.approx(10 / 8)
-    assert aggregate_loss(values, mask, "seq-mean-token-mean", global_valid_seqs=torch.tensor(4)).item() == pytest.approx(6 / 4)
+    assert aggregate_loss(
+        values, mask, "seq-mean-token-mean", global_valid_seqs=torch.tensor(4)
+    ).item() == pytest.approx(6 / 4)
     # NaN / inf at masked positions reach neither the value nor the gradient
     leaf = values.clone().requires_grad_(True)
     aggregate_loss(leaf, mask, "token-mean").backward()

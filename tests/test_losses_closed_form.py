@@ -24,7 +24,10 @@ LN = math.log
 
 def run(name, *, lp, old=None, mask=None, adv=None, **kwargs):
     lp = torch.tensor(lp, dtype=torch.float64, requires_grad=True)
-    inputs = {"logprob": lp, "action_mask": torch.ones_like(lp, dtype=torch.bool) if mask is None else torch.tensor(mask)}
+    inputs = {
+        "logprob": lp,
+        "action_mask": torch.ones_like(lp, dtype=torch.bool) if mask is None else torch.tensor(mask),
+    }
     if old is not None:
         inputs["old_logprob"] = torch.tensor(old, dtype=torch.float64)
     if adv is not None:
@@ -124,7 +127,10 @@ def test_opmd_importance_sampling_and_sft_by_hand():
     assert (loss, grad) == (pytest.approx(2.0), [pytest.approx(-1.0)])
     loss, grad, metrics = run("importance_sampling", lp=[[LN(0.5)]], old=[[LN(0.25)]], adv=[1.5])
     assert (loss, grad, metrics["ratio/mean"]) == (pytest.approx(-3.0), [pytest.approx(-3.0)], pytest.approx(2.0))
-    assert run("sft", lp=[[LN(0.5), LN(0.25)]])[:2] == (pytest.approx(-(LN(0.5) + LN(0.25)) / 2), pytest.approx([-0.5, -0.5]))
+    assert run("sft", lp=[[LN(0.5), LN(0.25)]])[:2] == (
+        pytest.approx(-(LN(0.5) + LN(0.25)) / 2),
+        pytest.approx([-0.5, -0.5]),
+    )
     assert run("sft_is", lp=[[LN(0.5)]])[:2] == (pytest.approx(-0.5 * LN(0.5)), [pytest.approx(-0.5)])
     # φ(p) = p(1 − p) = 0.25 at p = 0.5; with cutoff 0.4 the token (p = 0.5 > 0.4) is clamped: no gradient.
     assert run("sft_phi", lp=[[LN(0.5)]])[:2] == (pytest.approx(-0.25 * LN(0.5)), [pytest.approx(-0.25)])
@@ -134,9 +140,7 @@ def test_opmd_importance_sampling_and_sft_by_hand():
 
 def test_dpo_by_hand():
     # One pair, β = 1: z = (−1 − (−2)) − (−3 − (−2)) = 2 → loss −log σ(2); dL/dS_c = −σ(−2).
-    loss, grad, metrics = run(
-        "dpo", lp=[[-1.0], [-3.0]], ref_logprob=[[-2.0], [-2.0]], beta=1.0, mask=[[True], [True]]
-    )
+    loss, grad, metrics = run("dpo", lp=[[-1.0], [-3.0]], ref_logprob=[[-2.0], [-2.0]], beta=1.0, mask=[[True], [True]])
     assert loss == pytest.approx(-math.log(ref.sigmoid(2.0)))
     assert grad == pytest.approx([-ref.sigmoid(-2.0), ref.sigmoid(-2.0)])
     assert metrics["chosen_reward"] == pytest.approx(1.0)
@@ -172,7 +176,14 @@ def test_mix_by_hand():
 
 @pytest.mark.parametrize(
     ("step", "mu"),
-    [(0, 0.0), (5, 0.25), (10, 0.5), (15, 0.02 + 0.48 * 0.5 * (1 + math.cos(math.pi * 5 / 20))), (30, 0.02), (99, 0.02)],
+    [
+        (0, 0.0),
+        (5, 0.25),
+        (10, 0.5),
+        (15, 0.02 + 0.48 * 0.5 * (1 + math.cos(math.pi * 5 / 20))),
+        (30, 0.02),
+        (99, 0.02),
+    ],
 )
 def test_mix_chord_mu_schedule(step, mu):
     # W = 10 warm-up steps to μ_peak = 0.5, cosine decay over D = 20 steps to μ_valley = 0.02.
@@ -349,7 +360,9 @@ def test_dpo_matches_plain_reference(label_smoothing, dtype):
         fn = get_policy_loss("dpo", beta=0.5, label_smoothing=label_smoothing)
         loss, metrics = fn(logprob=lp, ref_logprob=ref_lp, action_mask=mask)
         loss.backward()
-        value, grad, ref_metrics = ref.dpo(lp.detach().double().tolist(), ref_lp.double().tolist(), mask.tolist(), 0.5, label_smoothing)
+        value, grad, ref_metrics = ref.dpo(
+            lp.detach().double().tolist(), ref_lp.double().tolist(), mask.tolist(), 0.5, label_smoothing
+        )
         tol = tolerance(dtype)
         assert loss.item() == pytest.approx(value, rel=tol["rtol"] * 10)
         torch.testing.assert_close(lp.grad, torch.tensor(grad, dtype=dtype), **tol)

@@ -46,6 +46,8 @@ def check_number(
     ok = ok and (lt is None or value < lt) and (le is None or value <= le)
     if not ok:
         rule = _rule(gt, ge, lt, le, integer) + (" or None" if allow_none else "")
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
+            rule = f"finite and {rule}" if rule != "a finite number" else rule
         raise ValueError(f"{owner}: {name}={value!r} is not valid; must be {rule}")
     return value
 

@@ -34,6 +34,7 @@ from .base import (
     check_loss_agg_mode,
     check_number,
     register_policy_loss,
+    resolve_clip_range,
 )
 from .ppo import PPOPolicyLoss
 from .sft import SFTLoss, SFTPhiLoss
@@ -71,6 +72,7 @@ class MIXPolicyLoss(PolicyLoss):
         grpo_loss_agg_mode: str | None = None,
     ) -> None:
         super().__init__(backend)
+        resolve_clip_range(self.name, clip_range, clip_range_low, clip_range_high)  # errors name this loss
         check_number(self.name, "mu", mu, ge=0, le=1)
         check_bool(self.name, "use_dynamic_bsz", use_dynamic_bsz)
         for name, value in [

@@ -1,0 +1,164 @@
+"""The algorithm table (DESIGN §2.5) against the reference flags transcribed from
+/work/shared/reference/trinity-algorithm-api.txt."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import pytest
+
+import trl_ext
+from trl_ext import algorithms
+from trl_ext.losses import ENTROPY_FNS, KL_FNS, POLICY_LOSSES
+
+# name: (use_critic, use_reference, compute_advantage_in_trainer, can_balance_batch, schema)
+REFERENCE_FLAGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
+    "sft": (False, False, False, True, "sft"),
+    "ppo": (True, True, True, True, "experience"),
+    "grpo": (False, True, False, True, "experience"),
+    "reinforceplusplus": (False, True, True, True, "experience"),
+    "rloo": (False, True, True, True, "experience"),
+    "opmd": (False, True, False, True, "experience"),
+    "asymre": (False, False, False, True, "experience"),
+    "dpo": (False, True, False, False, "dpo"),
+    "topr": (False, True, False, True, "experience"),
+    "cispo": (False, True, False, True, "experience"),
+    "gspo": (False, True, False, True, "experience"),
+    "sapo": (False, True, False, True, "experience"),
+    "mix": (False, True, False, True, "experience"),
+    "mix_chord": (False, True, False, True, "experience"),
+    "raft": (False, False, False, True, "experience"),
+    "sppo": (False, False, False, True, "experience"),
+    "rec": (False, True, False, True, "experience"),
+    "multi_step_grpo": (False, True, False, True, "experience"),
+    "on_policy_distill": (False, False, True, True, "experience"),
+}
+
+
+def test_table_has_exactly_the_reference_algorithms():
+    assert len(REFERENCE_FLAGS) == 19
+    assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_FLAGS))
+def test_flags_match_reference(name):
+    spec = trl_ext.get_algorithm(name)
+    assert isinstance(spec, trl_ext.AlgorithmSpec)
+    assert spec.name == name
+    got = (spec.use_critic, spec.use_reference, spec.compute_advantage_in_trainer, spec.can_balance_batch, spec.schema)
+    assert got == REFERENCE_FLAGS[name]
+    for flag in got[:4]:
+        assert type(flag) is bool
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_FLAGS))
+def test_default_components_exist(name):
+    spec = trl_ext.get_algorithm(name)
+    assert spec.policy_loss_fn in POLICY_LOSSES
+    assert spec.kl_loss_fn in KL_FNS
+    assert spec.kl_penalty_fn in KL_FNS
+    assert spec.entropy_loss_fn in ENTROPY_FNS
+    assert isinstance(spec.repeat_times, int) and spec.repeat_times >= 1
+    config = spec.default_config()
+    assert config == {
+        "repeat_times": spec.repeat_times,
+        "sample_strategy": spec.sample_strategy,
+        "policy_loss_fn": spec.policy_loss_fn,
+        "advantage_fn": spec.advantage_fn,
+        "kl_penalty_fn": spec.kl_penalty_fn,
+        "kl_loss_fn": spec.kl_loss_fn,
+        "entropy_loss_fn": spec.entropy_loss_fn,
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "policy"),
+    [
+        ("sapo", "sapo"),
+        ("gspo", "gspo"),
+        ("cispo", "cispo"),
+        ("grpo", "ppo"),
+        ("dpo", "dpo"),
+        ("mix", "mix"),
+        ("mix_chord", "mix_chord"),
+        ("sft", "sft"),
+        ("raft", "sft"),
+        ("rec", "rec"),
+        ("topr", "topr"),
+        ("sppo", "sppo"),
+        ("opmd", "opmd"),
+        ("asymre", "opmd"),
+    ],
+)
+def test_policy_loss_choice(name, policy):
+    assert trl_ext.get_algorithm(name).policy_loss_fn == policy
+
+
+def test_mix_algorithms_use_mix_entropy():
+    for name in ("mix", "mix_chord"):
+        assert trl_ext.get_algorithm(name).entropy_loss_fn == "mix"
+
+
+def test_advantage_fns_exist():
+    from trl_ext import advantages
+
+    for name, spec in trl_ext.ALGORITHMS.items():
+        if spec.advantage_fn is None or spec.advantage_fn == "ppo":  # ppo needs a critic (GAE)
+            continue
+        assert spec.advantage_fn in advantages.ADVANTAGE_FNS, name
+
+
+def test_rl_algorithms_have_an_advantage():
+    no_advantage = {name for name, spec in trl_ext.ALGORITHMS.items() if spec.advantage_fn is None}
+    assert no_advantage == {"sft", "raft", "dpo"}
+
+
+@pytest.mark.parametrize("bad", ["grpo2", "GRPO", "", "trinity"])
+def test_unknown_algorithm(bad):
+    with pytest.raises(ValueError, match=f"unknown algorithm {bad!r}") as info:
+        trl_ext.get_algorithm(bad)
+    for name in REFERENCE_FLAGS:
+        assert name in str(info.value)
+
+
+def test_unhashable_algorithm_name():
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        trl_ext.get_algorithm(["grpo"])
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_FLAGS))
+def test_no_trainer_yet(name):
+    spec = trl_ext.get_algorithm(name)
+    if spec.has_trainer:
+        pytest.skip(f"{name} has a trainer now")
+    for attribute in ("trainer_class", "config_class"):
+        with pytest.raises(NotImplementedError, match=f"algorithm {name!r} has no trainer yet") as info:
+            getattr(spec, attribute)
+        assert f"get_policy_loss({spec.policy_loss_fn!r})" in str(info.value)
+
+
+def test_register_trainer_attaches_classes(monkeypatch):
+    monkeypatch.setattr(algorithms, "_TRAINERS", {})
+    spec = trl_ext.get_algorithm("sapo")
+    assert not spec.has_trainer
+    algorithms.register_trainer("sapo", "collections:OrderedDict", "collections:Counter")
+    assert spec.has_trainer
+    assert spec.config_class is collections.OrderedDict
+    assert spec.trainer_class is collections.Counter
+    # The other algorithms still have none, and the message lists the ones that do.
+    with pytest.raises(NotImplementedError, match="algorithms with a trainer: sapo"):
+        getattr(trl_ext.get_algorithm("gspo"), "trainer_class")  # noqa: B009
+
+
+def test_register_trainer_unknown_algorithm(monkeypatch):
+    monkeypatch.setattr(algorithms, "_TRAINERS", {})
+    with pytest.raises(ValueError, match="unknown algorithm 'nope'"):
+        algorithms.register_trainer("nope", "a:B", "a:C")
+    assert algorithms._TRAINERS == {}
+
+
+def test_spec_is_frozen():
+    spec = trl_ext.get_algorithm("grpo")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.use_critic = True
