@@ -116,8 +116,18 @@ class MaskedBatch:
         return torch.where(self.mask, self.check(name, x), 0)
 
     def advantages(self, adv: Any, name: str = "advantages") -> torch.Tensor:
-        """Advantages as `[B, T]`, selected; accepts `[B]`, `[B, 1]` (one per sequence) or `[B, T]`."""
-        return torch.where(self.mask, self.broadcast_rows(adv, name), 0)
+        """Advantages, NaN-safe: a per-token `[B, T]` input is selected (0 at masked positions); a
+        per-sequence `[B]` / `[B, 1]` input stays a `[B, 1]` column (no `[B, T]` copy) with rows that have
+        no valid token set to 0. Per-token losses built from the column are not 0 at padding, so a loss
+        using it selects its per-token loss before aggregating."""
+        full = self.broadcast_rows(adv, name)
+        if adv.dim() == 2 and adv.shape[1] == self.shape[1] != 1:
+            return torch.where(self.mask, full, 0)
+        return torch.where(self.row_tok.unsqueeze(-1) > 0, adv.reshape(-1, 1), 0)
+
+    def bound(self, like: torch.Tensor, condition: torch.Tensor, if_true: float, if_false: float) -> torch.Tensor:
+        """`where(condition, if_true, if_false)` in `like`'s dtype (python scalars would give float32)."""
+        return torch.where(condition, like.new_tensor(if_true), like.new_tensor(if_false))
 
     def broadcast_rows(self, x: Any, name: str) -> torch.Tensor:
         """A per-sequence `[B]` / `[B, 1]` or per-token `[B, T]` tensor, viewed as `[B, T]` (no copy)."""
@@ -140,23 +150,27 @@ class MaskedBatch:
 
     # ---- counts and means ----------------------------------------------------------------------------
 
+    # count_nonzero counts a bool tensor in place; .sum() would first copy it to int64 / float.
     @cached_property
     def n_tok(self) -> torch.Tensor:
-        return self.mask.sum(dtype=self.count_dtype)
+        return torch.count_nonzero(self.mask).to(self.count_dtype)
 
     @cached_property
     def row_tok(self) -> torch.Tensor:
-        return self.mask.sum(-1, dtype=self.count_dtype)
+        return torch.count_nonzero(self.mask, dim=-1).to(self.count_dtype)
 
     def _window_count(self, count: torch.Tensor | float) -> torch.Tensor | float:
         return count.to(self.count_dtype) if isinstance(count, torch.Tensor) else float(count)
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """Token mean over the mask of an `x` that is already 0 (or False) at masked positions."""
-        return x.sum() / (self.n_tok + EPS)
+        total = torch.count_nonzero(x) if x.dtype == torch.bool else x.sum()
+        return total / (self.n_tok + EPS)
 
     def valid_mean(self, x: torch.Tensor) -> torch.Tensor:
         """Token mean over the mask of any `x` (selects first)."""
+        if x.dtype == torch.bool:
+            return self.mean(x & self.mask)
         return self.mean(torch.where(self.mask, x, 0))
 
     def row_mean(self, x: torch.Tensor) -> torch.Tensor:

@@ -64,7 +64,7 @@ class MixEntropyFn(EntropyFn):
         usual = ~b.row_flags(expert_mask, "expert_mask")
         tokens = b.mask & usual.unsqueeze(-1)
         return super().__call__(
-            entropy, tokens, loss_agg_mode, global_valid_toks=tokens.sum(), global_valid_seqs=usual.sum()
+            entropy, tokens, loss_agg_mode, global_valid_toks=torch.count_nonzero(tokens), global_valid_seqs=usual.sum()
         )
 
 

@@ -15,6 +15,7 @@ mean over sequences of token means (`seq-mean-token-mean`); other modes are allo
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -75,15 +76,19 @@ class GSPOPolicyLoss(PolicyLoss):
         b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
         adv = b.advantages(advantages)
         lp = b.select(logprob)
-        delta = lp.detach() - b.select(old_logprob, "old_logprob")
+        delta = b.select(logprob.detach() - b.check("old_logprob", old_logprob))
         seq_log_ratio = b.row_mean(delta)
         ratio = torch.exp(lp - lp.detach() + seq_log_ratio.unsqueeze(-1))
-        pg_losses = -adv * ratio
-        pg_losses_clipped = -adv * ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)
-        loss = b.aggregate(torch.maximum(pg_losses, pg_losses_clipped), self.loss_agg_mode)
+        # max(−A·r, −A·clip(r)) = −A·min(r, 1 + ε_high) for A ≥ 0 and −A·max(r, 1 − ε_low) for A < 0.
+        negative = adv < 0
+        low = b.bound(ratio, negative, 1.0 - self.clip_range_low, -math.inf)
+        high = b.bound(ratio, negative, math.inf, 1.0 + self.clip_range_high)
+        loss = b.aggregate(b.select(-adv * ratio.clamp(low, high)), self.loss_agg_mode)
         with torch.no_grad():
+            r = ratio.detach()
+            clipped = torch.where(negative, r < 1.0 - self.clip_range_low, r > 1.0 + self.clip_range_high)
             metrics = {
-                "pg_clipfrac": b.mean(pg_losses_clipped > pg_losses),
+                "pg_clipfrac": b.valid_mean(clipped & (adv != 0)),
                 "ppo_kl": -b.mean(delta),
                 "ppo_kl_seq": -seq_log_ratio.mean(),
                 "pg_loss": loss.detach(),

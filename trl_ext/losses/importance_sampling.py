@@ -36,7 +36,7 @@ class ImportanceSamplingLoss(PolicyLoss):
         b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
         delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
         ratio = torch.exp(delta)
-        loss = b.aggregate(-b.advantages(advantages) * ratio, self.loss_agg_mode)
+        loss = b.aggregate(b.select(-b.advantages(advantages) * ratio), self.loss_agg_mode)
         with torch.no_grad():
             metrics = {
                 "pg_loss": loss.detach(),

@@ -72,6 +72,11 @@ class KLFn:
     def calculate_kl(
         self, logprob: torch.Tensor, ref_logprob: torch.Tensor, old_logprob: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """Per-token KL estimate `[B, T]` (unmasked)."""
+        return self.kl_from_log_ratio(ref_logprob - logprob, None if old_logprob is None else logprob - old_logprob)
+
+    def kl_from_log_ratio(self, d: torch.Tensor, log_ratio_old: torch.Tensor | None = None) -> torch.Tensor:
+        """The estimator in terms of d = ref − lp (and lp − old for corrected_k3)."""
         raise NotImplementedError
 
     def calculate_kl_loss(
@@ -87,9 +92,9 @@ class KLFn:
         optional `global_valid_toks` / `global_valid_seqs` / `normalizer` of `aggregate_loss`."""
         check_loss_agg_mode(self.name, loss_agg_mode)
         b = MaskedBatch(self.name, logprob, response_mask, **window)
-        old = None if old_logprob is None else b.select(old_logprob, "old_logprob")
-        kl = self.calculate_kl(b.select(logprob), b.select(ref_logprob, "ref_logprob"), old)
-        kl_loss = b.aggregate(kl, loss_agg_mode)  # kl is 0 at masked positions for every estimator
+        d = b.select(b.check("ref_logprob", ref_logprob) - logprob)
+        log_ratio = None if old_logprob is None else b.select(logprob - b.check("old_logprob", old_logprob))
+        kl_loss = b.aggregate(self.kl_from_log_ratio(d, log_ratio), loss_agg_mode)  # 0 at masked positions
         metrics = {
             "kl_loss": kl_loss.detach(),
             "kl_coef": torch.tensor(self.kl_coef, dtype=kl_loss.dtype, device=kl_loss.device),
@@ -107,7 +112,7 @@ class KLFn:
         (mean over rows of the per-row token mean). Runs once per batch, outside the loss."""
         b = MaskedBatch(self.name, logprob, response_mask)
         with torch.no_grad():
-            kl = self.calculate_kl(b.select(logprob), b.select(ref_logprob, "ref_logprob"))
+            kl = self.kl_from_log_ratio(b.select(b.check("ref_logprob", ref_logprob) - logprob))
             rewards = b.check("token_level_scores", token_level_scores) - self.kl_coef * kl
             current_kl = b.row_mean(kl).mean()
         metrics = {"kl": current_kl, "kl_coef": torch.tensor(self.kl_coef)}
@@ -126,8 +131,8 @@ class KLFn:
 class NoKL(KLFn):
     name = "none"
 
-    def calculate_kl(self, logprob, ref_logprob, old_logprob=None):
-        return torch.zeros_like(logprob)
+    def kl_from_log_ratio(self, d, log_ratio_old=None):
+        return torch.zeros_like(d)
 
     def calculate_kl_loss(
         self, logprob, ref_logprob, response_mask, loss_agg_mode="token-mean", old_logprob=None, **window
@@ -139,49 +144,47 @@ class NoKL(KLFn):
 class K1(KLFn):
     name = "k1"
 
-    def calculate_kl(self, logprob, ref_logprob, old_logprob=None):
-        return logprob - ref_logprob
+    def kl_from_log_ratio(self, d, log_ratio_old=None):
+        return -d
 
 
 class K2(KLFn):
     name = "k2"
 
-    def calculate_kl(self, logprob, ref_logprob, old_logprob=None):
-        return 0.5 * (logprob - ref_logprob).square()
+    def kl_from_log_ratio(self, d, log_ratio_old=None):
+        return 0.5 * d.square()
 
 
 class K3(KLFn):
     name = "k3"
 
-    def calculate_kl(self, logprob, ref_logprob, old_logprob=None):
-        d = ref_logprob - logprob
+    def kl_from_log_ratio(self, d, log_ratio_old=None):
         return torch.exp(d) - 1.0 - d
 
 
 class LowVarKL(KLFn):
     name = "low_var_kl"
 
-    def calculate_kl(self, logprob, ref_logprob, old_logprob=None):
-        d = (ref_logprob - logprob).clamp(-20.0, 20.0)
+    def kl_from_log_ratio(self, d, log_ratio_old=None):
+        d = d.clamp(-20.0, 20.0)
         return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
 
 
 class AbsKL(KLFn):
     name = "abs"
 
-    def calculate_kl(self, logprob, ref_logprob, old_logprob=None):
-        return (logprob - ref_logprob).abs()
+    def kl_from_log_ratio(self, d, log_ratio_old=None):
+        return d.abs()
 
 
 class CorrectedK3(KLFn):
     name = "corrected_k3"
 
-    def calculate_kl(self, logprob, ref_logprob, old_logprob=None):
-        d = ref_logprob - logprob
+    def kl_from_log_ratio(self, d, log_ratio_old=None):
         k3 = torch.exp(d) - 1.0 - d
-        if old_logprob is None:
+        if log_ratio_old is None:
             return k3
-        return torch.exp(logprob - old_logprob).clamp(0.0, 2.0) * k3
+        return torch.exp(log_ratio_old).clamp(0.0, 2.0) * k3
 
 
 KL_FNS: dict[str, type[KLFn]] = {

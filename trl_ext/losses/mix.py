@@ -158,11 +158,11 @@ class MIXPolicyLoss(PolicyLoss):
             old_logprob,
             usual_tokens,
             advantages,
-            global_valid_toks=usual_tokens.sum(),
+            global_valid_toks=torch.count_nonzero(usual_tokens),
             global_valid_seqs=n_usual,
         )
         sft_loss, sft_metrics = self.sft_loss_fn(
-            logprob, expert_tokens, global_valid_toks=expert_tokens.sum(), global_valid_seqs=n_expert
+            logprob, expert_tokens, global_valid_toks=torch.count_nonzero(expert_tokens), global_valid_seqs=n_expert
         )
         scale_usual = n_usual * (self._weight_usual * per_row)
         scale_expert = n_expert * (self._weight_expert * per_row)

@@ -39,5 +39,6 @@ class OPMDPolicyLoss(PolicyLoss):
         self, logprob: torch.Tensor, action_mask: torch.Tensor, advantages: torch.Tensor, **kwargs
     ) -> tuple[torch.Tensor, Metrics]:
         b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
-        loss = b.aggregate(-b.advantages(advantages) * b.select(logprob), self.loss_agg_mode) / (1.0 + self.tau)
+        coef = -b.advantages(advantages)  # [B, 1] or [B, T]; the selected log-prob is 0 at masked positions
+        loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode) / (1.0 + self.tau)
         return loss, {"opmd_loss": loss.detach()}

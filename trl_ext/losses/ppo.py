@@ -8,6 +8,7 @@ Per token, with Δ = clamp(lp − old, ±20) and r = e^Δ:
 
     L1 = −A·r,   L2 = −A·clamp(r, 1 − ε_low, 1 + ε_high),   C = max(L1, L2),   L3 = −A·c
     L  = min(L3, C) where A < 0, else C
+       = −A·clamp(r, 1 − ε_low, c) where A < 0, else −A·min(r, 1 + ε_high)      (computed this way)
 
 `fallback_to_policy_gradient` uses Δ = lp − sg(lp) (r ≡ 1 with the policy-gradient gradient) and
 ignores `old_logprob`. `enable_sequence_masking` zeroes the A < 0 tokens of rows whose mean of −Δ over
@@ -15,6 +16,8 @@ the mask exceeds δ (`delta_sequence_masking`): off-policy rows may not push pro
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -87,12 +90,12 @@ class PPOPolicyLoss(PolicyLoss):
         else:
             delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
         ratio = torch.exp(delta)
-        pg_losses1 = -adv * ratio
-        pg_losses2 = -adv * ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)
-        clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
-        pg_losses3 = -adv * self.clip_ratio_c
+        # Dual-clip PPO in one clamp: for A ≥ 0, max(−A·r, −A·clip(r)) = −A·min(r, 1 + ε_high); for A < 0,
+        # min(−A·c, max(−A·r, −A·clip(r))) = −A·clamp(r, 1 − ε_low, c).
         negative = adv < 0
-        pg_losses = torch.where(negative, torch.minimum(pg_losses3, clip_pg_losses1), clip_pg_losses1)
+        low = b.bound(ratio, negative, 1.0 - self.clip_range_low, -math.inf)
+        high = b.bound(ratio, negative, self.clip_ratio_c, 1.0 + self.clip_range_high)
+        pg_losses = b.select(-adv * ratio.clamp(low, high))
 
         metrics: Metrics = {}
         if self.enable_sequence_masking:
@@ -108,8 +111,11 @@ class PPOPolicyLoss(PolicyLoss):
 
         loss = b.aggregate(pg_losses, self.loss_agg_mode)
         with torch.no_grad():
-            metrics["pg_clipfrac"] = b.mean(pg_losses2 > pg_losses1)
-            metrics["pg_clipfrac_lower"] = b.mean((clip_pg_losses1 > pg_losses3) & negative)
-            metrics["ppo_kl"] = -b.mean(delta)
+            # L2 > L1 (the ε clip is active) and C > L3 (the dual clip is active); r = 1 at masked positions.
+            r = ratio.detach()
+            clipped = torch.where(negative, r < 1.0 - self.clip_range_low, r > 1.0 + self.clip_range_high)
+            metrics["pg_clipfrac"] = b.mean(clipped & (adv != 0))
+            metrics["pg_clipfrac_lower"] = b.mean((r > self.clip_ratio_c) & negative)
+            metrics["ppo_kl"] = -b.mean(delta.detach())
             metrics["pg_loss"] = loss.detach()
         return loss, metrics

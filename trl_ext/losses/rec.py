@@ -108,10 +108,11 @@ class RECPolicyLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        old = b.check("old_logprob", old_logprob)
         lp = b.select(logprob)
-        delta = lp - b.select(old_logprob, "old_logprob")
         with torch.no_grad():
             adv = b.advantages(advantages)
+            delta = b.select(logprob.detach() - old)
             ratio = torch.exp(delta)
             seq_ratio = None
             if self.clip_mode == "gspo-one-side":
@@ -124,14 +125,15 @@ class RECPolicyLoss(PolicyLoss):
             elif self.weight == "advantage":
                 adv = adv * torch.exp(adv / self.temp)
             coef = -adv if keep is None else torch.where(keep, -adv, 0.0)
+            clipfrac = None if keep is None else b.valid_mean(~keep)
         pg_losses = coef * lp
         if self.regularizer == "forward-kl":
             pg_losses = pg_losses - self.regularizer_coef * lp
         elif self.regularizer == "k2":
-            pg_losses = pg_losses + self.regularizer_coef * delta.square()
+            pg_losses = pg_losses + self.regularizer_coef * b.select(logprob - old).square()
         mode = "seq-mean-token-mean" if self.clip_mode == "gspo-one-side" else "token-mean"
         loss = b.aggregate(pg_losses, mode)
-        with torch.no_grad():
-            clipfrac = torch.zeros((), dtype=loss.dtype, device=loss.device) if keep is None else b.valid_mean(~keep)
-            metrics = {"pg_clipfrac": clipfrac, "pg_loss": loss.detach()}
+        if clipfrac is None:  # clip_mode "none" keeps every token
+            clipfrac = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        metrics = {"pg_clipfrac": clipfrac, "pg_loss": loss.detach()}
         return loss, metrics

@@ -60,7 +60,7 @@ class SAPOPolicyLoss(PolicyLoss):
         positive = advantages > 0
         tau = torch.where(positive, ratio.new_tensor(self.tau_pos), ratio.new_tensor(self.tau_neg))
         scale = torch.where(positive, ratio.new_tensor(4.0 / self.tau_pos), ratio.new_tensor(4.0 / self.tau_neg))
-        return torch.sigmoid(tau * (ratio - 1.0)) * scale
+        return torch.sigmoid(tau * (ratio - 1.0)) * scale  # tau, scale: [B, 1] for per-sequence advantages
 
     def __call__(
         self,
@@ -72,18 +72,19 @@ class SAPOPolicyLoss(PolicyLoss):
     ) -> tuple[torch.Tensor, Metrics]:
         b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
         adv = b.advantages(advantages)
-        lp = b.select(logprob)
+        old = b.check("old_logprob", old_logprob)
         if self.detach_gate:
             with torch.no_grad():
-                delta = (lp - b.select(old_logprob, "old_logprob")).clamp(-20.0, 20.0)
+                delta = b.select(logprob.detach() - old).clamp(-20.0, 20.0)
                 ratio = torch.exp(delta)
                 gate = self.soft_gate_function(ratio, adv)
-            sapo_losses = (-adv * gate) * lp
+                coef = -adv * gate
+            sapo_losses = coef * b.select(logprob)
         else:
-            delta = (lp - b.select(old_logprob, "old_logprob")).clamp(-20.0, 20.0)
+            delta = b.select(logprob - old).clamp(-20.0, 20.0)
             ratio = torch.exp(delta)
             gate = self.soft_gate_function(ratio, adv)
-            sapo_losses = -adv * gate
+            sapo_losses = b.select(-adv * gate)
         loss = b.aggregate(sapo_losses, self.loss_agg_mode)
         with torch.no_grad():
             metrics = {
@@ -91,6 +92,6 @@ class SAPOPolicyLoss(PolicyLoss):
                 "ppo_kl": -b.mean(delta.detach()),
                 "avg_soft_gate": b.valid_mean(gate.detach()),
                 "avg_ratio": b.valid_mean(ratio.detach()),
-                "pos_adv_frac": b.mean(adv > 0),
+                "pos_adv_frac": b.valid_mean(adv > 0),
             }
         return loss, metrics

@@ -53,7 +53,7 @@ class SFTISLoss(_SFTBase):
     metric = "sft_is_loss"
 
     def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
-        return -lp * torch.exp(lp.detach())
+        return lp * torch.exp(lp.detach()).neg_()
 
 
 @register_policy_loss("sft_phi")
@@ -77,4 +77,4 @@ class SFTPhiLoss(_SFTBase):
             phi = prob * (1.0 - prob)
         if self.cutoff_prob < 1.0:
             lp = lp.clamp(max=math.log(self.cutoff_prob))
-        return -lp * phi
+        return lp * phi.neg_()

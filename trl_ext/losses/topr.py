@@ -47,16 +47,12 @@ class TOPRPolicyLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
-        lp = b.select(logprob)
         with torch.no_grad():
             adv = b.advantages(advantages)
-            ratio = torch.exp(lp - b.select(old_logprob, "old_logprob"))
+            ratio = torch.exp(b.select(logprob.detach() - b.check("old_logprob", old_logprob)))
             alpha = torch.where(adv <= self.advantage_threshold, ratio.clamp(0.0, 1.0), 1.0)
-        loss = b.aggregate((-alpha * adv) * lp, self.loss_agg_mode)
-        with torch.no_grad():
-            metrics = {
-                "topr_loss": loss.detach(),
-                "avg_alpha": b.valid_mean(alpha),
-                "avg_ratio": b.valid_mean(ratio),
-            }
+            metrics = {"avg_alpha": b.valid_mean(alpha), "avg_ratio": b.valid_mean(ratio)}
+            coef = alpha.mul_(adv).neg_()  # −α·A
+        loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode)
+        metrics["topr_loss"] = loss.detach()
         return loss, metrics
