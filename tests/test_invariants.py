@@ -174,3 +174,27 @@ def test_aggregate_loss_modes_by_hand():
     torch.testing.assert_close(leaf.grad, torch.tensor([[0.25, 0.25, 0.25], [0.25, 0.0, 0.0]], dtype=torch.float64))
     empty = aggregate_loss(values, torch.zeros(2, 3), "token-mean")
     assert empty.item() == 0.0
+
+
+@pytest.mark.parametrize("name", ["ppo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "importance_sampling"])
+def test_nan_advantage_of_an_empty_row_does_not_leak(name):
+    """A per-sequence advantage belongs to masked-out positions when its row has no valid token."""
+    lp, mask, adv = batch(rows=4, cols=5, seed=11)
+    mask[2] = False
+    old = lp + 0.1
+    poisoned = adv.clone()
+    poisoned[2] = float("nan")
+    clean = adv.clone()
+    clean[2] = 0.0
+    results = []
+    for advantages in (poisoned, clean):
+        leaf = lp.clone().requires_grad_(True)
+        loss, metrics = get_policy_loss(name)(logprob=leaf, old_logprob=old, action_mask=mask, advantages=advantages)
+        loss.backward()
+        results.append((loss.detach(), leaf.grad, metrics))
+    (loss_p, grad_p, metrics_p), (loss_c, grad_c, metrics_c) = results
+    assert torch.isfinite(loss_p) and torch.isfinite(grad_p).all()
+    torch.testing.assert_close(loss_p, loss_c)
+    torch.testing.assert_close(grad_p, grad_c)
+    for key in metrics_c:
+        torch.testing.assert_close(metrics_p[key], metrics_c[key])
