@@ -82,3 +82,20 @@ def build_from_registry(kind: str, registry: dict[str, type], name: Any, kwargs:
         valid_text = ", ".join(valid) or "none"
         raise ValueError(f"{name}: unknown argument(s) {', '.join(unknown)}; valid arguments: {valid_text}")
     return cls(**kwargs)
+
+
+def make_register(registry: dict[str, type], kind: str):
+    """`register = make_register(REGISTRY, "policy loss")`; then `@register(name)` on a class stores it
+    in the registry under `name` and sets its `name` attribute (a duplicate name is an error)."""
+
+    def register(name: str):
+        def decorator(cls: type) -> type:
+            if name in registry:
+                raise ValueError(f"{kind} {name!r} is already registered")
+            cls.name = name
+            registry[name] = cls
+            return cls
+
+        return decorator
+
+    return register

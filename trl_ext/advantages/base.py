@@ -18,7 +18,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import torch
 
-from .._validation import check_bool, check_choice, check_number, signature_defaults
+from .._validation import check_bool, check_choice, check_number, make_register, signature_defaults
 
 __all__ = ["check_bool", "check_choice", "check_number"]  # re-exported for the estimators
 
@@ -43,17 +43,8 @@ ADVANTAGE_FNS: dict[str, type[AdvantageFn]] = {}
 _F = TypeVar("_F", bound="type[AdvantageFn]")
 
 
-def register_advantage(name: str):
-    """Class decorator: register an ``AdvantageFn`` subclass in ``ADVANTAGE_FNS`` under ``name``."""
-
-    def decorator(cls: _F) -> _F:
-        if name in ADVANTAGE_FNS:
-            raise ValueError(f"advantage function {name!r} is already registered")
-        cls.name = name
-        ADVANTAGE_FNS[name] = cls
-        return cls
-
-    return decorator
+register_advantage = make_register(ADVANTAGE_FNS, "advantage function")
+"""Class decorator: ``@register_advantage(name)`` registers an ``AdvantageFn`` subclass in ``ADVANTAGE_FNS``."""
 
 
 def get_advantage_fn(name: str, **hyperparams: Any) -> AdvantageFn:

@@ -21,7 +21,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from .._validation import build_from_registry, check_bool, check_choice, check_number, signature_defaults
+from .._validation import (
+    build_from_registry,
+    check_bool,
+    check_choice,
+    check_number,
+    make_register,
+    signature_defaults,
+)
 
 __all__ = ["build_from_registry", "check_bool", "check_choice", "check_number"]  # re-exported for the losses
 
@@ -288,17 +295,8 @@ POLICY_LOSSES: dict[str, type[PolicyLoss]] = {}
 sft, sft_is, sft_phi, mix, mix_chord, dpo`."""
 
 
-def register_policy_loss(name: str):
-    """Class decorator: make a `PolicyLoss` subclass available to `get_policy_loss(name)`."""
-
-    def decorator(cls: type[PolicyLoss]) -> type[PolicyLoss]:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        cls.name = name
-        POLICY_LOSSES[name] = cls
-        return cls
-
-    return decorator
+register_policy_loss = make_register(POLICY_LOSSES, "policy loss")
+"""Class decorator: `@register_policy_loss(name)` makes a `PolicyLoss` subclass available to `get_policy_loss`."""
 
 
 def get_policy_loss(name: str, **kwargs: Any) -> PolicyLoss:
