@@ -14,7 +14,7 @@ single sample uses mean 0 and standard deviation 1.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -40,7 +40,6 @@ class AdvantageResult(NamedTuple):
 
 ADVANTAGE_FNS: dict[str, type[AdvantageFn]] = {}
 
-_F = TypeVar("_F", bound="type[AdvantageFn]")
 
 
 register_advantage = make_register(ADVANTAGE_FNS, "advantage function")
