@@ -41,7 +41,6 @@ class AdvantageResult(NamedTuple):
 ADVANTAGE_FNS: dict[str, type[AdvantageFn]] = {}
 
 
-
 register_advantage = make_register(ADVANTAGE_FNS, "advantage function")
 """Class decorator: ``@register_advantage(name)`` registers an ``AdvantageFn`` subclass in ``ADVANTAGE_FNS``."""
 
