@@ -54,6 +54,8 @@ class MIXPolicyLoss(PolicyLoss):
             override it per part.
     """
 
+    schedules_mu = False  # mix_chord: mu follows the step and is logged as `mu`
+
     def __init__(
         self,
         backend: str = "verl",
@@ -128,8 +130,6 @@ class MIXPolicyLoss(PolicyLoss):
 
     def _sft_loss(self, loss_agg_mode: str) -> PolicyLoss:
         return SFTLoss(loss_agg_mode=loss_agg_mode)
-
-    schedules_mu = False
 
     def current_mu(self, step) -> torch.Tensor | float:
         return self.mu
@@ -208,6 +208,8 @@ class MIXCHORDPolicyLoss(MIXPolicyLoss):
     Requires `step` at call time: the global optimizer step, an int or a `[B]` tensor of equal values.
     """
 
+    schedules_mu = True
+
     def __init__(
         self,
         backend: str = "verl",
@@ -256,8 +258,6 @@ class MIXCHORDPolicyLoss(MIXPolicyLoss):
             grpo_loss_agg_mode=grpo_loss_agg_mode,
         )
         self.mu = None  # scheduled by the step: see current_mu
-
-    schedules_mu = True
 
     def _sft_loss(self, loss_agg_mode: str) -> PolicyLoss:
         return (SFTPhiLoss if self.enable_phi_function else SFTLoss)(loss_agg_mode=loss_agg_mode)
