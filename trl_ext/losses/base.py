@@ -192,7 +192,7 @@ class MaskedBatch:
             count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
             return x.sum() / (count + EPS)
         if loss_agg_mode == "seq-mean-token-mean":
-            return self._seq_mean(x.sum(-1) / (self.row_tok + EPS))
+            return self._seq_mean(self.row_mean(x))
         if loss_agg_mode == "seq-mean-token-sum":
             return self._seq_mean(x.sum(-1))
         if loss_agg_mode == "seq-mean-token-sum-norm":

@@ -80,10 +80,9 @@ class CISPOPolicyLoss(PolicyLoss):
                 coef = torch.where(clipped, 0.0, coef)
         loss = b.aggregate(coef * lp, self.loss_agg_mode)
         with torch.no_grad():
-            unmasked = b.n_tok if not self.enable_mask_clip else b.n_tok - clipped.sum()
             metrics = {
                 "cispo_loss": loss.detach(),
                 "ppo_kl": -b.mean(delta),
-                "unmasked_frac": unmasked / (b.n_tok + 1e-8),
+                "unmasked_frac": b.valid_mean(~clipped) if self.enable_mask_clip else b.mean(b.mask),
             }
         return loss, metrics
