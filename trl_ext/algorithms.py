@@ -173,3 +173,12 @@ def get_algorithm(name: str) -> AlgorithmSpec:
         return ALGORITHMS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown algorithm {name!r}; valid names: {', '.join(ALGORITHMS)}") from None
+
+
+# The trainers, attached by import path so that this module never imports trl.
+_GRPO_FAMILY = {
+    "grpo": "GRPO", "gspo": "GSPO", "cispo": "CISPO", "sapo": "SAPO", "topr": "TOPR", "sppo": "SPPO", "rec": "REC",
+    "opmd": "OPMD", "asymre": "AsymRE", "reinforceplusplus": "ReinforcePlusPlus", "rloo": "RLOO", "raft": "RAFT",
+}  # fmt: skip
+for _name, _prefix in _GRPO_FAMILY.items():
+    register_trainer(_name, f"trl_ext.trainers:{_prefix}Config", f"trl_ext.trainers:{_prefix}Trainer")

@@ -9,8 +9,8 @@ Usage::
     result = fn.compute(rewards, group_ids)         # AdvantageResult(advantages, keep)
 
 Registered names (``ADVANTAGE_FNS``): ``grpo``, ``rloo``, ``reinforce``, ``opmd``, ``asymre``, ``rec``,
-``step_wise_grpo`` (group estimators, ``[N]``) and ``reinforceplusplus``, ``on_policy_distill``
-(token-level, ``[N, T]``).
+``step_wise_grpo``, ``raft`` (RAFT's best-of-group selection) (group estimators, ``[N]``) and
+``reinforceplusplus``, ``on_policy_distill`` (token-level, ``[N, T]``).
 """
 
 from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn, register_advantage
@@ -18,6 +18,7 @@ from .group import (
     AsymREAdvantage,
     GRPOAdvantage,
     OPMDAdvantage,
+    RAFTSelection,
     RECAdvantage,
     ReinforceAdvantage,
     RLOOAdvantage,
@@ -34,6 +35,7 @@ __all__ = [
     "GRPOAdvantage",
     "OPMDAdvantage",
     "OnPolicyDistillAdvantage",
+    "RAFTSelection",
     "RECAdvantage",
     "RLOOAdvantage",
     "ReinforceAdvantage",

@@ -261,3 +261,31 @@ class StepWiseGRPOAdvantage(AdvantageFn):
             )
         run_advantages, _ = _grpo(rewards[last], run_group, num_groups, self.epsilon)
         return AdvantageResult(run_advantages[run], _all_kept(rewards))
+
+
+@register_advantage("raft")
+class RAFTSelection(AdvantageFn):
+    """RAFT's reward-ranked selection (Dong et al. 2023, "RAFT: Reward rAnked FineTuning", arXiv 2304.06767).
+
+    Not an advantage estimate but the rejection step of RAFT: each group keeps its best-rewarded sample (the
+    first one on ties), and only if ``R >= min_reward`` when ``min_reward`` is set; every other sample is
+    dropped (``keep = False``).  Kept samples get advantage 1, so any advantage-weighted loss reduces to SFT on
+    the selected completions (RAFT trains the ``sft`` loss on them).
+    """
+
+    def __init__(self, *, min_reward: float | None = None) -> None:
+        self.min_reward = check_number(self.name, "min_reward", min_reward, allow_none=True)
+
+    @torch.no_grad()
+    def compute(self, rewards: torch.Tensor, group_ids: GroupIds) -> AdvantageResult:
+        rewards = check_rewards(self.name, rewards)
+        n = rewards.numel()
+        index, num_groups = group_index(self.name, group_ids, n, rewards.device)
+        best = rewards.new_full((num_groups,), -math.inf).scatter_reduce_(0, index, rewards, "amax")
+        positions = torch.arange(n, device=rewards.device)
+        candidates = torch.where(rewards == best[index], positions, n)
+        first = positions.new_full((num_groups,), n).scatter_reduce_(0, index, candidates, "amin")
+        keep = positions == first[index]
+        if self.min_reward is not None:
+            keep &= rewards >= self.min_reward
+        return AdvantageResult(torch.ones_like(rewards), keep)

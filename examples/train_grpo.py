@@ -1,0 +1,16 @@
+"""Train with GRPO with Trinity-RFT's dual-clip PPO loss (DeepSeekMath, arXiv 2402.03300) through trl_ext.GRPOTrainer.
+
+    accelerate launch examples/train_grpo.py                     # offline tiny default, CPU, < 3 minutes
+    accelerate launch examples/train_grpo.py --config configs/grpo.yaml --model_name_or_path <model> \
+        --dataset_name <dataset> --reward_funcs accuracy_reward [--use_peft --lora_r 16] [--report_to wandb]
+
+Every TRL flag works (see `trl_ext/scripts/grpo.py`); the grpo-specific ones are `--clip_range`,
+`--clip_range_low`, `--clip_range_high`, `--clip_ratio_c`, `--loss_agg_mode`, `--enable_sequence_masking`,
+`--delta_sequence_masking`, `--fallback_to_policy_gradient`, `--advantage_epsilon`, `--std_threshold`,
+`--std_cal_level`.
+"""
+
+from trl_ext.scripts.grpo import main
+
+if __name__ == "__main__":
+    main("grpo")

@@ -1,0 +1,33 @@
+"""Shared fixtures: the offline tiny model (built once per test session) and trainer-run helpers."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """Path of the package's default toy model (pretrained on the task format), built in a session folder."""
+    from trl_ext.toy import tiny_model_path
+
+    return tiny_model_path(str(tmp_path_factory.mktemp("trl_ext_cache")))
+
+
+@pytest.fixture(scope="session")
+def random_tiny_model(tmp_path_factory) -> str:
+    """Path of an untrained tiny Qwen2 with the toy tokenizer (for tests that only compare updates)."""
+    from trl_ext.toy import build_model, build_tokenizer
+
+    path = str(tmp_path_factory.mktemp("random_tiny"))
+    tokenizer = build_tokenizer()
+    build_model(tokenizer, seed=0).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

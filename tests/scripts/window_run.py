@@ -1,0 +1,132 @@
+"""Train two optimizer steps on fixed completions and save the parameter update (for test_window_normalization).
+
+Run as `python window_run.py OUT --batch B --accumulation G` or under `torchrun --nproc_per_node 2`. The
+completions come from a deterministic `rollout_func`, so every split of the same 16-sample window sees the same
+prompts, completions and rewards; with SGD (no clipping) the update is −lr × the window's gradient. Two steps, so
+that the second one has a non-zero KL to the reference.
+"""
+
+import argparse
+import os
+import sys
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+import trl_ext  # noqa: E402
+from trl_ext.losses.base import LOSS_AGG_MODES  # noqa: E402
+
+GROUP = 4
+PROMPTS = 4  # 16 completions per optimizer window
+
+
+def completion_for(prompt_index: int, k: int, eos: int) -> list[int]:
+    length = 2 + (5 * prompt_index + 3 * k) % 7  # 2..8 tokens: uneven lengths make the modes differ
+    ids = [10 + (prompt_index * 31 + k * 17 + 7 * t) % 200 for t in range(length)]
+    return [*ids, eos] if (prompt_index + k) % 2 else ids  # half terminated, half truncated
+
+
+def make_rollout(eos: int):
+    def rollout(prompts, trainer):
+        start = trainer.accelerator.process_index * len(prompts)
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        for i, prompt in enumerate(prompts):
+            index = int(prompt.split()[-1])
+            ids = completion_for(index, (start + i) % GROUP, eos)
+            out["prompt_ids"].append([20 + index, 30 + index, 40 + index])  # equal lengths: no left padding
+            out["completion_ids"].append(ids)
+            out["logprobs"].append([0.0] * len(ids))
+        return out
+
+    return rollout
+
+
+def reward(completion_ids, **kwargs):
+    return [((sum(ids) * 7919) % 101) / 100.0 for ids in completion_ids]
+
+
+def use_local_normalization() -> None:
+    """Per-micro-batch means divided by the accumulation steps (TRL's `grpo` / `bnpo` convention)."""
+    from trl_ext.trainers.grpo_trainer import GRPOFamilyTrainer
+
+    compute_loss = GRPOFamilyTrainer._compute_loss
+
+    def local(self, model, inputs):
+        inputs = {k: v for k, v in inputs.items() if not k.startswith("global_valid_")}
+        return compute_loss(self, model, inputs) / self.current_gradient_accumulation_steps
+
+    GRPOFamilyTrainer._compute_loss = local
+    GRPOFamilyTrainer._window_kwargs = lambda self, inputs, mode: {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--accumulation", type=int, required=True)
+    parser.add_argument("--algorithms", default="grpo")
+    parser.add_argument(
+        "--local", action="store_true", help="control: normalize each micro-batch by itself, then divide by G"
+    )
+    args = parser.parse_args()
+    if args.local:
+        use_local_normalization()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    dataset = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(PROMPTS)]})
+    results = {}
+    for algorithm in args.algorithms.split(","):
+        spec = trl_ext.get_algorithm(algorithm)
+        modes = LOSS_AGG_MODES if "loss_agg_mode" in spec.config_class.loss_argument_names() else ("default",)
+        for mode in modes:
+            extra = {} if mode == "default" else {"loss_agg_mode": mode}
+            config = spec.config_class(
+                output_dir=os.path.join(os.path.dirname(args.out), "run"),
+                use_cpu=True,
+                bf16=False,
+                activation_checkpointing=False,
+                per_device_train_batch_size=args.batch,
+                gradient_accumulation_steps=args.accumulation,
+                num_generations=GROUP,
+                max_completion_length=9,
+                max_steps=2,  # the second step has a non-zero KL to the reference
+                optim="sgd",
+                learning_rate=0.1,
+                lr_scheduler_type="constant",
+                max_grad_norm=0.0,
+                beta=0.1,
+                entropy_coef=0.01,
+                report_to="none",
+                save_strategy="no",
+                logging_steps=1,
+                seed=0,
+                shuffle_dataset=False,
+                **extra,
+            )
+            trainer = spec.trainer_class(
+                model=args.model,
+                reward_funcs=reward,
+                args=config,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                rollout_func=make_rollout(tokenizer.eos_token_id),
+            )
+            before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+            trainer.train()
+            update = torch.cat([(p.detach() - before[n]).flatten() for n, p in trainer.model.named_parameters()])
+            logs = trainer.state.log_history[:2]
+            results[f"{algorithm}/{mode}"] = {"update": update, "logs": logs}
+    if int(os.environ.get("RANK", "0")) == 0:
+        torch.save(results, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

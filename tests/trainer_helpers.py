@@ -1,0 +1,44 @@
+"""Small helpers for the trainer tests: CPU configs for the tiny model and parameter snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+CPU = {
+    "use_cpu": True,
+    "bf16": False,
+    "activation_checkpointing": False,
+    "report_to": "none",
+    "save_strategy": "no",
+    "logging_steps": 1,
+    "seed": 0,
+}
+
+
+def cpu_config(config_class: type, output_dir: str, **overrides: Any):
+    """A config for a few quick steps of the tiny model on CPU (batch 8 = 2 prompts × 4 generations)."""
+    settings = {
+        **CPU,
+        "output_dir": output_dir,
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 8,
+        "max_steps": 2,
+        "learning_rate": 1e-3,
+        **overrides,
+    }
+    return config_class(**settings)
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> set[str]:
+    return {name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())}
+
+
+def logged(trainer, key: str) -> list[float]:
+    return [entry[key] for entry in trainer.state.log_history if key in entry]

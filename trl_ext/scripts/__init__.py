@@ -1,0 +1,1 @@
+"""Command-line entry points shared by `examples/train_<algorithm>.py`."""

@@ -1,0 +1,139 @@
+"""Train a GRPO-family algorithm with TRL's command-line conventions (the code behind `examples/train_*.py`).
+
+    accelerate launch examples/train_sapo.py                                   # the offline tiny default
+    accelerate launch examples/train_sapo.py --config configs/sapo.yaml \\
+        --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name trl-lib/DeepMath-103K \\
+        --reward_funcs accuracy_reward --use_peft --lora_r 16 --report_to wandb
+
+Arguments are parsed by `trl.TrlParser` into TRL's `GRPOScriptArguments` (`--dataset_name`, `--reward_funcs`,
+`--reward_model_name_or_path`, ...), the algorithm's config (every `GRPOConfig` flag plus the algorithm's loss
+and advantage arguments), `trl.ModelConfig` (`--model_name_or_path`, `--use_peft`, `--lora_r`, ...) and
+`trl.DatasetMixtureConfig`; `--config recipe.yaml` sets any of them, and the command line overrides the file.
+
+Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
+`trl_ext.toy` on its "repeat the letter" task with a verifiable reward, with the toy's hyperparameters as defaults
+(`trl_ext.toy.DEFAULT_TRAINING`). Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import yaml
+from trl import DatasetMixtureConfig, ModelConfig, TrlParser, get_dataset, get_peft_config, get_quantization_config
+from trl.scripts.grpo import GRPOScriptArguments
+
+from ..algorithms import get_algorithm
+
+
+def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
+    """TRL's reward-function names (`accuracy_reward`, ...) or dotted import paths, as `trl grpo` reads them."""
+    from trl import rewards
+
+    registry = {
+        "accuracy_reward": rewards.accuracy_reward,
+        "reasoning_accuracy_reward": rewards.reasoning_accuracy_reward,
+        "think_format_reward": rewards.think_format_reward,
+        "get_soft_overlong_punishment": rewards.get_soft_overlong_punishment(
+            max_completion_len=1280, soft_punish_cache=256
+        ),
+    }
+    funcs: list[Any] = []
+    if script_args.reward_model_name_or_path:
+        funcs.append(script_args.reward_model_name_or_path)
+    for name in script_args.reward_funcs or []:
+        if name in registry:
+            funcs.append(registry[name])
+        elif "." in name:
+            module, attr = name.rsplit(".", 1)
+            sys.path.insert(0, os.getcwd())
+            funcs.append(getattr(importlib.import_module(module), attr))
+        else:
+            raise ValueError(
+                f"--reward_funcs: cannot load {name!r}; use one of {', '.join(registry)} or a dotted import path "
+                "(e.g. my_rewards.exact_match)"
+            )
+    return funcs
+
+
+def _uses_default_model(argv: Sequence[str]) -> bool:
+    """True when neither the command line nor the `--config` file names a model."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model_name_or_path")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.model_name_or_path:
+        return False
+    if known.config:
+        with open(known.config) as f:
+            return not (yaml.safe_load(f) or {}).get("model_name_or_path")
+    return True
+
+
+def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
+    config_class = get_algorithm(algorithm).config_class
+    parser = TrlParser((GRPOScriptArguments, config_class, ModelConfig, DatasetMixtureConfig))
+    if not torch.cuda.is_available():
+        parser.set_defaults(use_cpu=True, bf16=False)
+    if _uses_default_model(argv):
+        from ..toy import DEFAULT_TRAINING
+
+        parser.set_defaults(output_dir=f"outputs/{algorithm}-tiny", activation_checkpointing=False, **DEFAULT_TRAINING)
+    return parser
+
+
+def main(algorithm: str, argv: Sequence[str] | None = None):
+    """Parse `argv` (default: the command line), train, save the model to `output_dir`; return the trainer."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    spec = get_algorithm(algorithm)
+    script_args, training_args, model_args, dataset_args = make_parser(algorithm, argv).parse_args_and_config(argv)
+
+    model = model_args.model_name_or_path
+    reward_funcs = _reward_funcs(script_args)
+    if dataset_args.datasets:
+        dataset = get_dataset(dataset_args)
+    elif script_args.dataset_name:
+        from datasets import load_dataset
+
+        dataset = load_dataset(
+            script_args.dataset_name, name=script_args.dataset_config, streaming=script_args.dataset_streaming
+        )
+    else:
+        dataset = None
+    if model is None or dataset is None:
+        from .. import toy
+
+        model = model or toy.tiny_model_path()
+        if dataset is None:
+            dataset = {script_args.dataset_train_split: toy.toy_dataset()}
+            reward_funcs = reward_funcs or [toy.toy_reward]
+
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
+    trainer = spec.trainer_class(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=dataset[script_args.dataset_train_split],
+        eval_dataset=dataset[script_args.dataset_test_split] if training_args.eval_strategy != "no" else None,
+        quantization_config=get_quantization_config(model_args),
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    trainer.end() if hasattr(trainer, "end") else None
+    return trainer

@@ -1,0 +1,756 @@
+"""Configs of the GRPO-family trainers: `trl.GRPOConfig` plus the algorithm's loss and advantage arguments.
+
+Each algorithm's config is a `trl.GRPOConfig` subclass assembled from small argument dataclasses: the policy
+loss's `default_args()` (same names and defaults as `trl_ext.losses`), the advantage function's, and the KL /
+entropy choices shared by every algorithm. TRL's own fields keep TRL's meaning (`beta` is the KL coefficient,
+`entropy_coef` the entropy-bonus coefficient, `num_generations` the group size); a TRL field that selects or
+parameterizes TRL's *own* loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) is rejected when set to a
+non-default value, with the name of the field to use instead.
+
+Naming rule: a loss argument keeps its `trl_ext.losses` name unless that name is already a `GRPOConfig` field,
+in which case it takes the loss's name as prefix (`sppo_epsilon`, `rec_epsilon_high`); an advantage argument
+keeps its `trl_ext.advantages` name unless it collides with a `GRPOConfig` field or a loss argument, in which
+case it takes the prefix `advantage_` (`advantage_epsilon`, `advantage_tau`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trl import GRPOConfig
+
+from ..advantages import get_advantage_fn
+from ..algorithms import get_algorithm
+from ..losses import get_entropy_fn, get_kl_fn, get_policy_loss
+from ..losses.base import LOSS_AGG_MODES
+from ..losses.kl import KL_FNS
+
+_AGG_HELP = (
+    "How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on "
+    "all processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of "
+    "each sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums), "
+    "`seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend "
+    "on how the window is split into micro-batches and processes."
+)
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+def _agg_field(default: str) -> Any:
+    return field(default=default, metadata=_help(_AGG_HELP, choices=list(LOSS_AGG_MODES)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Policy-loss arguments (one dataclass per loss family; names and defaults of `trl_ext.losses`)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PPOLossArguments:
+    """Arguments of the dual-clip PPO loss (`get_policy_loss("ppo")`)."""
+
+    clip_range: float | None = field(
+        default=0.2, metadata=_help("PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.")
+    )
+    clip_range_low: float | None = field(
+        default=None, metadata=_help("Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.")
+    )
+    clip_range_high: float | None = field(
+        default=None,
+        metadata=_help(
+            "Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`."
+        ),
+    )
+    clip_ratio_c: float = field(
+        default=3.0,
+        metadata=_help(
+            "Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the "
+            "loss is bounded by −A·c, so a very large ratio cannot blow up the update."
+        ),
+    )
+    loss_agg_mode: str = _agg_field("token-mean")
+    enable_sequence_masking: bool = field(
+        default=False,
+        metadata=_help(
+            "Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds "
+            "`delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2)."
+        ),
+    )
+    delta_sequence_masking: float = field(default=0.1, metadata=_help("Threshold δ of `enable_sequence_masking`."))
+    fallback_to_policy_gradient: bool = field(
+        default=False,
+        metadata=_help("Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old."),
+    )
+
+
+@dataclass
+class GSPOLossArguments:
+    """Arguments of the GSPO-token loss (`get_policy_loss("gspo")`)."""
+
+    clip_range: float | None = field(
+        default=None, metadata=_help("Symmetric clip ε (exclusive with `clip_range_low`/`_high`).")
+    )
+    clip_range_low: float | None = field(
+        default=3e-4, metadata=_help("Lower clip of the sequence ratio; GSPO paper (v2) §5.1 uses 3e-4.")
+    )
+    clip_range_high: float | None = field(
+        default=4e-4, metadata=_help("Upper clip of the sequence ratio; GSPO paper (v2) §5.1 uses 4e-4.")
+    )
+    loss_agg_mode: str = _agg_field("seq-mean-token-mean")
+
+
+@dataclass
+class CISPOLossArguments:
+    """Arguments of the CISPO loss (`get_policy_loss("cispo")`)."""
+
+    clip_range_low: float = field(
+        default=1.0,
+        metadata=_help(
+            "The stop-gradient IS weight is clamped to [1 − clip_range_low, 1 + clip_range_high]; "
+            "1.0 means no lower bound (MiniMax-M1)."
+        ),
+    )
+    clip_range_high: float = field(
+        default=0.28,
+        metadata=_help(
+            "Upper bound ε_high of the IS weight (1 + ε_high). TRL's `loss_type='cispo'` caps the ratio "
+            "at `epsilon_high` itself, so TRL's `epsilon_high=5.0` is `clip_range_high=4.0` here."
+        ),
+    )
+    enable_mask_clip: bool = field(
+        default=False,
+        metadata=_help(
+            "Also zero the tokens whose ratio left the trust region in the advantage's direction "
+            "(r > 1 + mask_clip_range_high with A > 0, or r < 1 − mask_clip_range_low with A < 0)."
+        ),
+    )
+    mask_clip_range_low: float = field(default=1.0, metadata=_help("Lower bound of `enable_mask_clip`."))
+    mask_clip_range_high: float = field(default=0.28, metadata=_help("Upper bound of `enable_mask_clip`."))
+    loss_agg_mode: str = _agg_field("token-mean")
+
+
+@dataclass
+class SAPOLossArguments:
+    """Arguments of the SAPO loss (`get_policy_loss("sapo")`)."""
+
+    tau_pos: float = field(
+        default=1.0,
+        metadata=_help(
+            "Gate temperature τ for tokens with A > 0. The loss is −A·σ(τ(r − 1))·4/τ; the gradient "
+            "weight is 1 at r = 1 and decays smoothly off-policy, faster for larger τ."
+        ),
+    )
+    tau_neg: float = field(
+        default=1.05,
+        metadata=_help(
+            "Gate temperature for tokens with A ≤ 0; must be ≥ `tau_pos` (the paper decays negative "
+            "updates faster, §3)."
+        ),
+    )
+    loss_agg_mode: str = _agg_field("token-mean")
+    detach_gate: bool = field(
+        default=False,
+        metadata=_help(
+            "Reproduce Trinity-RFT ≤ 0.6: −A·sg(gate)·lp, whose gradient weight is 2/τ at r = 1 and "
+            "grows with r (not the paper's objective)."
+        ),
+    )
+
+
+@dataclass
+class TOPRLossArguments:
+    """Arguments of the TOPR loss (`get_policy_loss("topr")`)."""
+
+    advantage_threshold: float = field(
+        default=0.0,
+        metadata=_help(
+            "Tokens with A > threshold get the full (untruncated) policy gradient; the others are "
+            "weighted by the truncated ratio clamp(r, 0, 1)."
+        ),
+    )
+    loss_agg_mode: str = _agg_field("token-mean")
+
+
+@dataclass
+class SPPOLossArguments:
+    """Arguments of the sPPO loss (`get_policy_loss("sppo")`)."""
+
+    sppo_epsilon: float = field(
+        default=0.3,
+        metadata=_help(
+            "Trust region of sPPO: a token contributes only while 1/(1+ε) ≤ r ≤ 1+ε (the loss's "
+            "`epsilon`; renamed because `epsilon` is TRL's clip)."
+        ),
+    )
+    loss_agg_mode: str = _agg_field("token-mean")
+
+
+@dataclass
+class RECLossArguments:
+    """Arguments of the REC loss (`get_policy_loss("rec")`); the loss aggregates by token mean (sequence mean of
+    token means with `rec_clip_mode="gspo-one-side"`)."""
+
+    rec_epsilon_low: float = field(default=0.2, metadata=_help("Lower clip ε_l (ratio ≥ 1 − ε_l), in (0, 1]."))
+    rec_epsilon_high: float = field(default=0.2, metadata=_help("Upper clip ε_h (ratio ≤ 1 + ε_h), > 0."))
+    rec_epsilon_low_prime: float = field(
+        default=0.6, metadata=_help("`ring` mode: negative-side outer bound ε'_l, in (0, 1].")
+    )
+    rec_epsilon_high_prime: float = field(default=2.0, metadata=_help("`ring` mode: outer bound ε'_h, > 0."))
+    rec_clip_mode: str = field(
+        default="none",
+        metadata=_help(
+            "Which tokens are kept: `none`, `two-side`, `one-side`, `gspo-one-side` (on the sequence ratio), `ring`.",
+            choices=["none", "two-side", "one-side", "gspo-one-side", "ring"],
+        ),
+    )
+    rec_weight: str = field(
+        default="none",
+        metadata=_help(
+            "Advantage reweighting: `none`, `importance_sampling` (A·r), `gspo_importance_sampling` "
+            "(A·sequence ratio; needs `rec_clip_mode='gspo-one-side'`), `advantage` (A·exp(A/temp)).",
+            choices=["none", "importance_sampling", "gspo_importance_sampling", "advantage"],
+        ),
+    )
+    rec_regularizer: str = field(
+        default="none",
+        metadata=_help(
+            "Regularizer: `none`, `forward-kl` (−coef·lp), `k2` (coef·(lp − old)²).",
+            choices=["none", "forward-kl", "k2"],
+        ),
+    )
+    rec_regularizer_coef: float = field(default=0.0, metadata=_help("Coefficient of `rec_regularizer`, ≥ 0."))
+    rec_temp: float = field(default=1.0, metadata=_help("Temperature of `rec_weight='advantage'`, > 0."))
+
+
+@dataclass
+class OPMDLossArguments:
+    """Arguments of the OPMD loss (`get_policy_loss("opmd")`)."""
+
+    tau: float = field(
+        default=1.0, metadata=_help("Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).")
+    )
+    loss_agg_mode: str = _agg_field("token-mean")
+
+
+@dataclass
+class SFTLossArguments:
+    """Arguments of the SFT loss (`get_policy_loss("sft")`)."""
+
+    loss_agg_mode: str = _agg_field("token-mean")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Advantage arguments (names and defaults of `trl_ext.advantages`)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GRPOAdvantageArguments:
+    """Arguments of the GRPO advantage `(R − group mean) / (group std + ε)` (`get_advantage_fn("grpo")`)."""
+
+    advantage_epsilon: float = field(
+        default=1e-6,
+        metadata=_help(
+            "ε of (R − mean)/(std + ε) (the estimator's `epsilon`; TRL's own GRPO uses 1e-4). The std "
+            "is the unbiased group std; a group whose rewards are all equal gets advantage 0."
+        ),
+    )
+    std_threshold: float | None = field(
+        default=None, metadata=_help("Drop (mask out) the groups whose reward std is at or below this value.")
+    )
+    std_cal_level: str = field(
+        default="group",
+        metadata=_help(
+            "Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean).",
+            choices=["group", "batch"],
+        ),
+    )
+
+
+@dataclass
+class OPMDAdvantageArguments:
+    """Arguments of the OPMD advantage (`get_advantage_fn("opmd")`)."""
+
+    opmd_baseline: str = field(
+        default="mean",
+        metadata=_help(
+            "Group baseline: `mean`, or `logavgexp` = τ·(logsumexp(R/τ) − log n).", choices=["mean", "logavgexp"]
+        ),
+    )
+    advantage_tau: float = field(default=1.0, metadata=_help("τ of the `logavgexp` baseline (the estimator's `tau`)."))
+
+
+@dataclass
+class AsymREAdvantageArguments:
+    """Arguments of the AsymRE advantage (`get_advantage_fn("asymre")`)."""
+
+    baseline_shift: float = field(
+        default=-0.1,
+        metadata=_help(
+            "The baseline is the group mean plus this shift; a negative shift favours positive "
+            "updates (AsymRE paper §3)."
+        ),
+    )
+
+
+@dataclass
+class RECAdvantageArguments:
+    """Arguments of the REC advantage (`get_advantage_fn("rec")`)."""
+
+    advantage_epsilon: float = field(default=1e-6, metadata=_help("ε of the std normalization."))
+    std_normalize: bool = field(default=False, metadata=_help("Divide the centred rewards by the group std."))
+    drop: str | None = field(
+        default=None,
+        metadata=_help(
+            "`balance`: in each group, randomly drop negative-advantage samples until there are no more "
+            "of them than positive ones (seeded by `seed` and the step)."
+        ),
+    )
+
+
+@dataclass
+class ReinforcePlusPlusAdvantageArguments:
+    """Arguments of the REINFORCE++ advantage (`get_advantage_fn("reinforceplusplus")`)."""
+
+    gamma: float = field(
+        default=1.0,
+        metadata=_help(
+            "Discount of the token-level returns (the outcome reward sits on the last token); the "
+            "returns are whitened over all valid tokens of the generation batch."
+        ),
+    )
+
+
+@dataclass
+class RAFTSelectionArguments:
+    """Arguments of RAFT's best-of-group selection (`get_advantage_fn("raft")`)."""
+
+    min_reward: float | None = field(
+        default=None,
+        metadata=_help(
+            "Keep a group's best completion only if its reward is at least this value (default: always keep the best)."
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The base config
+# ---------------------------------------------------------------------------------------------------------------
+
+_GRPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.default is not dataclasses.MISSING}
+
+# TRL fields that parameterize TRL's own loss, with what to use instead. `{clip}` is filled per algorithm.
+_UNUSED_TRL_FIELDS: dict[str, str] = {
+    "loss_type": "the trainer class selects the loss; set `loss_agg_mode` for the aggregation",
+    "importance_sampling_level": "use `GSPOTrainer` / `GSPOConfig` for the sequence-level ratio",
+    "epsilon": "{clip}",
+    "epsilon_high": "{clip}",
+    "delta": "{dual_clip}",
+    "sapo_temperature_pos": "use `SAPOConfig.tau_pos`",
+    "sapo_temperature_neg": "use `SAPOConfig.tau_neg`",
+    "vespo_k_pos": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
+    "vespo_lambda_pos": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
+    "vespo_k_neg": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
+    "vespo_lambda_neg": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
+    "use_bias_correction_kl": "choose the KL estimator with `kl_loss_fn` (e.g. `'corrected_k3'`)",
+    "scale_rewards": "the advantage function normalizes the rewards (see its arguments, e.g. `std_cal_level`)",
+    "multi_objective_aggregation": "rewards are summed with `reward_weights`, then passed to the advantage function",
+    "top_entropy_quantile": "not supported by trl_ext trainers",
+    "use_adaptive_entropy": "use `entropy_loss_fn` with a fixed `entropy_coef`",
+    "off_policy_mask_threshold": "{sequence_mask}",
+    "use_liger_kernel": "Liger's fused GRPO loss would replace the algorithm's loss; trl_ext uses TRL's fused "
+    "log-prob path instead",
+}
+
+
+@dataclass
+class GRPOFamilyConfig(GRPOConfig):
+    r"""
+    Base configuration of the trl_ext GRPO-family trainers: every `trl.GRPOConfig` field, plus the KL and entropy
+    choices shared by all algorithms. Use an algorithm's subclass (`SAPOConfig`, `GSPOConfig`, ...), which adds
+    its loss and advantage arguments.
+
+    TRL fields keep TRL's meaning: `beta` is the KL coefficient (Trinity-RFT's `kl_coef`; 0 creates no
+    reference model), `entropy_coef` the entropy-bonus coefficient, `num_generations` the group size.
+    """
+
+    algorithm: ClassVar[str] = ""
+    #: dataclass holding the policy-loss arguments, and config-field -> loss-argument renames
+    loss_arguments: ClassVar[type | None] = None
+    loss_renames: ClassVar[dict[str, str]] = {}
+    #: same for the advantage function (None: the algorithm has no advantage function)
+    advantage_fn: ClassVar[str | None] = None
+    advantage_arguments: ClassVar[type | None] = None
+    advantage_renames: ClassVar[dict[str, str]] = {}
+
+    kl_loss_fn: str = field(
+        default="k2",
+        metadata=_help(
+            "KL estimator of the KL loss term `beta`·agg(KL(π‖π_ref)), aggregated with "
+            "`loss_agg_mode`: `k1`, `k2` (½(log r)², Trinity's GRPO default), `k3` (TRL's), "
+            "`low_var_kl`, `abs`, `corrected_k3`, or `none`. Only used when `beta` > 0.",
+            choices=sorted(KL_FNS),
+        ),
+    )
+    adaptive_kl: bool = field(
+        default=False,
+        metadata=_help(
+            "Adapt `beta` after every optimizer step with the adaptive KL controller (Ziegler et al. "
+            "2019): β ← β·(1 + clip(KL/target_kl − 1, ±0.2)·sequences/kl_horizon)."
+        ),
+    )
+    target_kl: float | None = field(default=None, metadata=_help("Target KL of `adaptive_kl`."))
+    kl_horizon: int | None = field(default=None, metadata=_help("Horizon (in sequences) of `adaptive_kl`."))
+    entropy_loss_fn: str = field(
+        default="default",
+        metadata=_help(
+            "Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with "
+            "`loss_agg_mode`; `none` disables it.",
+            choices=["default", "none"],
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        spec = get_algorithm(self.algorithm) if self.algorithm else None
+        self._check_unused_trl_fields()
+        if self.steps_per_generation % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"{type(self).__name__}: steps_per_generation={self.steps_per_generation} must be a multiple of "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, so that every optimizer window "
+                "lies within one generation batch and its token count is known when the window starts "
+                "(set steps_per_generation or generation_batch_size accordingly)"
+            )
+        if self.beta != 0 and self.kl_loss_fn == "none":
+            raise ValueError(
+                f"{type(self).__name__}: beta={self.beta} adds a KL term but kl_loss_fn='none'; choose an "
+                f"estimator with kl_loss_fn (one of {', '.join(repr(k) for k in sorted(KL_FNS) if k != 'none')}) "
+                "or set beta=0"
+            )
+        if self.entropy_coef != 0 and self.entropy_loss_fn == "none":
+            raise ValueError(
+                f"{type(self).__name__}: entropy_coef={self.entropy_coef} is set but entropy_loss_fn='none'; set "
+                "entropy_loss_fn='default' to add the entropy bonus, or entropy_coef=0"
+            )
+        if spec is not None:
+            # Build every component once so that a bad argument fails here, naming the config field.
+            self.build_policy_loss()
+            self.build_advantage_fn()
+            self.build_kl_fn()
+            self.build_entropy_fn()
+
+    # ---- validation ---------------------------------------------------------------------------------------
+
+    def _clip_hint(self) -> dict[str, str]:
+        names = self.loss_argument_names()
+        if "clip_range_low" in names:
+            clip = "use `clip_range` / `clip_range_low` / `clip_range_high`"
+        else:
+            clip = f"the {self.algorithm} loss does not clip with TRL's epsilon; its arguments are: {', '.join(names)}"
+        dual = "use `clip_ratio_c` (dual clip)" if "clip_ratio_c" in names else clip
+        seq = (
+            "use `enable_sequence_masking` / `delta_sequence_masking`"
+            if "enable_sequence_masking" in names
+            else f"not supported by the {self.algorithm} loss"
+        )
+        return {"clip": clip, "dual_clip": dual, "sequence_mask": seq}
+
+    def _check_unused_trl_fields(self) -> None:
+        hints = None
+        for name, instead in _UNUSED_TRL_FIELDS.items():
+            value, default = getattr(self, name), _GRPO_DEFAULTS[name]
+            if value == default or (name == "scale_rewards" and value in (True, "group")):
+                continue
+            hints = hints or self._clip_hint()
+            raise ValueError(
+                f"{type(self).__name__}: {name}={value!r} is a trl.GRPOConfig field that trl_ext's "
+                f"{self.algorithm or 'GRPO-family'} trainer does not use (default {default!r}); "
+                f"{instead.format(**hints)}"
+            )
+
+    # ---- components ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def loss_argument_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls.loss_arguments)] if cls.loss_arguments else []
+
+    @classmethod
+    def advantage_argument_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls.advantage_arguments)] if cls.advantage_arguments else []
+
+    def _kwargs(self, names: list[str], renames: dict[str, str]) -> dict[str, Any]:
+        return {renames.get(name, name): getattr(self, name) for name in names}
+
+    def _named(self, build, what: str, renames: dict[str, str] | None = None):
+        """Re-raise a component's ValueError with the config class in front and the config's field names."""
+        try:
+            return build()
+        except ValueError as err:
+            message = str(err)
+            for config_name, argument in (renames or {}).items():
+                message = message.replace(f" {argument}=", f" {config_name}=")
+            raise ValueError(f"{type(self).__name__} ({what}): {message}") from None
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        return self._kwargs(self.loss_argument_names(), self.loss_renames)
+
+    def build_policy_loss(self):
+        name = get_algorithm(self.algorithm).policy_loss_fn
+        return self._named(lambda: get_policy_loss(name, **self.policy_loss_kwargs()), "policy loss", self.loss_renames)
+
+    def build_advantage_fn(self):
+        if self.advantage_fn is None:
+            return None
+        kwargs = self._kwargs(self.advantage_argument_names(), self.advantage_renames)
+        return self._named(
+            lambda: get_advantage_fn(self.advantage_fn, **kwargs), "advantage function", self.advantage_renames
+        )
+
+    def build_kl_fn(self):
+        return self._named(
+            lambda: get_kl_fn(
+                self.kl_loss_fn if self.beta != 0 else "none",
+                kl_coef=self.beta,
+                adaptive=self.adaptive_kl,
+                target_kl=self.target_kl,
+                horizon=self.kl_horizon,
+            ),
+            "KL",
+        )
+
+    def build_entropy_fn(self):
+        return self._named(lambda: get_entropy_fn(self.entropy_loss_fn, entropy_coef=self.entropy_coef), "entropy")
+
+    @property
+    def aggregation(self) -> str:
+        """The `loss_agg_mode` of the KL and entropy terms: the policy loss's."""
+        return getattr(self, "loss_agg_mode", "token-mean")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Per-algorithm configs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _document(cls: type[GRPOFamilyConfig]) -> type[GRPOFamilyConfig]:
+    """Append a TRL-style parameter list of the algorithm's own fields to the class docstring."""
+    own = [
+        f
+        for part in (cls.loss_arguments, cls.advantage_arguments)
+        if part is not None
+        for f in dataclasses.fields(part)
+    ]
+    lines = ["", "    Parameters specific to this algorithm:", ""]
+    for f in own:
+        default = getattr(cls, f.name, f.default)
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        lines.append(f"        {f.name} (`{kind}`, *optional*, defaults to `{default!r}`):")
+        lines.append(f"            {f.metadata['help']}")
+    lines += ["", "    Every other parameter is `trl.GRPOConfig`'s, plus `GRPOFamilyConfig`'s KL / entropy fields."]
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines) + "\n"
+    return cls
+
+
+@_document
+@dataclass
+class GRPOConfig(PPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`GRPOTrainer`]: GRPO (Shao et al. 2024, "DeepSeekMath", arXiv 2402.03300) with Trinity-RFT's
+    dual-clip PPO loss and group-normalized advantages. `loss_agg_mode="token-mean"` is TRL's default `dapo`
+    aggregation; `"seq-mean-token-mean"` is the paper's (TRL's `loss_type="grpo"`).
+    """
+
+    algorithm: ClassVar[str] = "grpo"
+    loss_arguments: ClassVar[type] = PPOLossArguments
+    advantage_fn: ClassVar[str] = "grpo"
+    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
+
+
+@_document
+@dataclass
+class RLOOConfig(PPOLossArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`RLOOTrainer`]: REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics", arXiv
+    2402.14740): the baseline of a completion is the mean reward of the other completions of its prompt; the
+    update uses the dual-clip PPO loss.
+    """
+
+    algorithm: ClassVar[str] = "rloo"
+    loss_arguments: ClassVar[type] = PPOLossArguments
+    advantage_fn: ClassVar[str] = "rloo"
+
+
+@_document
+@dataclass
+class ReinforcePlusPlusConfig(PPOLossArguments, ReinforcePlusPlusAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`ReinforcePlusPlusTrainer`]: REINFORCE++ (Hu 2025, arXiv 2501.03262): discounted token-level
+    returns of the outcome reward, whitened over the batch's tokens (no group baseline), with the dual-clip PPO
+    loss.
+    """
+
+    algorithm: ClassVar[str] = "reinforceplusplus"
+    loss_arguments: ClassVar[type] = PPOLossArguments
+    advantage_fn: ClassVar[str] = "reinforceplusplus"
+    advantage_arguments: ClassVar[type] = ReinforcePlusPlusAdvantageArguments
+
+
+@_document
+@dataclass
+class GSPOConfig(GSPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`GSPOTrainer`]: Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071),
+    GSPO-token form: the importance ratio is the length-normalized sequence ratio exp(mean_t log r_t), with a
+    per-token gradient path so token-level advantages work. TRL's equivalent is `loss_type="grpo",
+    importance_sampling_level="sequence"`.
+    """
+
+    algorithm: ClassVar[str] = "gspo"
+    loss_arguments: ClassVar[type] = GSPOLossArguments
+    advantage_fn: ClassVar[str] = "grpo"
+    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
+
+
+@_document
+@dataclass
+class CISPOConfig(CISPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`CISPOTrainer`]: CISPO (MiniMax-M1, arXiv 2506.13585): REINFORCE with a clipped,
+    stop-gradient importance weight, so clipped tokens still get a gradient. TRL's equivalent is
+    `loss_type="cispo", epsilon_high=1 + clip_range_high`.
+    """
+
+    algorithm: ClassVar[str] = "cispo"
+    loss_arguments: ClassVar[type] = CISPOLossArguments
+    advantage_fn: ClassVar[str] = "grpo"
+    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
+
+
+@_document
+@dataclass
+class SAPOConfig(SAPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`SAPOTrainer`]: Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv 2511.20347): a
+    smooth, temperature-controlled gate σ(τ(r − 1))·4/τ replaces the hard clip, with a faster decay for negative
+    advantages. TRL's equivalent is `loss_type="sapo"` with `loss_agg_mode="seq-mean-token-mean"`.
+    """
+
+    algorithm: ClassVar[str] = "sapo"
+    loss_arguments: ClassVar[type] = SAPOLossArguments
+    advantage_fn: ClassVar[str] = "grpo"
+    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
+
+
+@_document
+@dataclass
+class TOPRConfig(TOPRLossArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`TOPRTrainer`]: Tapered Off-Policy REINFORCE (Le Roux et al. 2025, arXiv 2503.14286): full
+    REINFORCE gradient on positive samples, ratio-truncated gradient on negative ones; the advantage is the raw
+    reward (no baseline), as in the paper.
+    """
+
+    algorithm: ClassVar[str] = "topr"
+    loss_arguments: ClassVar[type] = TOPRLossArguments
+    advantage_fn: ClassVar[str] = "reinforce"
+
+
+@_document
+@dataclass
+class SPPOConfig(SPPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`SPPOTrainer`]: sPPO (arXiv 2108.05828): the policy gradient −A·log r restricted to the
+    tokens inside the trust region 1/(1+ε) ≤ r ≤ 1+ε, with group-normalized advantages.
+    """
+
+    algorithm: ClassVar[str] = "sppo"
+    loss_arguments: ClassVar[type] = SPPOLossArguments
+    loss_renames: ClassVar[dict[str, str]] = {"sppo_epsilon": "epsilon"}
+    advantage_fn: ClassVar[str] = "grpo"
+    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
+
+
+@_document
+@dataclass
+class RECConfig(RECLossArguments, RECAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`RECTrainer`]: REC (Yao et al. 2025, "Group-Relative REINFORCE Is Secretly an Off-Policy
+    Algorithm", arXiv 2509.24203): REINFORCE with group-centred rewards and a choice of off-policy clipping
+    (`rec_clip_mode`), reweighting (`rec_weight`) and regularization (`rec_regularizer`).
+    """
+
+    algorithm: ClassVar[str] = "rec"
+    loss_arguments: ClassVar[type] = RECLossArguments
+    loss_renames: ClassVar[dict[str, str]] = {
+        f"rec_{name}": name
+        for name in (
+            "epsilon_low", "epsilon_high", "epsilon_low_prime", "epsilon_high_prime",
+            "clip_mode", "weight", "regularizer", "regularizer_coef", "temp",
+        )
+    }  # fmt: skip
+    advantage_fn: ClassVar[str] = "rec"
+    advantage_arguments: ClassVar[type] = RECAdvantageArguments
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
+
+
+@_document
+@dataclass
+class OPMDConfig(OPMDLossArguments, OPMDAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`OPMDTrainer`]: online policy mirror descent (Trinity-RFT; Kimi k1.5, arXiv 2501.12599):
+    the group baseline is the mean reward or a soft-max (`logavgexp`) of it, and the loss −A·lp is scaled by
+    1/(1 + τ).
+    """
+
+    algorithm: ClassVar[str] = "opmd"
+    loss_arguments: ClassVar[type] = OPMDLossArguments
+    advantage_fn: ClassVar[str] = "opmd"
+    advantage_arguments: ClassVar[type] = OPMDAdvantageArguments
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_tau": "tau"}
+
+
+@_document
+@dataclass
+class AsymREConfig(OPMDLossArguments, AsymREAdvantageArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`AsymRETrainer`]: Asymmetric REINFORCE (Arnal et al. 2025, arXiv 2506.20520): REINFORCE
+    with the group mean shifted by `baseline_shift` as baseline (Trinity-RFT trains it with the OPMD loss).
+    """
+
+    algorithm: ClassVar[str] = "asymre"
+    loss_arguments: ClassVar[type] = OPMDLossArguments
+    advantage_fn: ClassVar[str] = "asymre"
+    advantage_arguments: ClassVar[type] = AsymREAdvantageArguments
+
+
+@_document
+@dataclass
+class RAFTConfig(SFTLossArguments, RAFTSelectionArguments, GRPOFamilyConfig):
+    r"""
+    Configuration of [`RAFTTrainer`]: Reward rAnked FineTuning (Dong et al. 2023, arXiv 2304.06767): generate
+    `num_generations` completions per prompt, keep the best-rewarded one of each group, and train the SFT loss
+    on the kept completions only.
+    """
+
+    algorithm: ClassVar[str] = "raft"
+    loss_arguments: ClassVar[type] = SFTLossArguments
+    advantage_fn: ClassVar[str] = "raft"
+    advantage_arguments: ClassVar[type] = RAFTSelectionArguments
+
+
+GRPO_FAMILY_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
+    c.algorithm: c
+    for c in (
+        GRPOConfig, GSPOConfig, CISPOConfig, SAPOConfig, TOPRConfig, SPPOConfig, RECConfig, OPMDConfig,
+        AsymREConfig, ReinforcePlusPlusConfig, RLOOConfig, RAFTConfig,
+    )
+}  # fmt: skip

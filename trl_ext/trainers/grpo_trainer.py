@@ -1,0 +1,419 @@
+"""One TRL adapter for every GRPO-family algorithm.
+
+`GRPOFamilyTrainer` subclasses `trl.GRPOTrainer` at three narrow points and keeps everything else of TRL
+(generation with transformers or vLLM, reward functions, PEFT, the reference model, DeepSpeed / FSDP, logging,
+checkpointing):
+
+* `_calculate_rewards`: rejects non-finite rewards, naming the reward function and the sample, before any
+  weight changes.
+* `_generate_and_score_completions`: replaces TRL's advantages by the algorithm's advantage function applied to
+  each prompt group's summed rewards (token-level `[B, T]` advantages included); samples the function drops
+  (e.g. `std_threshold`, RAFT's selection) are masked out of the loss.
+* `_compute_loss`: per-token log-probs and entropies through TRL's fused log-prob path, then the algorithm's
+  policy loss, the KL term (`kl_loss_fn` with coefficient `beta`, adaptive if asked) and the entropy bonus, all
+  normalized over the optimizer window (DESIGN §2.6: token / sequence counts of every micro-batch of the
+  optimizer step, summed over processes), so the gradient does not depend on how the step is split into
+  micro-batches and processes.
+
+Every metric of the loss is logged under its `trl_ext.losses` name next to `policy_loss`, `kl`, `kl_coef` and
+`entropy`; metrics named `*_loss` (and the three above) are the optimizer window's values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, ClassVar
+
+import torch
+import trl
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..losses import aggregate_loss
+from .grpo_config import (
+    AsymREConfig,
+    CISPOConfig,
+    GRPOConfig,
+    GRPOFamilyConfig,
+    GSPOConfig,
+    OPMDConfig,
+    RAFTConfig,
+    RECConfig,
+    ReinforcePlusPlusConfig,
+    RLOOConfig,
+    SAPOConfig,
+    SPPOConfig,
+    TOPRConfig,
+)
+
+_MULTIMODAL_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+_STATE_FILE = "trl_ext_state.json"
+
+
+def _window_metric(name: str) -> bool:
+    """Metrics that a loss returns as this micro-batch's share of the window aggregate."""
+    return name in ("loss", "policy_loss", "kl", "entropy") or name.endswith("_loss")
+
+
+class GRPOFamilyTrainer(trl.GRPOTrainer):
+    """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
+
+    Use an algorithm's subclass (`SAPOTrainer`, `GSPOTrainer`, ...) with its config (`SAPOConfig`, ...); the
+    constructor takes exactly `trl.GRPOTrainer`'s arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOFamilyConfig
+    _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "grpo"]
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: GRPOFamilyConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        **kwargs: Any,
+    ):
+        algorithm = self.config_class.algorithm
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = self.config_class(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-{algorithm}")
+        elif not isinstance(args, self.config_class):
+            raise TypeError(
+                f"{type(self).__name__}: args must be a {self.config_class.__name__} (it accepts every "
+                f"trl.GRPOConfig field plus the {algorithm} arguments), got {type(args).__name__}"
+            )
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
+        if not funcs:
+            raise ValueError(
+                f"{type(self).__name__}: reward_funcs is required: pass a reward function, a list of them, or a "
+                "reward model (id/path or PreTrainedModel); got none"
+            )
+        for split, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            for key, data in dataset.items() if isinstance(dataset, dict) else [(None, dataset)]:
+                _check_prompt_column(type(self).__name__, split if key is None else f"{split}[{key!r}]", data)
+
+        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
+
+        self.algorithm = algorithm
+        self.policy_loss_fn = args.build_policy_loss()
+        self.advantage_fn = args.build_advantage_fn()
+        self.kl_fn = args.build_kl_fn()
+        self.entropy_fn = args.build_entropy_fn()
+        self.loss_agg_mode = args.aggregation
+        self._gathered_rewards: torch.Tensor | None = None
+        self._window: dict[str, torch.Tensor] = {}
+        self._window_kl: torch.Tensor | None = None
+
+    # ---- rewards and advantages -------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # Gathered over processes: every rank sees the same tensor, so every rank raises the same error.
+        bad_value = torch.isinf(rewards_per_func)
+        unscored = torch.isnan(rewards_per_func).all(dim=1)
+        if bad_value.any() or unscored.any():
+            local = slice(
+                self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
+            )
+            if bad_value.any():
+                row, col = (int(i) for i in bad_value.nonzero()[0])
+                what = f"reward function {self.reward_func_names[col]!r} returned {rewards_per_func[row, col].item()}"
+            else:
+                row = int(unscored.nonzero()[0])
+                what = "every reward function returned None or NaN"
+            where = f"sample {row} of the generation batch"
+            if local.start <= row < local.stop:
+                where += f" (prompt {prompts[row - local.start]!r}, completion {completions[row - local.start]!r})"
+            raise ValueError(
+                f"{type(self).__name__}: {what} for {where}; rewards must be finite numbers (a function may return "
+                "None for a sample it does not score, as long as another function scores it)"
+            )
+        self._gathered_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
+        device = rewards_per_func.device
+        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        group_ids = torch.arange(rewards.numel(), device=device) // group_size
+
+        completion_mask = output["completion_mask"]
+        loss_mask = completion_mask if "tool_mask" not in output else completion_mask * output["tool_mask"]
+        kwargs: dict[str, Any] = {}
+        if self.advantage_fn.name == "reinforceplusplus":
+            # Token-level returns need every sample's mask: pad to a common width and gather.
+            padded = self.accelerator.pad_across_processes(loss_mask, dim=1, pad_index=0)
+            kwargs["response_mask"] = self.accelerator.gather(padded).bool()
+        elif self.advantage_fn.name == "rec" and self.advantage_fn.drop is not None:
+            generator = torch.Generator(device="cpu").manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
+            kwargs["generator"] = generator
+        result = self.advantage_fn.compute(rewards, group_ids, **kwargs)
+
+        n_local = completion_mask.size(0)
+        local = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
+        keep = result.keep[local]
+        advantages = result.advantages[local].masked_fill(~keep.view(-1, *[1] * (result.advantages.dim() - 1)), 0.0)
+        if advantages.dim() == 2:
+            advantages = advantages[:, : completion_mask.size(1)]
+        output["advantages"] = advantages.float()
+        if not bool(result.keep.all()):
+            output["completion_mask"] = completion_mask * keep.unsqueeze(1).to(completion_mask.dtype)
+        self._metrics[mode]["advantages/dropped_frac"].append(1.0 - result.keep.float().mean().item())
+        # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
+        gathered = result.advantages.masked_fill(~result.keep.view(-1, *[1] * (result.advantages.dim() - 1)), 0.0)
+        if gathered.dim() == 2:
+            gathered = gathered.sum(1) / kwargs["response_mask"].sum(1).clamp(min=1)
+        n = gathered.numel()
+        if len(self._logs["advantages"]) >= n:
+            for i, value in enumerate(gathered.tolist()):
+                self._logs["advantages"][len(self._logs["advantages"]) - n + i] = value
+        return output
+
+    # ---- optimizer-window normalization ----------------------------------------------------------------------
+
+    def _prepare_inputs(self, generation_batch):
+        inputs = super()._prepare_inputs(generation_batch)
+        if not self.model.training:
+            return inputs
+        accumulation = self.current_gradient_accumulation_steps
+        if self._step % accumulation == 0:
+            # The window is the next `accumulation` buffered micro-batches (`steps_per_generation` is a multiple
+            # of the accumulation steps, checked by the config), on every process.
+            start = self._step % self.args.steps_per_generation
+            window = self._buffered_inputs[start : start + accumulation]
+            tokens = sum(_loss_mask(batch).sum() for batch in window)
+            seqs = sum(batch["completion_mask"].size(0) for batch in window)
+            counts = torch.stack([tokens.float(), torch.tensor(float(seqs), device=tokens.device)])
+            counts = self.accelerator.reduce(counts, reduction="sum")
+            self._window = {"global_valid_toks": counts[0], "global_valid_seqs": counts[1]}
+        return {**inputs, **self._window}
+
+    def _window_kwargs(self, inputs: dict[str, Any], mode: str) -> dict[str, Any]:
+        """The aggregation kwargs of the losses: window counts in training, the micro-batch itself in eval; the
+        `seq-mean-token-sum-norm` normalizer is Dr. GRPO's sequences × max_completion_length."""
+        if mode == "train":
+            window = {key: inputs[key] for key in ("global_valid_toks", "global_valid_seqs")}
+            seqs = window["global_valid_seqs"]
+        else:
+            window, seqs = {}, inputs["completion_mask"].size(0)
+        if self.loss_agg_mode == "seq-mean-token-sum-norm":
+            window["normalizer"] = seqs * self.max_completion_length
+        return window
+
+    # ---- the loss --------------------------------------------------------------------------------------------
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        mask = _loss_mask(inputs).bool()
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([prompt_mask, completion_mask], dim=1),
+            completion_ids.size(1),
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in _MULTIMODAL_KEYS},
+        )
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        advantages = inputs["advantages"]
+        if "importance_sampling_ratio" in inputs:  # vLLM truncated / masked IS correction, per token or sequence
+            advantages = (advantages if advantages.dim() == 2 else advantages.unsqueeze(1)) * inputs[
+                "importance_sampling_ratio"
+            ]
+        window = self._window_kwargs(inputs, mode)
+
+        policy_loss, loss_metrics = self.policy_loss_fn(
+            logprob=logps,
+            old_logprob=old,
+            action_mask=mask,
+            advantages=advantages,
+            ref_logprob=inputs.get("ref_per_token_logps"),
+            **window,
+        )
+        loss = policy_loss
+        metrics = {**loss_metrics, "policy_loss": policy_loss.detach()}
+        if self.beta != 0.0:
+            kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(
+                logps, inputs["ref_per_token_logps"], mask, self.loss_agg_mode, old_logprob=old, **window
+            )
+            loss = loss + kl_loss
+            metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
+        if self.entropy_fn.entropy_coef != 0.0:
+            bonus, entropy_metrics = self.entropy_fn(entropies, mask, self.loss_agg_mode, **window)
+            loss = loss - bonus
+            metrics.update(entropy_metrics)
+        token_window = {k: v for k, v in window.items() if k == "global_valid_toks"}
+        metrics["entropy"] = aggregate_loss(entropies.detach(), mask, "token-mean", **token_window)
+
+        if mode == "train":
+            # Window shares sum to the window's loss over micro-batches and processes; DDP / DeepSpeed / FSDP
+            # average gradients over processes, so scale back by their number (as TRL's `dapo` does).
+            loss = loss * self.accelerator.num_processes
+        if self.aux_loss_enabled:
+            scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / scale
+            metrics["aux_loss"] = aux_loss.detach()
+        self._log_loss_metrics(mode, metrics)
+        if mode == "train" and self.kl_fn.adaptive:
+            self._update_adaptive_kl(metrics["kl"], inputs["global_valid_seqs"])
+        return loss
+
+    def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> None:
+        """One collective and one host sync for all metrics. Window metrics are summed over processes and
+        scaled by the accumulation steps, so their average over the micro-steps of a window is the window's
+        value; the others are averaged over processes."""
+        names = list(metrics)
+        values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in names])
+        totals = self.accelerator.reduce(values, reduction="sum").tolist()
+        processes = self.accelerator.num_processes
+        for name, total in zip(names, totals, strict=True):
+            if mode == "train" and _window_metric(name):
+                value = total * self.current_gradient_accumulation_steps
+            else:
+                value = total / processes
+            self._metrics[mode][name].append(value)
+
+    def _update_adaptive_kl(self, kl_share: torch.Tensor, window_seqs: torch.Tensor) -> None:
+        """Sum the window's KL over its micro-batches and, at the optimizer step, update `beta`."""
+        self._window_kl = kl_share if self._window_kl is None else self._window_kl + kl_share
+        if self.accelerator.sync_gradients:
+            current_kl = self.accelerator.reduce(self._window_kl.detach(), reduction="sum").item()
+            self.kl_fn.update_kl_coef(current_kl, batch_size=int(window_seqs.item()))
+            self.beta = self.kl_fn.kl_coef
+            self._window_kl = None
+
+    # ---- checkpoints (the adaptive KL coefficient) -------------------------------------------------------------
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.kl_fn.adaptive and self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            with open(os.path.join(folder, _STATE_FILE), "w") as f:
+                json.dump({"kl_coef": self.kl_fn.kl_coef}, f)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, _STATE_FILE) if checkpoint is not None else None
+        if self.kl_fn.adaptive and path is not None and os.path.exists(path):
+            with open(path) as f:
+                self.kl_fn.kl_coef = self.beta = json.load(f)["kl_coef"]
+
+
+def _loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    mask = inputs["completion_mask"]
+    return mask if "tool_mask" not in inputs else mask * inputs["tool_mask"]
+
+
+def _check_prompt_column(owner: str, split: str, dataset: Any) -> None:
+    if dataset is None:
+        return
+    columns = getattr(dataset, "column_names", None)
+    if columns is None and getattr(dataset, "features", None) is not None:
+        columns = list(dataset.features)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"{owner}: {split} has no 'prompt' column (columns: {', '.join(map(repr, columns)) or 'none'}); "
+            "rename the column holding the prompts to 'prompt', e.g. dataset.rename_column('question', 'prompt')"
+        )
+
+
+class GRPOTrainer(GRPOFamilyTrainer):
+    """GRPO with Trinity-RFT's dual-clip PPO loss and group-normalized advantages (config: `GRPOConfig`)."""
+
+    config_class = GRPOConfig
+
+
+class GSPOTrainer(GRPOFamilyTrainer):
+    """GSPO-token: length-normalized sequence importance ratio (config: `GSPOConfig`)."""
+
+    config_class = GSPOConfig
+
+
+class CISPOTrainer(GRPOFamilyTrainer):
+    """CISPO: clipped stop-gradient IS weight on a REINFORCE loss (config: `CISPOConfig`)."""
+
+    config_class = CISPOConfig
+
+
+class SAPOTrainer(GRPOFamilyTrainer):
+    """SAPO: soft, temperature-controlled gate instead of a hard clip (config: `SAPOConfig`)."""
+
+    config_class = SAPOConfig
+
+
+class TOPRTrainer(GRPOFamilyTrainer):
+    """TOPR: tapered off-policy REINFORCE (config: `TOPRConfig`)."""
+
+    config_class = TOPRConfig
+
+
+class SPPOTrainer(GRPOFamilyTrainer):
+    """sPPO: policy gradient inside a log-space trust region (config: `SPPOConfig`)."""
+
+    config_class = SPPOConfig
+
+
+class RECTrainer(GRPOFamilyTrainer):
+    """REC: REINFORCE with off-policy clipping, weighting and regularization (config: `RECConfig`)."""
+
+    config_class = RECConfig
+
+
+class OPMDTrainer(GRPOFamilyTrainer):
+    """OPMD: online policy mirror descent (config: `OPMDConfig`)."""
+
+    config_class = OPMDConfig
+
+
+class AsymRETrainer(GRPOFamilyTrainer):
+    """AsymRE: REINFORCE with a shifted group baseline (config: `AsymREConfig`)."""
+
+    config_class = AsymREConfig
+
+
+class ReinforcePlusPlusTrainer(GRPOFamilyTrainer):
+    """REINFORCE++: whitened token-level returns with the PPO loss (config: `ReinforcePlusPlusConfig`)."""
+
+    config_class = ReinforcePlusPlusConfig
+
+
+class RLOOTrainer(GRPOFamilyTrainer):
+    """RLOO: leave-one-out baseline with the PPO loss (config: `RLOOConfig`)."""
+
+    config_class = RLOOConfig
+
+
+class RAFTTrainer(GRPOFamilyTrainer):
+    """RAFT: SFT on the best completion of each group (config: `RAFTConfig`)."""
+
+    config_class = RAFTConfig
+
+
+GRPO_FAMILY_TRAINERS: dict[str, type[GRPOFamilyTrainer]] = {
+    cls.config_class.algorithm: cls
+    for cls in (
+        GRPOTrainer, GSPOTrainer, CISPOTrainer, SAPOTrainer, TOPRTrainer, SPPOTrainer, RECTrainer, OPMDTrainer,
+        AsymRETrainer, ReinforcePlusPlusTrainer, RLOOTrainer, RAFTTrainer,
+    )
+}  # fmt: skip
