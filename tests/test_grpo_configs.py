@@ -1,0 +1,152 @@
+"""The GRPO-family configs: fields mirror the loss's and advantage function's arguments (names, defaults, help),
+TRL fields that select TRL's own loss are rejected with the field to use, and the YAML recipes parse."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+
+import pytest
+import trl
+from trainer_helpers import CPU
+
+import trl_ext
+from trl_ext.advantages import ADVANTAGE_FNS
+from trl_ext.losses import POLICY_LOSSES
+from trl_ext.trainers import GRPO_FAMILY_CONFIGS, GRPOFamilyConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALGORITHMS = list(GRPO_FAMILY_CONFIGS)
+
+
+def make(config_class, **kwargs):
+    return config_class(output_dir="/tmp/trl_ext_unused", **CPU, **kwargs)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_fields_are_the_loss_and_advantage_arguments(algorithm):
+    config_class = GRPO_FAMILY_CONFIGS[algorithm]
+    spec = trl_ext.get_algorithm(algorithm)
+    assert issubclass(config_class, trl.GRPOConfig) and config_class.algorithm == algorithm
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    loss_args = POLICY_LOSSES[spec.policy_loss_fn].default_args()
+    renamed = {config_class.loss_renames.get(n, n): n for n in config_class.loss_argument_names()}
+    assert set(renamed) == set(loss_args)  # every loss argument, nothing else
+    for argument, name in renamed.items():
+        assert fields[name].default == loss_args[argument], name
+    advantage_args = ADVANTAGE_FNS[config_class.advantage_fn].default_args()
+    advantage_args.pop("rank_penalty", None)  # needs per-sample log-probs at advantage time: library only
+    renamed = {config_class.advantage_renames.get(n, n): n for n in config_class.advantage_argument_names()}
+    assert set(renamed) == set(advantage_args)
+    for argument, name in renamed.items():
+        assert fields[name].default == advantage_args[argument], name
+    # The defaults build exactly the library's default components.
+    config = make(config_class)
+    assert repr(config.build_policy_loss()) == repr(POLICY_LOSSES[spec.policy_loss_fn]())
+    assert repr(config.build_advantage_fn()) == repr(ADVANTAGE_FNS[config_class.advantage_fn]())
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_field_is_typed_and_documented(algorithm):
+    config_class = GRPO_FAMILY_CONFIGS[algorithm]
+    own = config_class.loss_argument_names() + config_class.advantage_argument_names()
+    own += [f.name for f in dataclasses.fields(GRPOFamilyConfig) if f.name not in trl.GRPOConfig.__dataclass_fields__]
+    for f in dataclasses.fields(config_class):
+        if f.name in own:
+            assert f.type and len(f.metadata.get("help", "")) > 20, f.name
+    for name in config_class.loss_argument_names() + config_class.advantage_argument_names():
+        assert f"{name} (`" in config_class.__doc__, name  # TRL-style parameter list in the docstring
+    assert "arXiv" in config_class.__doc__ or "Trinity" in config_class.__doc__
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize(
+    ("field", "value", "hint"),
+    [
+        ("loss_type", "grpo", "loss_agg_mode"),
+        ("epsilon", 0.3, ""),
+        ("epsilon_high", 0.28, ""),
+        ("importance_sampling_level", "sequence", "GSPOTrainer"),
+        ("sapo_temperature_neg", 2.0, "tau_neg"),
+        ("use_bias_correction_kl", False, "kl_loss_fn"),
+        ("scale_rewards", "batch", "advantage function"),
+        ("top_entropy_quantile", 0.2, "not supported"),
+        ("use_liger_kernel", True, "Liger"),
+        ("off_policy_mask_threshold", 0.5, ""),
+    ],
+)
+def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value, hint):
+    config_class = GRPO_FAMILY_CONFIGS[algorithm]
+    with pytest.raises(ValueError, match=rf"{config_class.__name__}: {field}=") as err:
+        make(config_class, **{field: value})
+    assert hint in str(err.value)
+    make(config_class, **{field: trl.GRPOConfig.__dataclass_fields__[field].default})  # the default is fine
+
+
+def test_clip_hints_name_the_algorithms_own_fields():
+    with pytest.raises(ValueError, match="use `clip_range` / `clip_range_low` / `clip_range_high`"):
+        make(trl_ext.GRPOConfig, epsilon_high=0.28)
+    with pytest.raises(ValueError, match="use `clip_ratio_c`"):
+        make(trl_ext.GRPOConfig, delta=2.0)
+    with pytest.raises(ValueError, match="enable_sequence_masking"):
+        make(trl_ext.GRPOConfig, off_policy_mask_threshold=0.5)
+    with pytest.raises(ValueError, match="its arguments are: tau_pos, tau_neg"):
+        make(trl_ext.SAPOConfig, epsilon=0.1)
+
+
+@pytest.mark.parametrize(
+    ("config_class", "kwargs", "message"),
+    [
+        (trl_ext.SAPOConfig, {"tau_neg": 0.5}, r"SAPOConfig \(policy loss\): sapo: tau_neg=0.5 .* >= tau_pos"),
+        (trl_ext.SPPOConfig, {"sppo_epsilon": -1.0}, r"sppo_epsilon=-1.0 is not valid; must be > 0"),
+        (trl_ext.RECConfig, {"rec_clip_mode": "both"}, r"rec_clip_mode='both' is not valid; must be one of"),
+        (trl_ext.RECConfig, {"rec_weight": "gspo_importance_sampling"}, r"gspo-one-side"),
+        (trl_ext.GRPOConfig, {"loss_agg_mode": "mean"}, r"loss_agg_mode='mean' is not valid; must be one of"),
+        (trl_ext.GRPOConfig, {"clip_ratio_c": 1.0}, r"clip_ratio_c=1.0 is not valid"),
+        (trl_ext.GRPOConfig, {"advantage_epsilon": 0.0}, r"advantage function.*advantage_epsilon=0.0"),
+        (trl_ext.OPMDConfig, {"opmd_baseline": "max"}, r"opmd_baseline='max' is not valid"),
+        (trl_ext.GRPOConfig, {"kl_loss_fn": "k9", "beta": 0.1}, r"unknown KL .*'k9'"),
+        (trl_ext.GRPOConfig, {"beta": 0.1, "kl_loss_fn": "none"}, r"beta=0.1 adds a KL term but kl_loss_fn='none'"),
+        (trl_ext.GRPOConfig, {"entropy_coef": 0.01, "entropy_loss_fn": "none"}, r"entropy_loss_fn='none'"),
+        (trl_ext.GRPOConfig, {"beta": 0.1, "adaptive_kl": True}, r"adaptive=True needs target_kl and horizon"),
+        (
+            trl_ext.GRPOConfig,
+            {"gradient_accumulation_steps": 2, "steps_per_generation": 3},
+            r"steps_per_generation=3 must be a multiple of gradient_accumulation_steps=2",
+        ),
+        (trl_ext.SAPOConfig, {"num_generations": 1, "per_device_train_batch_size": 4}, r"at least 2 generations"),
+    ],
+)
+def test_bad_arguments_fail_at_config_construction(config_class, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make(config_class, **kwargs)
+
+
+def test_renamed_fields_reach_the_loss():
+    assert make(trl_ext.SPPOConfig, sppo_epsilon=0.5).build_policy_loss().epsilon == 0.5
+    rec = make(trl_ext.RECConfig, rec_clip_mode="ring", rec_epsilon_high_prime=3.0).build_policy_loss()
+    assert (rec.clip_mode, rec.epsilon_high_prime) == ("ring", 3.0)
+    assert make(trl_ext.OPMDConfig, advantage_tau=2.0, tau=0.5).build_advantage_fn().tau == 2.0
+    assert make(trl_ext.OPMDConfig, advantage_tau=2.0, tau=0.5).build_policy_loss().tau == 0.5
+    kl = make(trl_ext.GRPOConfig, beta=0.2, kl_loss_fn="low_var_kl").build_kl_fn()
+    assert (kl.name, kl.kl_coef) == ("low_var_kl", 0.2)
+    assert make(trl_ext.GRPOConfig).build_kl_fn().name == "none"  # beta = 0: no KL term, no reference model
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml"))))
+def test_recipes_parse_into_their_config(path):
+    from trl_ext.scripts.grpo import make_parser
+
+    algorithm = os.path.basename(path)[: -len(".yaml")]
+    assert algorithm in GRPO_FAMILY_CONFIGS
+    argv = ["--config", path, "--output_dir", "/tmp/trl_ext_unused", "--use_cpu", "--bf16", "false"]
+    _, config, _, _ = make_parser(algorithm, argv).parse_args_and_config(argv)
+    assert type(config) is GRPO_FAMILY_CONFIGS[algorithm]
+    import yaml
+
+    with open(path) as f:
+        recipe = yaml.safe_load(f)
+    for key, value in recipe.items():
+        assert getattr(config, key) == value, key
+    config.build_policy_loss()

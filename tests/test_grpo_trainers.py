@@ -1,0 +1,205 @@
+"""The GRPO-family trainers on the tiny offline model: every algorithm trains, logs its loss's metrics, works
+with LoRA and wandb, and its advantages and masks are the algorithm's."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+
+import pytest
+import torch
+from trainer_helpers import changed, cpu_config, logged, snapshot
+
+import trl_ext
+from trl_ext.losses import get_policy_loss
+from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
+from trl_ext.trainers import GRPO_FAMILY_CONFIGS, GRPO_FAMILY_TRAINERS
+
+ALGORITHMS = list(GRPO_FAMILY_CONFIGS)
+
+
+def make_trainer(algorithm, model, output_dir, reward_funcs=toy_reward, dataset=None, **overrides):
+    spec = trl_ext.get_algorithm(algorithm)
+    return spec.trainer_class(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=cpu_config(spec.config_class, output_dir, **overrides),
+        train_dataset=dataset if dataset is not None else toy_dataset(32),
+        processing_class=build_tokenizer(),
+    )
+
+
+def test_every_grpo_family_algorithm_has_a_trainer_and_config():
+    expected = {"grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus"}
+    assert set(ALGORITHMS) == expected | {"rloo", "raft"}
+    for name in ALGORITHMS:
+        spec = trl_ext.get_algorithm(name)
+        assert spec.has_trainer
+        assert spec.trainer_class is GRPO_FAMILY_TRAINERS[name]
+        assert spec.config_class is GRPO_FAMILY_CONFIGS[name]
+        assert issubclass(spec.trainer_class, __import__("trl").GRPOTrainer)
+        assert getattr(trl_ext, spec.trainer_class.__name__) is spec.trainer_class
+        assert getattr(trl_ext, spec.config_class.__name__) is spec.config_class
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_algorithm_trains_and_logs_its_loss_metrics(algorithm, tiny_model, tmp_path):
+    trainer = make_trainer(algorithm, tiny_model, str(tmp_path), beta=0.02, entropy_coef=0.001)
+    before = snapshot(trainer.model)
+    trainer.train()
+    assert len(changed(before, trainer.model)) == len(before)  # every parameter moved (full fine-tuning)
+    loss_fn = trainer.args.build_policy_loss()
+    assert type(trainer.policy_loss_fn) is type(loss_fn)
+    assert type(loss_fn) is type(get_policy_loss(trl_ext.get_algorithm(algorithm).policy_loss_fn))
+    last = [entry for entry in trainer.state.log_history if "policy_loss" in entry][-1]
+    # The loss's own metrics (Trinity-RFT names), plus the policy loss, KL and entropy, reach TRL's logs.
+    _, metrics = loss_fn(
+        logprob=torch.zeros(2, 3),
+        old_logprob=torch.zeros(2, 3),
+        action_mask=torch.ones(2, 3),
+        advantages=torch.tensor([1.0, -1.0]),
+    )
+    for name in [*metrics, "policy_loss", "kl", "kl_coef", "entropy", "entropy_loss", "reward"]:
+        assert name in last and math.isfinite(last[name]), (name, last)
+    assert last["kl_coef"] == pytest.approx(0.02)
+    assert last["entropy"] > 0
+
+
+def test_loss_metric_is_the_window_value_and_loss_adds_kl_and_entropy(tiny_model, tmp_path):
+    """`loss` = policy_loss + beta·kl − entropy_coef·entropy_loss, each logged as its window value."""
+    trainer = make_trainer(
+        "grpo", tiny_model, str(tmp_path), beta=0.5, entropy_coef=0.01, gradient_accumulation_steps=2, max_steps=3
+    )
+    trainer.train()
+    for entry in [e for e in trainer.state.log_history if "policy_loss" in e]:
+        expected = entry["policy_loss"] + 0.5 * entry["kl"] - 0.01 * entry["entropy_loss"]
+        assert entry["loss"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+        assert entry["entropy_loss"] == pytest.approx(entry["entropy"], rel=1e-5)  # token-mean both
+
+
+def test_token_level_advantages_and_dropped_samples(tiny_model, tmp_path):
+    """REINFORCE++ produces [B, T] advantages; RAFT keeps one completion per group and masks the others."""
+    trainer = make_trainer("reinforceplusplus", tiny_model, str(tmp_path / "rpp"))
+    batch = trainer._generate_and_score_completions(list(trainer.train_dataset.select(range(8))))
+    adv, mask = batch["advantages"], batch["completion_mask"].bool()
+    assert adv.shape == mask.shape
+    assert adv[mask].mean().abs() < 1e-5 and adv[mask].std() == pytest.approx(1.0, rel=0.05)  # whitened
+    assert torch.all(adv[~mask] == 0)
+
+    trainer = make_trainer("raft", tiny_model, str(tmp_path / "raft"))
+    trainer.model.train()  # as inside `train()`: metrics go to the "train" logs
+    rows = [row for row in trainer.train_dataset.select(range(2)) for _ in range(4)]
+    batch = trainer._generate_and_score_completions(rows)
+    kept = batch["completion_mask"].sum(1) > 0
+    assert kept.view(2, 4).sum(1).tolist() == [1, 1]  # the best of each group of 4
+    assert trainer._metrics["train"]["advantages/dropped_frac"][-1] == pytest.approx(0.75)
+
+
+def test_advantages_are_the_algorithms(tiny_model, tmp_path):
+    """The trainer's advantages are the algorithm's estimator on the summed, weighted rewards of each group."""
+    seen = {}
+
+    def reward(completions, **kwargs):
+        values = [float(len(c) % 5) for c in completions]
+        seen["rewards"] = torch.tensor(values)
+        return values
+
+    for algorithm, expected in {
+        "grpo": lambda r: (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6),
+        "rloo": lambda r: r - (r.sum(1, keepdim=True) - r) / (r.shape[1] - 1),
+        "topr": lambda r: r,
+        "asymre": lambda r: r - (r.mean(1, keepdim=True) - 0.1),
+    }.items():
+        trainer = make_trainer(algorithm, tiny_model, str(tmp_path / algorithm), reward_funcs=reward)
+        rows = [row for row in trainer.train_dataset.select(range(2)) for _ in range(4)]
+        batch = trainer._generate_and_score_completions(rows)
+        rewards = seen["rewards"].view(2, 4)
+        torch.testing.assert_close(batch["advantages"], expected(rewards).flatten(), msg=algorithm)
+
+
+def test_lora_changes_only_the_adapter(tiny_model, tmp_path):
+    from peft import LoraConfig
+
+    spec = trl_ext.get_algorithm("sapo")
+    trainer = spec.trainer_class(
+        model=tiny_model,
+        reward_funcs=toy_reward,
+        args=cpu_config(spec.config_class, str(tmp_path), beta=0.1, max_steps=3, learning_rate=1e-2),
+        train_dataset=toy_dataset(32),
+        processing_class=build_tokenizer(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+    )
+    assert trainer.ref_model is None  # the reference is the model with the adapter disabled
+    before = snapshot(trainer.model)
+    trainer.train()
+    moved = changed(before, trainer.model)
+    assert moved and all("lora_" in name for name in moved)
+    assert {n for n in before if "lora_B" in n} <= moved
+    assert logged(trainer, "kl")[-1] > 0  # the adapter moved the policy away from the disabled-adapter reference
+
+
+def test_wandb_offline_records_the_loss_metrics(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_PROJECT", "trl-ext-test")
+    trainer = make_trainer("sapo", tiny_model, str(tmp_path / "out"), report_to="wandb")
+    trainer.train()
+    import wandb
+
+    wandb.finish()
+    runs = glob.glob(os.path.join(str(tmp_path), "wandb", "offline-run-*", "run-*.wandb"))
+    assert len(runs) == 1
+    history = wandb_history(runs[0])
+    for name in ["sapo_loss", "avg_soft_gate", "pos_adv_frac", "policy_loss", "entropy", "reward"]:
+        values = [step[f"train/{name}"] for step in history if f"train/{name}" in step]
+        assert values == pytest.approx(logged(trainer, name)), name
+
+
+def wandb_history(path: str) -> list[dict[str, float]]:
+    """The history rows of an offline `.wandb` file: a LevelDB-style log (32 KiB blocks of CRC / length / type
+    framed chunks after a 7-byte file header) of `wandb_internal_pb2.Record` protobufs."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, pending, rows = open(path, "rb").read(), 7, b"", []
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # no room for a chunk header: the block is padded
+            pos += 32768 - pos % 32768
+            continue
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):  # FULL or LAST: a complete record
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            if record.WhichOneof("record_type") == "history":
+                rows.append(
+                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                )
+    return rows
+
+
+def test_adaptive_kl_coefficient_moves_and_is_saved_in_checkpoints(tiny_model, tmp_path):
+    trainer = make_trainer(
+        "grpo",
+        tiny_model,
+        str(tmp_path),
+        beta=0.1,
+        adaptive_kl=True,
+        target_kl=1e-6,
+        kl_horizon=80,
+        max_steps=3,
+        save_strategy="steps",
+        save_steps=3,
+    )
+    trainer.train()
+    coefs, kls = logged(trainer, "kl_coef"), logged(trainer, "kl")
+    assert coefs[0] == pytest.approx(0.1) and kls[0] == 0.0  # the first step starts at the reference
+    for i in range(2):  # β ← β·(1 + clip(KL/target − 1, ±0.2)·sequences/horizon), 8 sequences per step
+        error = min(max(kls[i] / 1e-6 - 1, -0.2), 0.2)
+        assert coefs[i + 1] == pytest.approx(coefs[i] * (1 + error * 8 / 80), rel=1e-6)
+    assert coefs[1] == pytest.approx(0.1 * 0.98)
+    assert trainer.beta == pytest.approx(coefs[2] * (1 + min(max(kls[2] / 1e-6 - 1, -0.2), 0.2) * 8 / 80))
+    with open(os.path.join(str(tmp_path), "checkpoint-3", "trl_ext_state.json")) as f:
+        assert json.load(f)["kl_coef"] == pytest.approx(trainer.beta)
