@@ -31,3 +31,11 @@ def random_tiny_model(tmp_path_factory) -> str:
     build_model(tokenizer, seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def toy_cache(tiny_model, monkeypatch) -> str:
+    """Point `trl_ext.toy.tiny_model_path()` (the scripts' default model) at the session's built model."""
+    root = os.path.dirname(tiny_model)
+    monkeypatch.setenv("TRL_EXT_CACHE", root)
+    return root

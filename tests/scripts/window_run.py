@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--accumulation", type=int, required=True)
-    parser.add_argument("--algorithms", default="grpo")
+    parser.add_argument("--algorithms", default="grpo:all")
     parser.add_argument(
         "--local", action="store_true", help="control: normalize each micro-batch by itself, then divide by G"
     )
@@ -83,9 +83,10 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     dataset = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(PROMPTS)]})
     results = {}
-    for algorithm in args.algorithms.split(","):
+    for entry in args.algorithms.split(","):  # "grpo:all" runs every loss_agg_mode, "raft" only the default
+        algorithm, _, which = entry.partition(":")
         spec = trl_ext.get_algorithm(algorithm)
-        modes = LOSS_AGG_MODES if "loss_agg_mode" in spec.config_class.loss_argument_names() else ("default",)
+        modes = LOSS_AGG_MODES if which == "all" else ("default",)
         for mode in modes:
             extra = {} if mode == "default" else {"loss_agg_mode": mode}
             config = spec.config_class(

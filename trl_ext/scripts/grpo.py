@@ -132,8 +132,13 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    processes = trainer.accelerator.num_processes
+    trainer.accelerator.print(
+        f"Trained {algorithm} for {trainer.state.global_step} steps on {processes} process(es); "
+        f"model saved to {training_args.output_dir}"
+    )
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    trainer.end() if hasattr(trainer, "end") else None
+    if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers, destroy the process group
+        trainer.end()
     return trainer

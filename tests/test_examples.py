@@ -1,0 +1,71 @@
+"""The example scripts: the embedded default, TRL's flags through TrlParser / ModelConfig, `--config` recipes,
+LoRA, and a 2-process `accelerate launch` on CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from trainer_helpers import logged
+
+from trl_ext.scripts.grpo import main
+from trl_ext.toy import DEFAULT_TRAINING
+from trl_ext.trainers import GRPO_FAMILY_CONFIGS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
+QUICK += ["--save_strategy", "no"]
+
+
+def test_one_example_per_algorithm_sharing_the_script():
+    for algorithm in GRPO_FAMILY_CONFIGS:
+        with open(os.path.join(ROOT, "examples", f"train_{algorithm}.py")) as f:
+            source = f.read()
+        assert "from trl_ext.scripts.grpo import main" in source and f'main("{algorithm}")' in source
+
+
+def test_default_run_uses_the_toy_and_saves(toy_cache, tmp_path):
+    trainer = main("sapo", ["--output_dir", str(tmp_path), *QUICK])
+    assert trainer.state.global_step == 2
+    assert trainer.args.learning_rate == DEFAULT_TRAINING["learning_rate"] and not trainer.args.bf16  # toy, CPU
+    assert trainer.model.config._name_or_path == os.path.join(toy_cache, "tiny-qwen2-v1")
+    assert logged(trainer, "sapo_loss") and logged(trainer, "rewards/repeat_letter_reward/mean")
+    assert os.path.isfile(os.path.join(str(tmp_path), "model.safetensors"))
+
+
+def test_recipe_and_command_line_flags(toy_cache, tmp_path):
+    argv = ["--config", os.path.join(ROOT, "configs", "sapo.yaml"), "--output_dir", str(tmp_path), *QUICK]
+    argv += ["--model_name_or_path", os.path.join(toy_cache, "tiny-qwen2-v1"), "--max_completion_length", "8"]
+    argv += ["--tau_neg", "1.3"]
+    trainer = main("sapo", argv)
+    args = trainer.args
+    assert args.loss_agg_mode == "seq-mean-token-mean" and args.learning_rate == 1e-6  # from the recipe
+    assert args.tau_neg == 1.3 and trainer.policy_loss_fn.tau_neg == 1.3  # the command line wins
+    assert args.max_completion_length == 8
+
+
+def test_lora_flags(toy_cache, tmp_path):
+    argv = ["--output_dir", str(tmp_path), *QUICK, "--use_peft", "--lora_r", "4", "--lora_alpha", "8"]
+    argv += ["--lora_target_modules", "q_proj", "v_proj"]
+    trainer = main("grpo", argv)
+    assert type(trainer.model).__name__.startswith("Peft")
+    assert trainer.model.peft_config["default"].r == 4
+    assert os.path.isfile(os.path.join(str(tmp_path), "adapter_config.json"))
+
+
+def test_unknown_reward_function_name(toy_cache, tmp_path):
+    with pytest.raises(ValueError, match="--reward_funcs: cannot load 'exactness'"):
+        main("sapo", ["--output_dir", str(tmp_path), *QUICK, "--reward_funcs", "exactness"])
+
+
+def test_two_processes_with_accelerate_launch(toy_cache, tmp_path):
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    command += [os.path.join(ROOT, "configs", "accelerate", "multi_gpu.yaml"), "--num_processes", "2"]
+    command += [os.path.join(ROOT, "examples", "train_sapo.py"), "--output_dir", str(tmp_path), *QUICK]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Trained sapo for 2 steps on 2 process(es)" in result.stdout
+    assert os.path.isfile(os.path.join(str(tmp_path), "model.safetensors"))
