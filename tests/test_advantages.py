@@ -48,6 +48,7 @@ def test_registry_names():
         "step_wise_grpo",
         "reinforceplusplus",
         "on_policy_distill",
+        "raft",
     }
 
 
@@ -516,3 +517,16 @@ def test_on_policy_distill_shape_mismatch():
         fn(teacher_logprob=torch.zeros(3), old_logprob=torch.zeros(3), response_mask=torch.ones(3))
     empty = fn(teacher_logprob=torch.zeros(0, 5), old_logprob=torch.zeros(0, 5), response_mask=torch.ones(0, 5))
     assert empty.shape == (0, 5)
+
+
+def test_raft_keeps_the_first_best_sample_of_each_group():
+    from trl_ext.advantages import get_advantage_fn
+
+    rewards = torch.tensor([0.2, 0.9, 0.9, 0.1, 0.0, 0.0, 0.5, 0.3])
+    result = get_advantage_fn("raft").compute(rewards, [0, 0, 0, 0, 1, 1, 2, 2])
+    assert result.keep.tolist() == [False, True, False, False, True, False, True, False]
+    assert result.advantages.tolist() == [1.0] * 8
+    strict = get_advantage_fn("raft", min_reward=0.4).compute(rewards, [0, 0, 0, 0, 1, 1, 2, 2])
+    assert strict.keep.tolist() == [False, True, False, False, False, False, True, False]
+    with pytest.raises(ValueError, match="raft: min_reward=nan is not valid"):
+        get_advantage_fn("raft", min_reward=float("nan"))
