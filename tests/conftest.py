@@ -11,6 +11,11 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 import pytest
+import torch
+
+# One thread: as fast as two for the tiny model, and immune to the 30-60x slowdowns that oversubscribed
+# threads suffer on a busy 2-core machine. Subprocess launches get OMP_NUM_THREADS=1 for the same reason.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

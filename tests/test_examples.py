@@ -26,18 +26,18 @@ def test_one_example_per_algorithm_sharing_the_script():
         assert "from trl_ext.scripts.grpo import main" in source and f'main("{algorithm}")' in source
 
 
-def test_default_run_uses_the_toy_and_saves(toy_cache, tmp_path):
+def test_default_run_uses_the_toy_and_saves(toy_cache, tiny_model, tmp_path):
     trainer = main("sapo", ["--output_dir", str(tmp_path), *QUICK])
     assert trainer.state.global_step == 2
     assert trainer.args.learning_rate == DEFAULT_TRAINING["learning_rate"] and not trainer.args.bf16  # toy, CPU
-    assert trainer.model.config._name_or_path == os.path.join(toy_cache, "tiny-qwen2-v1")
+    assert trainer.model.config._name_or_path == tiny_model
     assert logged(trainer, "sapo_loss") and logged(trainer, "rewards/repeat_letter_reward/mean")
     assert os.path.isfile(os.path.join(str(tmp_path), "model.safetensors"))
 
 
-def test_recipe_and_command_line_flags(toy_cache, tmp_path):
+def test_recipe_and_command_line_flags(toy_cache, tiny_model, tmp_path):
     argv = ["--config", os.path.join(ROOT, "configs", "sapo.yaml"), "--output_dir", str(tmp_path), *QUICK]
-    argv += ["--model_name_or_path", os.path.join(toy_cache, "tiny-qwen2-v1"), "--max_completion_length", "8"]
+    argv += ["--model_name_or_path", tiny_model, "--max_completion_length", "8"]
     argv += ["--tau_neg", "1.3"]
     trainer = main("sapo", argv)
     args = trainer.args

@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from trainer_helpers import changed, cpu_config, logged, snapshot
+from trainer_helpers import changed, cpu_config, length_reward, logged, snapshot
 
 import trl_ext
 from trl_ext.losses import get_policy_loss
@@ -81,14 +81,14 @@ def test_loss_metric_is_the_window_value_and_loss_adds_kl_and_entropy(tiny_model
 
 def test_token_level_advantages_and_dropped_samples(tiny_model, tmp_path):
     """REINFORCE++ produces [B, T] advantages; RAFT keeps one completion per group and masks the others."""
-    trainer = make_trainer("reinforceplusplus", tiny_model, str(tmp_path / "rpp"))
+    trainer = make_trainer("reinforceplusplus", tiny_model, str(tmp_path / "rpp"), reward_funcs=length_reward)
     batch = trainer._generate_and_score_completions(list(trainer.train_dataset.select(range(8))))
     adv, mask = batch["advantages"], batch["completion_mask"].bool()
     assert adv.shape == mask.shape
     assert adv[mask].mean().abs() < 1e-5 and adv[mask].std() == pytest.approx(1.0, rel=0.05)  # whitened
     assert torch.all(adv[~mask] == 0)
 
-    trainer = make_trainer("raft", tiny_model, str(tmp_path / "raft"))
+    trainer = make_trainer("raft", tiny_model, str(tmp_path / "raft"), reward_funcs=length_reward)
     trainer.model.train()  # as inside `train()`: metrics go to the "train" logs
     rows = [row for row in trainer.train_dataset.select(range(2)) for _ in range(4)]
     batch = trainer._generate_and_score_completions(rows)
@@ -125,7 +125,7 @@ def test_lora_changes_only_the_adapter(tiny_model, tmp_path):
     spec = trl_ext.get_algorithm("sapo")
     trainer = spec.trainer_class(
         model=tiny_model,
-        reward_funcs=toy_reward,
+        reward_funcs=length_reward,
         args=cpu_config(spec.config_class, str(tmp_path), beta=0.1, max_steps=3, learning_rate=1e-2),
         train_dataset=toy_dataset(32),
         processing_class=build_tokenizer(),

@@ -1,5 +1,5 @@
 """Every GRPO-family algorithm learns the toy task: the logged reward clearly rises within a short run on the
-tiny offline model (`trl_ext.toy.FAST_TRAINING`, 40 steps)."""
+tiny offline model (`trl_ext.toy.FAST_TRAINING`: 100 steps of 64 completions, about 7 s each)."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 import trl
-from trainer_helpers import cpu_config, snapshot
+from trainer_helpers import cpu_config, length_reward, snapshot
 
 import trl_ext
-from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
+from trl_ext.toy import build_tokenizer, toy_dataset
 
 # ours: (trainer, config overrides)  <->  TRL GRPOConfig overrides
 MAPPING = {
@@ -49,7 +49,7 @@ SGD = {
 def _train(trainer_class, config, model_path):
     trainer = trainer_class(
         model=model_path,
-        reward_funcs=toy_reward,
+        reward_funcs=length_reward,
         args=config,
         train_dataset=toy_dataset(16),
         processing_class=build_tokenizer(),

@@ -1,0 +1,346 @@
+"""An offline toy: a tiny causal LM and tokenizer built in-process, and a task whose reward RL visibly raises on CPU.
+
+Nothing here touches the Hugging Face Hub, so examples and tests run offline, on CPU, in seconds.
+
+The task, "repeat the letter": every prompt names one of eight letters (`LETTERS`),
+
+    prompt:      "Repeat the letter c:"          (dataset column `target`: "c")
+    completion:  " c c c c"                      reward 1.0
+                 " e e e" / " c c d" / ""        reward 0.0
+
+The reward (`toy_reward`) is verifiable (computed from the completion text against the row's `target`) and
+conditional on the prompt: 1.0 if every non-space character of the completion is the prompt's letter (and
+there is at least one), else 0.0.
+
+The default model (`tiny_model_path`) is a 2-layer, 64-wide Qwen2 (~113k parameters) that was briefly
+pretrained in-process (~5 s of plain torch SFT) on the task's *format* with a random letter: it answers
+" x x x" and stops, but which letter it repeats does not depend on the prompt, so it starts at a reward of
+about 1/8. RL has to learn the prompt -> letter mapping. Measured with stock `trl.GRPOTrainer`
+(`loss_type="sapo"`) on 2 CPU cores, the logged reward (mean of the first 5 vs the last 5 logs) goes from
+~0.11 to ~0.99 with `DEFAULT_TRAINING` (200 steps, ~20 s of training), and from ~0.11 to 0.84-0.97 (seeds
+0-9) with `FAST_TRAINING` (100 steps, ~7 s):
+
+    from trl import GRPOConfig, GRPOTrainer
+    from trl_ext.toy import DEFAULT_TRAINING, build_tokenizer, tiny_model_path, toy_dataset, toy_reward
+
+    args = GRPOConfig(output_dir="out", loss_type="sapo", use_cpu=True, bf16=False, activation_checkpointing=False,
+                      report_to="none", save_strategy="no", **DEFAULT_TRAINING)
+    trainer = GRPOTrainer(model=tiny_model_path(), reward_funcs=toy_reward, args=args,
+                          train_dataset=toy_dataset(), processing_class=build_tokenizer())
+    trainer.train()  # the "reward" entries of trainer.state.log_history rise from ~0.1 to ~1
+
+A model this small runs as fast on one CPU thread as on several; `torch.set_num_threads(1)` also avoids the
+large slowdowns of oversubscribed cores when other processes are busy on the same machine.
+
+This module does not import trl.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import tempfile
+from typing import Any
+
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+__all__ = [
+    "DEFAULT_TRAINING",
+    "FAST_TRAINING",
+    "LETTERS",
+    "MODEL_VERSION",
+    "PRETRAIN_STEPS",
+    "build_model",
+    "build_tokenizer",
+    "tiny_model_path",
+    "toy_dataset",
+    "toy_reward",
+]
+
+LETTERS = "abcdefgh"
+"""The letters a prompt can ask for; an untrained-for-the-task model hits one by chance 1 time in 8."""
+
+PROMPT_TEMPLATE = "Repeat the letter {letter}:"
+
+MODEL_VERSION = "tiny-qwen2-v2"
+"""Cache subfolder of `tiny_model_path`; bump it whenever the tokenizer, model or pretraining changes."""
+
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+SPECIAL_TOKENS = [EOS_TOKEN, PAD_TOKEN, "<|im_start|>", "<|im_end|>"]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+PRETRAIN_STEPS = 200
+"""Steps of the in-process SFT on the task format that `tiny_model_path` gives the default model (~5 s)."""
+
+PRETRAIN_REPEATS = (2, 12)
+"""The pretraining answers repeat their letter 2 to 12 times: longer than `max_completion_length`, so RL
+that drifts to longer answers stays in the format the model knows instead of degenerating into noise."""
+
+DEFAULT_TRAINING: dict[str, Any] = dict(
+    learning_rate=1e-3,
+    warmup_steps=20,
+    max_grad_norm=0.2,
+    per_device_train_batch_size=128,
+    num_generations=16,
+    max_completion_length=8,
+    temperature=1.0,
+    max_steps=200,
+    logging_steps=5,
+)
+"""`GRPOConfig` keyword arguments of the main toy run: reward ~0.11 -> ~0.99 (see the module docstring).
+
+Warmup and the tight gradient clip matter: without them Adam's first, full-size steps knock the tiny model
+off its format (completions degenerate into random bytes and the reward collapses to ~0) on some seeds."""
+
+FAST_TRAINING: dict[str, Any] = dict(DEFAULT_TRAINING, per_device_train_batch_size=64, max_steps=100, logging_steps=2)
+"""`GRPOConfig` keyword arguments of a short run for tests: the reward still rises clearly (~0.11 -> 0.84-0.97)."""
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A small model learns to repeat the letter it is asked for.",
+    "Reinforcement learning rewards the answers that are right and discourages the rest.",
+    "Every prompt names a letter, and the answer repeats that letter a few times.",
+    "The reward is one when the whole answer is the letter of the prompt, and zero otherwise.",
+    "Hello world! This is a tiny corpus for a tiny tokenizer, built offline in a second.",
+    "user: what is the letter? assistant: the letter is here, and it is repeated.",
+]
+
+
+def _tokenizer_corpus() -> list[str]:
+    """The built-in corpus: a few sentences and every prompt / answer pattern of the task."""
+    texts = list(_CORPUS)
+    for letter in LETTERS:
+        prompt, answer = PROMPT_TEMPLATE.format(letter=letter), " ".join([letter] * 4)
+        texts += [prompt, " " + answer, f"user\n{prompt}\nassistant\n{answer}\n"] * 2
+    return texts
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (vocab ~300) trained in-process on a built-in corpus; deterministic.
+
+    eos `<|endoftext|>`, pad `<|pad|>`, left padding, and a minimal ChatML chat template.
+    """
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=SPECIAL_TOKENS[2:],
+        padding_side="left",
+        model_max_length=256,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def _pretrain(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, steps: int, seed: int, batch_size: int = 32
+) -> None:
+    """Plain torch SFT on the task's format with a random letter (independent of the prompt's).
+
+    Half the examples are plain text (`"Repeat the letter c:"` -> `" e e e<|endoftext|>"`), half ChatML
+    (the chat template's user turn and generation prompt -> `"e e e<|im_end|>"`), so both dataset formats work.
+    """
+    rng = random.Random(seed)
+    pad = tokenizer.pad_token_id
+    stops = {"plain": tokenizer.eos_token_id, "chat": tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    lengths = range(PRETRAIN_REPEATS[0], PRETRAIN_REPEATS[1] + 1)
+    prompt_ids, answer_ids = {}, {}
+    for c in LETTERS:
+        prompt = PROMPT_TEMPLATE.format(letter=c)
+        prompt_ids["plain", c] = tokenizer(prompt)["input_ids"]
+        prompt_ids["chat", c] = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+        for n in lengths:
+            answer = " ".join([c] * n)
+            answer_ids["plain", c, n] = [*tokenizer(" " + answer)["input_ids"], stops["plain"]]
+            answer_ids["chat", c, n] = [*tokenizer(answer)["input_ids"], stops["chat"]]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0 - i / steps)
+    model.train()
+    for _ in range(steps):
+        seqs, labels = [], []
+        for _ in range(batch_size):
+            fmt = rng.choice(("plain", "chat"))
+            p = prompt_ids[fmt, rng.choice(LETTERS)]
+            a = answer_ids[fmt, rng.choice(LETTERS), rng.choice(lengths)]
+            seqs.append(p + a)
+            labels.append([-100] * len(p) + a)
+        width = max(map(len, seqs))
+        input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+        attention_mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+        label_ids = torch.tensor([lab + [-100] * (width - len(lab)) for lab in labels])
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=label_ids).loss
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, pretrain_steps: int = 0) -> Qwen2ForCausalLM:
+    """A tiny Qwen2 (hidden 64, 2 layers, 4 heads / 2 KV heads, untied embeddings) for `tokenizer`.
+
+    Deterministic for a seed (on a given machine). `pretrain_steps > 0` first runs that many steps of plain
+    torch SFT on the toy task's format (`tiny_model_path` uses `PRETRAIN_STEPS`). The global torch RNG is
+    left untouched.
+    """
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    num_threads = torch.get_num_threads()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            # One thread: as fast for a model this small, immune to oversubscription when other processes
+            # share the cores, and the float reductions (hence the weights) do not depend on the core count.
+            torch.set_num_threads(1)
+            torch.manual_seed(seed)
+            model = Qwen2ForCausalLM(config)
+            if pretrain_steps > 0:
+                _pretrain(model, tokenizer, pretrain_steps, seed)
+        finally:
+            torch.set_num_threads(num_threads)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")],  # ChatML turns end too
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=True,
+        max_new_tokens=8,
+    )
+    return model.eval()
+
+
+def _default_cache_dir() -> str:
+    return os.environ.get("TRL_EXT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "trl_ext")
+
+
+def tiny_model_path(cache_dir: str | None = None) -> str:
+    """The path of the default toy model + tokenizer, built (and pretrained) on first use and then reused.
+
+    Saved with `save_pretrained` under `cache_dir` (default `$TRL_EXT_CACHE`, else `~/.cache/trl_ext`) in a
+    `MODEL_VERSION` subfolder. Written into a temporary folder and renamed into place, so concurrent processes
+    (e.g. started together by torchrun) never see a half-written model.
+    """
+    root = cache_dir or _default_cache_dir()
+    path = os.path.join(root, MODEL_VERSION)
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return path
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{MODEL_VERSION}-", dir=root)
+    try:
+        tokenizer = build_tokenizer()
+        model = build_model(tokenizer, seed=0, pretrain_steps=PRETRAIN_STEPS)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not os.path.isfile(os.path.join(path, "config.json")):  # not another process winning the race
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def toy_dataset(num_prompts: int = 1024, seed: int = 0, conversational: bool = False) -> Dataset:
+    """`num_prompts` rows: `prompt` ("Repeat the letter c:", standard format) and `target` ("c").
+
+    Letters are balanced (each of `LETTERS` equally often, up to rounding) and shuffled with `seed`.
+    `conversational=True` makes each prompt a one-message `[{"role": "user", "content": ...}]` list instead
+    (the default model knows the ChatML format too).
+    """
+    rng = random.Random(seed)
+    letters = [LETTERS[i % len(LETTERS)] for i in range(num_prompts)]
+    rng.shuffle(letters)
+    prompts: list[Any] = [PROMPT_TEMPLATE.format(letter=c) for c in letters]
+    if conversational:
+        prompts = [[{"role": "user", "content": p}] for p in prompts]
+    return Dataset.from_dict({"prompt": prompts, "target": letters})
+
+
+_PROMPT_LETTER = re.compile(r"letter (\S):")
+
+
+def _text(completion: Any) -> str:
+    """A completion's text, whether a string or a conversational list of messages."""
+    if isinstance(completion, str):
+        return completion
+    parts = []
+    for message in completion:
+        content = message.get("content", "") if isinstance(message, dict) else message
+        if isinstance(content, str):
+            parts.append(content)
+        else:  # content blocks
+            parts += [block.get("text", "") for block in content if isinstance(block, dict)]
+    return "".join(parts)
+
+
+def _prompt_letter(prompt: Any) -> str | None:
+    match = _PROMPT_LETTER.search(_text(prompt))
+    return match.group(1) if match else None
+
+
+def repeat_letter_reward(
+    completions: list[Any],
+    target: list[str] | None = None,
+    prompts: list[Any] | None = None,
+    **kwargs: Any,
+) -> list[float]:
+    """The toy task's verifiable reward: 1.0 if the completion is the prompt's letter repeated, else 0.0.
+
+    "Repeated" means: at least one non-space character, and every non-space character is the target letter
+    (`" c c c"`, `"c"`, `"cc c"` score 1; `" c c d"`, `" "`, `""` score 0). All-or-nothing on purpose: with
+    partial credit (the fraction of right characters) a run of random letters scores as much as a wrong
+    letter repeated, and RL on the tiny model sometimes drifted into such runs and stalled.
+
+    TRL's reward-function signature: `target` is the dataset column (when absent, the letter is read from
+    `prompts`). Completions may be strings or conversational `[{"role": "assistant", "content": ...}]`
+    lists.
+    """
+    if target is None:
+        if prompts is None:
+            raise ValueError("toy_reward needs the `target` column (or the `prompts`) to know the letter")
+        target = [_prompt_letter(p) for p in prompts]
+    if len(target) != len(completions):
+        raise ValueError(f"got {len(completions)} completions but {len(target)} targets")
+    rewards = []
+    for completion, letter in zip(completions, target, strict=True):
+        chars = [ch for ch in _text(completion) if not ch.isspace()]
+        rewards.append(float(bool(chars and letter) and all(ch == letter for ch in chars)))
+    return rewards
+
+
+toy_reward = repeat_letter_reward
+"""The toy task's reward function (its `__name__`, the name TRL logs it under, is `repeat_letter_reward`)."""
