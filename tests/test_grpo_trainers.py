@@ -203,3 +203,27 @@ def test_adaptive_kl_coefficient_moves_and_is_saved_in_checkpoints(tiny_model, t
     assert trainer.beta == pytest.approx(coefs[2] * (1 + min(max(kls[2] / 1e-6 - 1, -0.2), 0.2) * 8 / 80))
     with open(os.path.join(str(tmp_path), "checkpoint-3", "trl_ext_state.json")) as f:
         assert json.load(f)["kl_coef"] == pytest.approx(trainer.beta)
+
+
+def test_evaluation_logs_the_loss_metrics(tiny_model, tmp_path):
+    trainer = make_trainer("gspo", tiny_model, str(tmp_path), reward_funcs=length_reward, max_steps=1)
+    trainer.eval_dataset = toy_dataset(8)
+    metrics = trainer.evaluate()
+    for name in ("eval_loss", "eval_pg_loss", "eval_ppo_kl_seq", "eval_policy_loss", "eval_entropy", "eval_reward"):
+        assert name in metrics and math.isfinite(metrics[name]), (name, metrics)
+    assert metrics["eval_loss"] == pytest.approx(metrics["eval_policy_loss"], abs=1e-6)  # beta = 0, no bonus
+
+
+def test_vllm_importance_sampling_ratio_weights_the_advantages(tiny_model, tmp_path):
+    """TRL's truncated / masked IS correction multiplies each token's loss; the trainer folds it into the
+    advantages, which is the same for losses linear in the advantage."""
+    trainer = make_trainer("grpo", tiny_model, str(tmp_path), reward_funcs=length_reward)
+    rows = [row for row in trainer.train_dataset.select(range(2)) for _ in range(4)]
+    batch = trainer._generate_and_score_completions(rows)
+    assert batch["advantages"].abs().sum() > 0
+    ratio = torch.rand(batch["completion_ids"].shape, generator=torch.Generator().manual_seed(0)) * 2
+    weighted = trainer._compute_loss(trainer.model, {**batch, "importance_sampling_ratio": ratio})
+    folded = trainer._compute_loss(trainer.model, {**batch, "advantages": batch["advantages"].unsqueeze(1) * ratio})
+    plain = trainer._compute_loss(trainer.model, batch)
+    torch.testing.assert_close(weighted, folded)
+    assert not torch.allclose(weighted, plain)
