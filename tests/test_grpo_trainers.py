@@ -117,6 +117,7 @@ def test_advantages_are_the_algorithms(tiny_model, tmp_path):
         batch = trainer._generate_and_score_completions(rows)
         rewards = seen["rewards"].view(2, 4)
         torch.testing.assert_close(batch["advantages"], expected(rewards).flatten(), msg=algorithm)
+        assert list(trainer._logs["advantages"])[-8:] == pytest.approx(batch["advantages"].tolist())  # the table
 
 
 def test_lora_changes_only_the_adapter(tiny_model, tmp_path):

@@ -168,7 +168,7 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         n_local = completion_mask.size(0)
         local = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
         keep = result.keep[local]
-        advantages = result.advantages[local].masked_fill(~keep.view(-1, *[1] * (result.advantages.dim() - 1)), 0.0)
+        advantages = _zero_dropped(result.advantages[local], keep)
         if advantages.dim() == 2:
             advantages = advantages[:, : completion_mask.size(1)]
         output["advantages"] = advantages.float()
@@ -176,13 +176,14 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
             output["completion_mask"] = completion_mask * keep.unsqueeze(1).to(completion_mask.dtype)
         self._metrics[mode]["advantages/dropped_frac"].append(1.0 - result.keep.float().mean().item())
         # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
-        gathered = result.advantages.masked_fill(~result.keep.view(-1, *[1] * (result.advantages.dim() - 1)), 0.0)
-        if gathered.dim() == 2:
-            gathered = gathered.sum(1) / kwargs["response_mask"].sum(1).clamp(min=1)
-        n = gathered.numel()
-        if len(self._logs["advantages"]) >= n:
-            for i, value in enumerate(gathered.tolist()):
-                self._logs["advantages"][len(self._logs["advantages"]) - n + i] = value
+        table = _zero_dropped(result.advantages, result.keep)
+        if table.dim() == 2:
+            mask = kwargs.get("response_mask", torch.ones_like(table, dtype=torch.bool))
+            table = table.sum(1) / mask.sum(1).clamp(min=1)
+        logged = self._logs["advantages"]
+        if len(logged) >= table.numel():
+            for i, value in enumerate(table.tolist(), start=len(logged) - table.numel()):
+                logged[i] = value
         return output
 
     # ---- optimizer-window normalization ----------------------------------------------------------------------
@@ -318,6 +319,11 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         if self.kl_fn.adaptive and path is not None and os.path.exists(path):
             with open(path) as f:
                 self.kl_fn.kl_coef = self.beta = json.load(f)["kl_coef"]
+
+
+def _zero_dropped(advantages: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Advantages (`[N]` or `[N, T]`) with the rows the estimator dropped set to 0."""
+    return advantages.masked_fill(~keep.view(-1, *[1] * (advantages.dim() - 1)), 0.0)
 
 
 def _loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
