@@ -228,3 +228,23 @@ def test_vllm_importance_sampling_ratio_weights_the_advantages(tiny_model, tmp_p
     plain = trainer._compute_loss(trainer.model, batch)
     torch.testing.assert_close(weighted, folded)
     assert not torch.allclose(weighted, plain)
+
+
+def test_one_collective_per_optimizer_step_for_counts_and_one_for_metrics(tiny_model, tmp_path):
+    """No per-micro-batch host sync for the loss metrics: with 4 accumulation steps, the window's counts and
+    its metrics each take one all-reduce per optimizer step."""
+    trainer = make_trainer(
+        "grpo",
+        tiny_model,
+        str(tmp_path),
+        reward_funcs=length_reward,
+        beta=0.1,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=4,
+    )
+    calls = []
+    reduce = trainer.accelerator.reduce
+    trainer.accelerator.reduce = lambda tensor, **kw: calls.append(tensor.numel()) or reduce(tensor, **kw)
+    trainer.train()
+    assert len(calls) == 2 * trainer.state.global_step == 4
+    assert len(logged(trainer, "policy_loss")) == 2 and len(logged(trainer, "kl")) == 2

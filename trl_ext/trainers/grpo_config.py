@@ -8,7 +8,8 @@ parameterizes TRL's *own* loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, 
 non-default value, with the name of the field to use instead.
 
 Naming rule: a loss argument keeps its `trl_ext.losses` name unless that name is already a `GRPOConfig` field,
-in which case it takes the loss's name as prefix (`sppo_epsilon`, `rec_epsilon_high`); an advantage argument
+in which case it takes the loss's name as prefix (`sppo_epsilon`; all of REC's arguments are `rec_*`, since its
+`epsilon_high` collides and `weight` / `temp` are ambiguous in a training config); an advantage argument
 keeps its `trl_ext.advantages` name unless it collides with a `GRPOConfig` field or a loss argument, in which
 case it takes the prefix `advantage_` (`advantage_epsilon`, `advantage_tau`).
 """
@@ -49,8 +50,23 @@ def _agg_field(default: str) -> Any:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class LossArguments:
+    """Base of the policy-loss argument dataclasses: `loss_renames` maps config fields to loss arguments where
+    the names differ."""
+
+    loss_renames: ClassVar[dict[str, str]] = {}
+
+
+class AdvantageArguments:
+    """Base of the advantage argument dataclasses: the estimator's name (`trl_ext.advantages`) and the
+    config-field -> estimator-argument renames."""
+
+    advantage_fn: ClassVar[str]
+    advantage_renames: ClassVar[dict[str, str]] = {}
+
+
 @dataclass
-class PPOLossArguments:
+class PPOLossArguments(LossArguments):
     """Arguments of the dual-clip PPO loss (`get_policy_loss("ppo")`)."""
 
     clip_range: float | None = field(
@@ -88,7 +104,7 @@ class PPOLossArguments:
 
 
 @dataclass
-class GSPOLossArguments:
+class GSPOLossArguments(LossArguments):
     """Arguments of the GSPO-token loss (`get_policy_loss("gspo")`)."""
 
     clip_range: float | None = field(
@@ -104,7 +120,7 @@ class GSPOLossArguments:
 
 
 @dataclass
-class CISPOLossArguments:
+class CISPOLossArguments(LossArguments):
     """Arguments of the CISPO loss (`get_policy_loss("cispo")`)."""
 
     clip_range_low: float = field(
@@ -134,7 +150,7 @@ class CISPOLossArguments:
 
 
 @dataclass
-class SAPOLossArguments:
+class SAPOLossArguments(LossArguments):
     """Arguments of the SAPO loss (`get_policy_loss("sapo")`)."""
 
     tau_pos: float = field(
@@ -162,7 +178,7 @@ class SAPOLossArguments:
 
 
 @dataclass
-class TOPRLossArguments:
+class TOPRLossArguments(LossArguments):
     """Arguments of the TOPR loss (`get_policy_loss("topr")`)."""
 
     advantage_threshold: float = field(
@@ -176,8 +192,10 @@ class TOPRLossArguments:
 
 
 @dataclass
-class SPPOLossArguments:
+class SPPOLossArguments(LossArguments):
     """Arguments of the sPPO loss (`get_policy_loss("sppo")`)."""
+
+    loss_renames: ClassVar[dict[str, str]] = {"sppo_epsilon": "epsilon"}
 
     sppo_epsilon: float = field(
         default=0.3,
@@ -190,9 +208,17 @@ class SPPOLossArguments:
 
 
 @dataclass
-class RECLossArguments:
+class RECLossArguments(LossArguments):
     """Arguments of the REC loss (`get_policy_loss("rec")`); the loss aggregates by token mean (sequence mean of
-    token means with `rec_clip_mode="gspo-one-side"`)."""
+    token means with `rec_clip_mode="gspo-one-side"`). Every argument carries the prefix `rec_`."""
+
+    loss_renames: ClassVar[dict[str, str]] = {
+        f"rec_{name}": name
+        for name in (
+            "epsilon_low", "epsilon_high", "epsilon_low_prime", "epsilon_high_prime",
+            "clip_mode", "weight", "regularizer", "regularizer_coef", "temp",
+        )
+    }  # fmt: skip
 
     rec_epsilon_low: float = field(default=0.2, metadata=_help("Lower clip ε_l (ratio ≥ 1 − ε_l), in (0, 1]."))
     rec_epsilon_high: float = field(default=0.2, metadata=_help("Upper clip ε_h (ratio ≤ 1 + ε_h), > 0."))
@@ -227,7 +253,7 @@ class RECLossArguments:
 
 
 @dataclass
-class OPMDLossArguments:
+class OPMDLossArguments(LossArguments):
     """Arguments of the OPMD loss (`get_policy_loss("opmd")`)."""
 
     tau: float = field(
@@ -237,7 +263,7 @@ class OPMDLossArguments:
 
 
 @dataclass
-class SFTLossArguments:
+class SFTLossArguments(LossArguments):
     """Arguments of the SFT loss (`get_policy_loss("sft")`)."""
 
     loss_agg_mode: str = _agg_field("token-mean")
@@ -249,8 +275,11 @@ class SFTLossArguments:
 
 
 @dataclass
-class GRPOAdvantageArguments:
+class GRPOAdvantageArguments(AdvantageArguments):
     """Arguments of the GRPO advantage `(R − group mean) / (group std + ε)` (`get_advantage_fn("grpo")`)."""
+
+    advantage_fn: ClassVar[str] = "grpo"
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
     advantage_epsilon: float = field(
         default=1e-6,
@@ -272,8 +301,11 @@ class GRPOAdvantageArguments:
 
 
 @dataclass
-class OPMDAdvantageArguments:
+class OPMDAdvantageArguments(AdvantageArguments):
     """Arguments of the OPMD advantage (`get_advantage_fn("opmd")`)."""
+
+    advantage_fn: ClassVar[str] = "opmd"
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_tau": "tau"}
 
     opmd_baseline: str = field(
         default="mean",
@@ -285,8 +317,10 @@ class OPMDAdvantageArguments:
 
 
 @dataclass
-class AsymREAdvantageArguments:
+class AsymREAdvantageArguments(AdvantageArguments):
     """Arguments of the AsymRE advantage (`get_advantage_fn("asymre")`)."""
+
+    advantage_fn: ClassVar[str] = "asymre"
 
     baseline_shift: float = field(
         default=-0.1,
@@ -298,8 +332,11 @@ class AsymREAdvantageArguments:
 
 
 @dataclass
-class RECAdvantageArguments:
+class RECAdvantageArguments(AdvantageArguments):
     """Arguments of the REC advantage (`get_advantage_fn("rec")`)."""
+
+    advantage_fn: ClassVar[str] = "rec"
+    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
     advantage_epsilon: float = field(default=1e-6, metadata=_help("ε of the std normalization."))
     std_normalize: bool = field(default=False, metadata=_help("Divide the centred rewards by the group std."))
@@ -313,8 +350,10 @@ class RECAdvantageArguments:
 
 
 @dataclass
-class ReinforcePlusPlusAdvantageArguments:
+class ReinforcePlusPlusAdvantageArguments(AdvantageArguments):
     """Arguments of the REINFORCE++ advantage (`get_advantage_fn("reinforceplusplus")`)."""
+
+    advantage_fn: ClassVar[str] = "reinforceplusplus"
 
     gamma: float = field(
         default=1.0,
@@ -326,8 +365,10 @@ class ReinforcePlusPlusAdvantageArguments:
 
 
 @dataclass
-class RAFTSelectionArguments:
+class RAFTSelectionArguments(AdvantageArguments):
     """Arguments of RAFT's best-of-group selection (`get_advantage_fn("raft")`)."""
+
+    advantage_fn: ClassVar[str] = "raft"
 
     min_reward: float | None = field(
         default=None,
@@ -335,6 +376,20 @@ class RAFTSelectionArguments:
             "Keep a group's best completion only if its reward is at least this value (default: always keep the best)."
         ),
     )
+
+
+@dataclass
+class RLOOAdvantageArguments(AdvantageArguments):
+    """The RLOO advantage (`get_advantage_fn("rloo")`): R − the mean reward of the group's other samples."""
+
+    advantage_fn: ClassVar[str] = "rloo"
+
+
+@dataclass
+class ReinforceAdvantageArguments(AdvantageArguments):
+    """The REINFORCE advantage (`get_advantage_fn("reinforce")`): the raw reward."""
+
+    advantage_fn: ClassVar[str] = "reinforce"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -378,13 +433,11 @@ class GRPOFamilyConfig(GRPOConfig):
     reference model), `entropy_coef` the entropy-bonus coefficient, `num_generations` the group size.
     """
 
+    #: the algorithm's name; a subclass gets its loss and advantage arguments by also subclassing one
+    #: `LossArguments` and one `AdvantageArguments` dataclass
     algorithm: ClassVar[str] = ""
-    #: dataclass holding the policy-loss arguments, and config-field -> loss-argument renames
-    loss_arguments: ClassVar[type | None] = None
     loss_renames: ClassVar[dict[str, str]] = {}
-    #: same for the advantage function (None: the algorithm has no advantage function)
     advantage_fn: ClassVar[str | None] = None
-    advantage_arguments: ClassVar[type | None] = None
     advantage_renames: ClassVar[dict[str, str]] = {}
 
     kl_loss_fn: str = field(
@@ -416,7 +469,6 @@ class GRPOFamilyConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        spec = get_algorithm(self.algorithm) if self.algorithm else None
         self._check_unused_trl_fields()
         if self.steps_per_generation % self.gradient_accumulation_steps:
             raise ValueError(
@@ -436,7 +488,7 @@ class GRPOFamilyConfig(GRPOConfig):
                 f"{type(self).__name__}: entropy_coef={self.entropy_coef} is set but entropy_loss_fn='none'; set "
                 "entropy_loss_fn='default' to add the entropy bonus, or entropy_coef=0"
             )
-        if spec is not None:
+        if self.algorithm:
             # Build every component once so that a bad argument fails here, naming the config field.
             self.build_policy_loss()
             self.build_advantage_fn()
@@ -463,7 +515,7 @@ class GRPOFamilyConfig(GRPOConfig):
         hints = None
         for name, instead in _UNUSED_TRL_FIELDS.items():
             value, default = getattr(self, name), _GRPO_DEFAULTS[name]
-            if value == default or (name == "scale_rewards" and value in (True, "group")):
+            if value == default:  # compared after GRPOConfig.__post_init__, which maps scale_rewards=True to "group"
                 continue
             hints = hints or self._clip_hint()
             raise ValueError(
@@ -475,12 +527,20 @@ class GRPOFamilyConfig(GRPOConfig):
     # ---- components ---------------------------------------------------------------------------------------
 
     @classmethod
+    def arguments_of(cls, part: type) -> type | None:
+        """The `LossArguments` or `AdvantageArguments` dataclass (`part`) this config is assembled from."""
+        bases = (b for b in cls.__mro__ if issubclass(b, part) and not issubclass(b, GRPOFamilyConfig))
+        return next((b for b in bases if b is not part), None)
+
+    @classmethod
     def loss_argument_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls.loss_arguments)] if cls.loss_arguments else []
+        part = cls.arguments_of(LossArguments)
+        return [f.name for f in dataclasses.fields(part)] if part else []
 
     @classmethod
     def advantage_argument_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls.advantage_arguments)] if cls.advantage_arguments else []
+        part = cls.arguments_of(AdvantageArguments)
+        return [f.name for f in dataclasses.fields(part)] if part else []
 
     def _kwargs(self, names: list[str], renames: dict[str, str]) -> dict[str, Any]:
         return {renames.get(name, name): getattr(self, name) for name in names}
@@ -538,12 +598,7 @@ class GRPOFamilyConfig(GRPOConfig):
 
 def _document(cls: type[GRPOFamilyConfig]) -> type[GRPOFamilyConfig]:
     """Append a TRL-style parameter list of the algorithm's own fields to the class docstring."""
-    own = [
-        f
-        for part in (cls.loss_arguments, cls.advantage_arguments)
-        if part is not None
-        for f in dataclasses.fields(part)
-    ]
+    own = [f for f in dataclasses.fields(cls) if f.name in cls.loss_argument_names() + cls.advantage_argument_names()]
     lines = ["", "    Parameters specific to this algorithm:", ""]
     for f in own:
         default = getattr(cls, f.name, f.default)
@@ -565,15 +620,11 @@ class GRPOConfig(PPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "grpo"
-    loss_arguments: ClassVar[type] = PPOLossArguments
-    advantage_fn: ClassVar[str] = "grpo"
-    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
-    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
 
 @_document
 @dataclass
-class RLOOConfig(PPOLossArguments, GRPOFamilyConfig):
+class RLOOConfig(PPOLossArguments, RLOOAdvantageArguments, GRPOFamilyConfig):
     r"""
     Configuration of [`RLOOTrainer`]: REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics", arXiv
     2402.14740): the baseline of a completion is the mean reward of the other completions of its prompt; the
@@ -581,8 +632,6 @@ class RLOOConfig(PPOLossArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "rloo"
-    loss_arguments: ClassVar[type] = PPOLossArguments
-    advantage_fn: ClassVar[str] = "rloo"
 
 
 @_document
@@ -595,9 +644,6 @@ class ReinforcePlusPlusConfig(PPOLossArguments, ReinforcePlusPlusAdvantageArgume
     """
 
     algorithm: ClassVar[str] = "reinforceplusplus"
-    loss_arguments: ClassVar[type] = PPOLossArguments
-    advantage_fn: ClassVar[str] = "reinforceplusplus"
-    advantage_arguments: ClassVar[type] = ReinforcePlusPlusAdvantageArguments
 
 
 @_document
@@ -611,10 +657,6 @@ class GSPOConfig(GSPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "gspo"
-    loss_arguments: ClassVar[type] = GSPOLossArguments
-    advantage_fn: ClassVar[str] = "grpo"
-    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
-    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
 
 @_document
@@ -627,10 +669,6 @@ class CISPOConfig(CISPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "cispo"
-    loss_arguments: ClassVar[type] = CISPOLossArguments
-    advantage_fn: ClassVar[str] = "grpo"
-    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
-    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
 
 @_document
@@ -643,15 +681,11 @@ class SAPOConfig(SAPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "sapo"
-    loss_arguments: ClassVar[type] = SAPOLossArguments
-    advantage_fn: ClassVar[str] = "grpo"
-    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
-    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
 
 @_document
 @dataclass
-class TOPRConfig(TOPRLossArguments, GRPOFamilyConfig):
+class TOPRConfig(TOPRLossArguments, ReinforceAdvantageArguments, GRPOFamilyConfig):
     r"""
     Configuration of [`TOPRTrainer`]: Tapered Off-Policy REINFORCE (Le Roux et al. 2025, arXiv 2503.14286): full
     REINFORCE gradient on positive samples, ratio-truncated gradient on negative ones; the advantage is the raw
@@ -659,8 +693,6 @@ class TOPRConfig(TOPRLossArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "topr"
-    loss_arguments: ClassVar[type] = TOPRLossArguments
-    advantage_fn: ClassVar[str] = "reinforce"
 
 
 @_document
@@ -672,11 +704,6 @@ class SPPOConfig(SPPOLossArguments, GRPOAdvantageArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "sppo"
-    loss_arguments: ClassVar[type] = SPPOLossArguments
-    loss_renames: ClassVar[dict[str, str]] = {"sppo_epsilon": "epsilon"}
-    advantage_fn: ClassVar[str] = "grpo"
-    advantage_arguments: ClassVar[type] = GRPOAdvantageArguments
-    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
 
 @_document
@@ -689,17 +716,6 @@ class RECConfig(RECLossArguments, RECAdvantageArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "rec"
-    loss_arguments: ClassVar[type] = RECLossArguments
-    loss_renames: ClassVar[dict[str, str]] = {
-        f"rec_{name}": name
-        for name in (
-            "epsilon_low", "epsilon_high", "epsilon_low_prime", "epsilon_high_prime",
-            "clip_mode", "weight", "regularizer", "regularizer_coef", "temp",
-        )
-    }  # fmt: skip
-    advantage_fn: ClassVar[str] = "rec"
-    advantage_arguments: ClassVar[type] = RECAdvantageArguments
-    advantage_renames: ClassVar[dict[str, str]] = {"advantage_epsilon": "epsilon"}
 
 
 @_document
@@ -712,10 +728,6 @@ class OPMDConfig(OPMDLossArguments, OPMDAdvantageArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "opmd"
-    loss_arguments: ClassVar[type] = OPMDLossArguments
-    advantage_fn: ClassVar[str] = "opmd"
-    advantage_arguments: ClassVar[type] = OPMDAdvantageArguments
-    advantage_renames: ClassVar[dict[str, str]] = {"advantage_tau": "tau"}
 
 
 @_document
@@ -727,9 +739,6 @@ class AsymREConfig(OPMDLossArguments, AsymREAdvantageArguments, GRPOFamilyConfig
     """
 
     algorithm: ClassVar[str] = "asymre"
-    loss_arguments: ClassVar[type] = OPMDLossArguments
-    advantage_fn: ClassVar[str] = "asymre"
-    advantage_arguments: ClassVar[type] = AsymREAdvantageArguments
 
 
 @_document
@@ -742,9 +751,6 @@ class RAFTConfig(SFTLossArguments, RAFTSelectionArguments, GRPOFamilyConfig):
     """
 
     algorithm: ClassVar[str] = "raft"
-    loss_arguments: ClassVar[type] = SFTLossArguments
-    advantage_fn: ClassVar[str] = "raft"
-    advantage_arguments: ClassVar[type] = RAFTSelectionArguments
 
 
 GRPO_FAMILY_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {

@@ -30,21 +30,8 @@ import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses import aggregate_loss
-from .grpo_config import (
-    AsymREConfig,
-    CISPOConfig,
-    GRPOConfig,
-    GRPOFamilyConfig,
-    GSPOConfig,
-    OPMDConfig,
-    RAFTConfig,
-    RECConfig,
-    ReinforcePlusPlusConfig,
-    RLOOConfig,
-    SAPOConfig,
-    SPPOConfig,
-    TOPRConfig,
-)
+from . import grpo_config as configs
+from .grpo_config import GRPOFamilyConfig
 
 _MULTIMODAL_KEYS = (
     "pixel_values",
@@ -115,7 +102,8 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         self.loss_agg_mode = args.aggregation
         self._gathered_rewards: torch.Tensor | None = None
         self._window: dict[str, torch.Tensor] = {}
-        self._window_kl: torch.Tensor | None = None
+        self._window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
+        self._window_steps = 0
 
     # ---- rewards and advantages -------------------------------------------------------------------------------
 
@@ -172,9 +160,10 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         if advantages.dim() == 2:
             advantages = advantages[:, : completion_mask.size(1)]
         output["advantages"] = advantages.float()
-        if not bool(result.keep.all()):
+        dropped_frac = 1.0 - result.keep.float().mean().item()
+        self._metrics[mode]["advantages/dropped_frac"].append(dropped_frac)
+        if dropped_frac > 0:
             output["completion_mask"] = completion_mask * keep.unsqueeze(1).to(completion_mask.dtype)
-        self._metrics[mode]["advantages/dropped_frac"].append(1.0 - result.keep.float().mean().item())
         # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
         table = _zero_dropped(result.advantages, result.keep)
         if table.dim() == 2:
@@ -273,34 +262,33 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / scale
             metrics["aux_loss"] = aux_loss.detach()
-        self._log_loss_metrics(mode, metrics)
-        if mode == "train" and self.kl_fn.adaptive:
-            self._update_adaptive_kl(metrics["kl"], inputs["global_valid_seqs"])
+        logged = self._log_loss_metrics(mode, metrics)
+        if logged and mode == "train" and self.kl_fn.adaptive:  # the optimizer step: update beta from the window's KL
+            self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
+            self.beta = self.kl_fn.kl_coef
         return loss
 
-    def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> None:
-        """One collective and one host sync for all metrics. Window metrics are summed over processes and
-        scaled by the accumulation steps, so their average over the micro-steps of a window is the window's
-        value; the others are averaged over processes."""
-        names = list(metrics)
-        values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in names])
-        totals = self.accelerator.reduce(values, reduction="sum").tolist()
-        processes = self.accelerator.num_processes
-        for name, total in zip(names, totals, strict=True):
-            if mode == "train" and _window_metric(name):
-                value = total * self.current_gradient_accumulation_steps
-            else:
-                value = total / processes
-            self._metrics[mode][name].append(value)
+    def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
+        with one collective and one host sync; returns what was logged ({} mid-window).
 
-    def _update_adaptive_kl(self, kl_share: torch.Tensor, window_seqs: torch.Tensor) -> None:
-        """Sum the window's KL over its micro-batches and, at the optimizer step, update `beta`."""
-        self._window_kl = kl_share if self._window_kl is None else self._window_kl + kl_share
-        if self.accelerator.sync_gradients:
-            current_kl = self.accelerator.reduce(self._window_kl.detach(), reduction="sum").item()
-            self.kl_fn.update_kl_coef(current_kl, batch_size=int(window_seqs.item()))
-            self.beta = self.kl_fn.kl_coef
-            self._window_kl = None
+        Window metrics (`_window_metric`) are micro-batch shares, so their sum over the window's micro-batches
+        and processes is the window's value; the others are averaged over micro-batches and processes."""
+        values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in metrics])
+        steps = 1
+        if mode == "train":
+            self._window_sums = values if self._window_sums is None else self._window_sums + values
+            self._window_steps += 1
+            if not self.accelerator.sync_gradients:
+                return {}
+            values, steps, self._window_sums, self._window_steps = self._window_sums, self._window_steps, None, 0
+        totals = self.accelerator.reduce(values, reduction="sum").tolist()
+        logged = {}
+        for name, total in zip(metrics, totals, strict=True):
+            share = mode == "train" and _window_metric(name)
+            logged[name] = total if share else total / (self.accelerator.num_processes * steps)
+            self._metrics[mode][name].append(logged[name])
+        return logged
 
     # ---- checkpoints (the adaptive KL coefficient) -------------------------------------------------------------
 
@@ -347,73 +335,73 @@ def _check_prompt_column(owner: str, split: str, dataset: Any) -> None:
 class GRPOTrainer(GRPOFamilyTrainer):
     """GRPO with Trinity-RFT's dual-clip PPO loss and group-normalized advantages (config: `GRPOConfig`)."""
 
-    config_class = GRPOConfig
+    config_class = configs.GRPOConfig
 
 
 class GSPOTrainer(GRPOFamilyTrainer):
     """GSPO-token: length-normalized sequence importance ratio (config: `GSPOConfig`)."""
 
-    config_class = GSPOConfig
+    config_class = configs.GSPOConfig
 
 
 class CISPOTrainer(GRPOFamilyTrainer):
     """CISPO: clipped stop-gradient IS weight on a REINFORCE loss (config: `CISPOConfig`)."""
 
-    config_class = CISPOConfig
+    config_class = configs.CISPOConfig
 
 
 class SAPOTrainer(GRPOFamilyTrainer):
     """SAPO: soft, temperature-controlled gate instead of a hard clip (config: `SAPOConfig`)."""
 
-    config_class = SAPOConfig
+    config_class = configs.SAPOConfig
 
 
 class TOPRTrainer(GRPOFamilyTrainer):
     """TOPR: tapered off-policy REINFORCE (config: `TOPRConfig`)."""
 
-    config_class = TOPRConfig
+    config_class = configs.TOPRConfig
 
 
 class SPPOTrainer(GRPOFamilyTrainer):
     """sPPO: policy gradient inside a log-space trust region (config: `SPPOConfig`)."""
 
-    config_class = SPPOConfig
+    config_class = configs.SPPOConfig
 
 
 class RECTrainer(GRPOFamilyTrainer):
     """REC: REINFORCE with off-policy clipping, weighting and regularization (config: `RECConfig`)."""
 
-    config_class = RECConfig
+    config_class = configs.RECConfig
 
 
 class OPMDTrainer(GRPOFamilyTrainer):
     """OPMD: online policy mirror descent (config: `OPMDConfig`)."""
 
-    config_class = OPMDConfig
+    config_class = configs.OPMDConfig
 
 
 class AsymRETrainer(GRPOFamilyTrainer):
     """AsymRE: REINFORCE with a shifted group baseline (config: `AsymREConfig`)."""
 
-    config_class = AsymREConfig
+    config_class = configs.AsymREConfig
 
 
 class ReinforcePlusPlusTrainer(GRPOFamilyTrainer):
     """REINFORCE++: whitened token-level returns with the PPO loss (config: `ReinforcePlusPlusConfig`)."""
 
-    config_class = ReinforcePlusPlusConfig
+    config_class = configs.ReinforcePlusPlusConfig
 
 
 class RLOOTrainer(GRPOFamilyTrainer):
     """RLOO: leave-one-out baseline with the PPO loss (config: `RLOOConfig`)."""
 
-    config_class = RLOOConfig
+    config_class = configs.RLOOConfig
 
 
 class RAFTTrainer(GRPOFamilyTrainer):
     """RAFT: SFT on the best completion of each group (config: `RAFTConfig`)."""
 
-    config_class = RAFTConfig
+    config_class = configs.RAFTConfig
 
 
 GRPO_FAMILY_TRAINERS: dict[str, type[GRPOFamilyTrainer]] = {
