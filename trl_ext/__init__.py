@@ -38,6 +38,10 @@ _TRAINER_EXPORTS = (
     "RLOOTrainer",
     "RAFTConfig",
     "RAFTTrainer",
+    "MIXConfig",
+    "MIXTrainer",
+    "MIXCHORDConfig",
+    "MIXCHORDTrainer",
 )
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "build_tokenizer",
     "tiny_model_path",
     "toy_dataset",
+    "toy_expert_dataset",
     "toy_reward",
 ]
 
@@ -288,6 +289,27 @@ def toy_dataset(num_prompts: int = 1024, seed: int = 0, conversational: bool = F
     if conversational:
         prompts = [[{"role": "user", "content": p}] for p in prompts]
     return Dataset.from_dict({"prompt": prompts, "target": letters})
+
+
+def toy_expert_dataset(num_demos: int = 256, seed: int = 0, conversational: bool = False) -> Dataset:
+    """`num_demos` expert demonstrations of the task for MIX / MIX-CHORD: `prompt` as in `toy_dataset` and a
+    correct `completion` (" c c c", the letter repeated 2 to 6 times, so it fits `max_completion_length=8`
+    with the EOS), plus `target`. Letters are balanced and shuffled with `seed`.
+
+    `conversational=True` gives conversational prompt-completion rows (`[{"role": "user", ...}]` /
+    `[{"role": "assistant", "content": "c c c"}]`), to pair with `toy_dataset(conversational=True)`.
+    """
+    rng = random.Random(seed)
+    letters = [LETTERS[i % len(LETTERS)] for i in range(num_demos)]
+    rng.shuffle(letters)
+    prompts: list[Any] = [PROMPT_TEMPLATE.format(letter=c) for c in letters]
+    answers = [" ".join([c] * rng.randint(2, 6)) for c in letters]
+    if conversational:
+        prompts = [[{"role": "user", "content": p}] for p in prompts]
+        completions: list[Any] = [[{"role": "assistant", "content": a}] for a in answers]
+    else:
+        completions = [" " + a for a in answers]
+    return Dataset.from_dict({"prompt": prompts, "completion": completions, "target": letters})
 
 
 _PROMPT_LETTER = re.compile(r"letter (\S):")

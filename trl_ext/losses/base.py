@@ -40,6 +40,24 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 Metrics = dict[str, torch.Tensor]
 
 
+def split_normalizer(normalizer: Any, part_seqs: Any, all_seqs: Any) -> Any:
+    """The share of `seq-mean-token-sum-norm`'s normalizer (sequences × max length) that belongs to a part of
+    the rows (MIX's rollouts or expert rows): normalizer · part_seqs / all_seqs; no host sync."""
+    if normalizer is None:
+        return None
+    return normalizer * part_seqs / (all_seqs.clamp(min=1) if isinstance(all_seqs, torch.Tensor) else max(all_seqs, 1))
+
+
+def is_window_share(metric: str) -> bool:
+    """Whether a loss metric is, under window normalization, this micro-batch's *share* of the window's value
+    (summed over the window's micro-batches and processes) rather than a micro-batch mean (averaged).
+
+    Loss values are shares (`loss`, `pg_loss`, `sft_loss`, `kl_loss`, `entropy_loss`, every `*_loss`), and so
+    are the per-part metrics of MIX (`usual/*`, `expert/*`), which that loss weights by each micro-batch's
+    share of the part's window."""
+    return metric == "loss" or metric.endswith("_loss") or metric.startswith(("usual/", "expert/"))
+
+
 # --------------------------------------------------------------------------------------------------
 # Argument checks (the generic ones live in trl_ext._validation)
 # --------------------------------------------------------------------------------------------------

@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from .base import MaskedBatch, Metrics, build_from_registry, check_loss_agg_mode, check_number
+from .base import (
+    MaskedBatch,
+    Metrics,
+    build_from_registry,
+    check_loss_agg_mode,
+    check_number,
+    split_normalizer,
+)
 
 
 class EntropyFn:
@@ -48,6 +55,10 @@ class EntropyFn:
 
 
 class MixEntropyFn(EntropyFn):
+    """The bonus over the non-expert rows only. Window normalization: with the window's counts over all rows
+    (`global_valid_toks` / `global_valid_seqs`) and over the expert rows (`expert_valid_toks` /
+    `expert_valid_seqs`), the non-expert rows are normalized over their own part of the window."""
+
     name = "mix"
 
     def __call__(
@@ -56,6 +67,11 @@ class MixEntropyFn(EntropyFn):
         action_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
         expert_mask: torch.Tensor | None = None,
+        global_valid_toks: Any = None,
+        global_valid_seqs: Any = None,
+        expert_valid_toks: Any = None,
+        expert_valid_seqs: Any = None,
+        normalizer: Any = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, Metrics]:
         if expert_mask is None:
@@ -63,9 +79,18 @@ class MixEntropyFn(EntropyFn):
         b = MaskedBatch(self.name, entropy, action_mask)
         usual = ~b.row_flags(expert_mask, "expert_mask")
         tokens = b.mask & usual.unsqueeze(-1)
-        return super().__call__(
-            entropy, tokens, loss_agg_mode, global_valid_toks=torch.count_nonzero(tokens), global_valid_seqs=usual.sum()
-        )
+        if global_valid_toks is None:  # this batch is the window
+            window = {"global_valid_toks": torch.count_nonzero(tokens), "global_valid_seqs": usual.sum()}
+        elif expert_valid_toks is None or expert_valid_seqs is None:
+            raise ValueError("mix entropy: window normalization needs expert_valid_toks and expert_valid_seqs")
+        else:
+            seqs = global_valid_seqs - expert_valid_seqs
+            window = {
+                "global_valid_toks": global_valid_toks - expert_valid_toks,
+                "global_valid_seqs": seqs,
+                "normalizer": split_normalizer(normalizer, seqs, global_valid_seqs),
+            }
+        return super().__call__(entropy, tokens, loss_agg_mode, **window)
 
 
 class NoEntropy(EntropyFn):

@@ -4,20 +4,34 @@ CHORD: Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts: Harmonizing Su
 and Reinforcement Learning via Dynamic Weighting" (arXiv 2508.11408).
 
 Rows with `expert_mask` False ("usual" rollouts) get the dual-clip PPO loss, expert rows an SFT loss
-(`sft`; CHORD's φ-weighted `sft_phi` by default in `mix_chord`). Each part is the loss over its own
-rows, scaled by its row count n and a per-micro-batch weight w so that it averages over *its own*
-batch across the reference's gradient-accumulation steps:
+(`sft`; CHORD's φ-weighted `sft_phi` by default in `mix_chord`), blended by μ:
 
-    w = (ppo_mini_batch_size // ppo_micro_batch_size_per_gpu) / (train_batch_size_<type> // ngpus_trainer)
-    w = (ppo_mini_batch_size // ngpus_trainer) / (B · (train_batch_size_<type> // ngpus_trainer))   [use_dynamic_bsz]
-    loss = (1 − μ) · n_usual·w_usual·ppo + μ · n_expert·w_expert·sft
+    loss = (1 − μ) · PPO(usual rows) + μ · SFT(expert rows)
 
-An empty part contributes 0. `mix` keeps μ fixed; `mix_chord` schedules it by the global `step`:
-linear warm-up to μ_peak over W steps, then a cosine decay to μ_valley over D steps, then μ_valley.
+`mix` keeps μ fixed; `mix_chord` schedules it by the global `step`: linear warm-up to μ_peak over W steps,
+then a cosine decay to μ_valley over D steps, then μ_valley.
 
-Metrics are the parts' metrics, scaled like their losses and prefixed `usual/` and `expert/`, plus
-`loss` (and `mu` for `mix_chord`). Unlike the reference, which omits a part's metrics when it has no
-rows, they are always present (0 for an empty part): omitting them would need a host sync.
+Each part is normalized over its *own* rows, in one of two ways:
+
+* Window normalization (what the trainers use, DESIGN §2.6): given the optimizer window's counts —
+  `global_valid_toks` / `global_valid_seqs` over all rows and `expert_valid_toks` / `expert_valid_seqs` over
+  the expert rows — each part aggregates over its rows of the whole window (usual = all − expert), and the
+  result is this micro-batch's share of the window's loss. The parts' metrics become shares too: loss
+  metrics as returned by the part, the others (clip fractions, ...) weighted by the micro-batch's share of
+  the part's window tokens, so that summing over the window gives their token-weighted mean.
+* The reference's per-micro-batch weighting (without window counts): each part is the mean over its rows of
+  the micro-batch, scaled by its row count n and a weight w set by the reference's batch geometry, so that
+  it averages over its own batch across the reference's gradient-accumulation steps:
+
+      w = (ppo_mini_batch_size // ppo_micro_batch_size_per_gpu) / (train_batch_size_<type> // ngpus_trainer)
+      w = (ppo_mini_batch_size // ngpus_trainer) / (B · (train_batch_size_<type> // ngpus_trainer))   [use_dynamic_bsz]
+      loss = (1 − μ) · n_usual·w_usual·ppo + μ · n_expert·w_expert·sft
+
+  The parts' metrics are scaled like their losses.
+
+An empty part contributes 0. Metrics are the parts' metrics prefixed `usual/` and `expert/`, and `loss`
+(plus `mu` for `mix_chord`). Unlike the reference, which omits a part's metrics when it has no rows, they
+are always present (0 for an empty part): omitting them would need a host sync.
 """
 
 from __future__ import annotations
@@ -27,14 +41,17 @@ import math
 import torch
 
 from .base import (
+    EPS,
     MaskedBatch,
     Metrics,
     PolicyLoss,
     check_bool,
     check_loss_agg_mode,
     check_number,
+    is_window_share,
     register_policy_loss,
     resolve_clip_range,
+    split_normalizer,
 )
 from .ppo import PPOPolicyLoss
 from .sft import SFTLoss, SFTPhiLoss
@@ -142,39 +159,74 @@ class MIXPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         expert_mask: torch.Tensor,
         step: torch.Tensor | int | None = None,
+        global_valid_toks: torch.Tensor | float | None = None,
+        global_valid_seqs: torch.Tensor | float | None = None,
+        expert_valid_toks: torch.Tensor | float | None = None,
+        expert_valid_seqs: torch.Tensor | float | None = None,
+        normalizer: torch.Tensor | float | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = MaskedBatch(self.name, logprob, action_mask)
         expert = b.row_flags(expert_mask, "expert_mask")
-        n_expert = expert.sum(dtype=b.count_dtype)
-        n_usual = expert.shape[0] - n_expert
-        per_row = 1.0 / expert.shape[0] if self.use_dynamic_bsz else 1.0
         usual_tokens = b.mask & ~expert.unsqueeze(-1)
         expert_tokens = b.mask & expert.unsqueeze(-1)
-
-        # Each part is normalized over its own rows: the window counts are those rows' counts.
-        ppo_loss, ppo_metrics = self.grpo_loss_fn(
-            logprob,
-            old_logprob,
-            usual_tokens,
-            advantages,
-            global_valid_toks=torch.count_nonzero(usual_tokens),
-            global_valid_seqs=n_usual,
-        )
-        sft_loss, sft_metrics = self.sft_loss_fn(
-            logprob, expert_tokens, global_valid_toks=torch.count_nonzero(expert_tokens), global_valid_seqs=n_expert
-        )
-        scale_usual = n_usual * (self._weight_usual * per_row)
-        scale_expert = n_expert * (self._weight_expert * per_row)
+        windowed = global_valid_toks is not None
+        if windowed:
+            if None in (global_valid_seqs, expert_valid_toks, expert_valid_seqs):
+                raise ValueError(
+                    f"{self.name}: window normalization needs global_valid_toks, global_valid_seqs, "
+                    "expert_valid_toks and expert_valid_seqs together"
+                )
+            # Each part's window: its own rows of the whole optimizer window (usual = all − expert).
+            seqs = {"usual": global_valid_seqs - expert_valid_seqs, "expert": expert_valid_seqs}
+            toks = {"usual": global_valid_toks - expert_valid_toks, "expert": expert_valid_toks}
+            windows = {
+                part: {
+                    "global_valid_toks": toks[part],
+                    "global_valid_seqs": seqs[part],
+                    # Dr. GRPO's sequences × max length, split between the parts by their sequences
+                    "normalizer": split_normalizer(normalizer, seqs[part], global_valid_seqs),
+                }
+                for part in ("usual", "expert")
+            }
+        else:
+            # The micro-batch is the part's batch: its own rows' counts.
+            windows = {
+                "usual": {
+                    "global_valid_toks": torch.count_nonzero(usual_tokens),
+                    "global_valid_seqs": (~expert).sum(dtype=b.count_dtype),
+                },
+                "expert": {
+                    "global_valid_toks": torch.count_nonzero(expert_tokens),
+                    "global_valid_seqs": expert.sum(dtype=b.count_dtype),
+                },
+            }
+        ppo_loss, ppo_metrics = self.grpo_loss_fn(logprob, old_logprob, usual_tokens, advantages, **windows["usual"])
+        sft_loss, sft_metrics = self.sft_loss_fn(logprob, expert_tokens, **windows["expert"])
+        if windowed:  # the parts are already window shares
+            scale_usual = scale_expert = 1.0
+        else:
+            per_row = 1.0 / expert.shape[0] if self.use_dynamic_bsz else 1.0
+            scale_usual = windows["usual"]["global_valid_seqs"] * (self._weight_usual * per_row)
+            scale_expert = windows["expert"]["global_valid_seqs"] * (self._weight_expert * per_row)
         mu = self.current_mu(step)
         if isinstance(mu, torch.Tensor):
             mu = mu.to(b.count_dtype)
         loss = (1.0 - mu) * (ppo_loss * scale_usual) + mu * (sft_loss * scale_expert)
 
         with torch.no_grad():
-            metrics = {f"usual/{k}": v * scale_usual for k, v in ppo_metrics.items()}
-            metrics.update({f"expert/{k}": v * scale_expert for k, v in sft_metrics.items()})
-            metrics["loss"] = loss.detach()
+            metrics = {"loss": loss.detach()}
+            for part, part_metrics, scale, tokens in (
+                ("usual", ppo_metrics, scale_usual, usual_tokens),
+                ("expert", sft_metrics, scale_expert, expert_tokens),
+            ):
+                if windowed:  # means over this micro-batch's part tokens -> shares of the window's token mean
+                    share = torch.count_nonzero(tokens).to(b.count_dtype) / (windows[part]["global_valid_toks"] + EPS)
+                for name, value in part_metrics.items():
+                    if windowed:
+                        metrics[f"{part}/{name}"] = value if is_window_share(name) else value * share
+                    else:
+                        metrics[f"{part}/{name}"] = value * scale
             if self.schedules_mu:
                 metrics["mu"] = torch.as_tensor(mu).detach()
         return loss, metrics

@@ -2,11 +2,15 @@
 
 from .grpo_config import (
     GRPO_FAMILY_CONFIGS,
+    MIX_CONFIGS,
     AsymREConfig,
     CISPOConfig,
     GRPOConfig,
     GRPOFamilyConfig,
     GSPOConfig,
+    MIXCHORDConfig,
+    MIXConfig,
+    MIXFamilyConfig,
     OPMDConfig,
     RAFTConfig,
     RECConfig,
@@ -32,10 +36,13 @@ from .grpo_trainer import (
     SPPOTrainer,
     TOPRTrainer,
 )
+from .mix_trainer import MIX_TRAINERS, MIXCHORDTrainer, MIXFamilyTrainer, MIXTrainer
 
 __all__ = [
     "GRPO_FAMILY_CONFIGS",
     "GRPO_FAMILY_TRAINERS",
+    "MIX_CONFIGS",
+    "MIX_TRAINERS",
     "AsymREConfig",
     "AsymRETrainer",
     "CISPOConfig",
@@ -46,6 +53,12 @@ __all__ = [
     "GRPOTrainer",
     "GSPOConfig",
     "GSPOTrainer",
+    "MIXCHORDConfig",
+    "MIXCHORDTrainer",
+    "MIXConfig",
+    "MIXFamilyConfig",
+    "MIXFamilyTrainer",
+    "MIXTrainer",
     "OPMDConfig",
     "OPMDTrainer",
     "RAFTConfig",

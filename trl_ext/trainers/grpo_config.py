@@ -17,6 +17,7 @@ case it takes the prefix `advantage_` (`advantage_epsilon`, `advantage_tau`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -267,6 +268,87 @@ class SFTLossArguments(LossArguments):
     """Arguments of the SFT loss (`get_policy_loss("sft")`)."""
 
     loss_agg_mode: str = _agg_field("token-mean")
+
+
+_GEOMETRY_HELP = (
+    "The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for "
+    "window normalization: each part is averaged over its own rows of the optimizer window. Setting any of them "
+    "switches to the reference's per-micro-batch weighting n·w (see `trl_ext.losses.mix`), with the reference's "
+    "defaults (1, False) for the ones left unset."
+)
+
+
+@dataclass
+class _MixingArguments(LossArguments):
+    """What MIX and MIX-CHORD share: the PPO part's clip, the aggregation of each part, the reference geometry."""
+
+    clip_range: float | None = field(default=0.2, metadata=_help("PPO clip ε of the rollout part."))
+    clip_range_low: float | None = field(default=None, metadata=_help("Lower clip ε_low; defaults to `clip_range`."))
+    clip_range_high: float | None = field(default=None, metadata=_help("Upper clip ε_high; defaults to `clip_range`."))
+    loss_agg_mode: str = _agg_field("token-mean")
+    sft_loss_agg_mode: str | None = field(
+        default=None,
+        metadata=_help(
+            "Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.", choices=list(LOSS_AGG_MODES)
+        ),
+    )
+    grpo_loss_agg_mode: str | None = field(
+        default=None,
+        metadata=_help(
+            "Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`.", choices=list(LOSS_AGG_MODES)
+        ),
+    )
+    use_dynamic_bsz: bool | None = field(default=None, metadata=_help(_GEOMETRY_HELP))
+    ppo_mini_batch_size: int | None = field(default=None, metadata=_help("Reference geometry: see `use_dynamic_bsz`."))
+    ppo_micro_batch_size_per_gpu: int | None = field(
+        default=None, metadata=_help("Reference geometry: see `use_dynamic_bsz`.")
+    )
+    ngpus_trainer: int | None = field(default=None, metadata=_help("Reference geometry: see `use_dynamic_bsz`."))
+    train_batch_size_usual: int | None = field(
+        default=None, metadata=_help("Reference geometry: see `use_dynamic_bsz`.")
+    )
+    train_batch_size_expert: int | None = field(
+        default=None, metadata=_help("Reference geometry: see `use_dynamic_bsz`.")
+    )
+
+    geometry_fields: ClassVar[tuple[str, ...]] = (
+        "use_dynamic_bsz",
+        "ppo_mini_batch_size",
+        "ppo_micro_batch_size_per_gpu",
+        "ngpus_trainer",
+        "train_batch_size_usual",
+        "train_batch_size_expert",
+    )
+
+
+@dataclass
+class MIXLossArguments(_MixingArguments):
+    """Arguments of the MIX loss (`get_policy_loss("mix")`): (1 − μ)·PPO on rollouts + μ·SFT on expert rows."""
+
+    mu: float = field(default=0.1, metadata=_help("Weight μ ∈ [0, 1] of the SFT part on the expert rows."))
+
+
+@dataclass
+class MIXCHORDLossArguments(_MixingArguments):
+    """Arguments of the MIX-CHORD loss (`get_policy_loss("mix_chord")`): μ scheduled by the global step and the
+    φ-weighted SFT part."""
+
+    mu_warmup_steps: int = field(
+        default=0, metadata=_help("μ rises linearly from 0 to `mu_peak` over this many optimizer steps.")
+    )
+    mu_decay_steps: int = field(
+        default=0,
+        metadata=_help("Then μ decays from `mu_peak` to `mu_valley` over this many steps (cosine), and stays there."),
+    )
+    mu_peak: float = field(default=0.1, metadata=_help("μ at the end of the warm-up."))
+    mu_valley: float = field(default=0.1, metadata=_help("μ after the decay (CHORD's floor)."))
+    enable_phi_function: bool = field(
+        default=True,
+        metadata=_help(
+            "CHORD-φ: weight each expert token's NLL by sg(p(1 − p)), p the policy's probability of the token; "
+            "False uses plain SFT."
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -591,6 +673,92 @@ class GRPOFamilyConfig(GRPOConfig):
         return getattr(self, "loss_agg_mode", "token-mean")
 
 
+class MIXFamilyConfig(GRPOFamilyConfig):
+    """Base of the MIX / MIX-CHORD configs: the share of expert demonstrations in each generation batch.
+
+    (A plain class on purpose: the dataclass fields come from `_ExpertDataArguments`, which the concrete configs
+    list before `GRPOFamilyConfig` so that the field overrides take effect.)
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        ratio = self.expert_data_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ValueError(
+                f"{type(self).__name__}: expert_data_ratio={ratio!r} must be a number in [0, 1] (the share of each "
+                "generation batch's rows that are expert demonstrations; 0 = only rollouts, 1 = only expert rows)"
+            )
+        rows, group, processes = self.generation_batch_size, self.num_generations, self.world_size
+        experts = self.expert_rows_per_generation
+        step = math.lcm(group, processes)
+        if experts % step == 0 and (experts < rows or ratio == 1):
+            return
+        why = f"a multiple of num_generations={group}" + (f" and of the {processes} processes" if processes > 1 else "")
+        what = (
+            f"{type(self).__name__}: expert_data_ratio={ratio} puts ceil({ratio} × {rows}) = {experts} expert "
+            f"demonstrations in each generation batch of {rows} rows (generation_batch_size), leaving {rows - experts} "
+            f"rollouts"
+        )
+        fits = list(range(step, rows, step))  # expert counts that leave both kinds of rows
+        if not fits:
+            raise ValueError(
+                f"{what}; a generation batch of {rows} rows cannot hold both kinds: the expert rows must be {why} "
+                f"(the rollouts form whole prompt groups, split evenly over processes) and leave room for at least "
+                f"one group of rollouts. Raise per_device_train_batch_size or steps_per_generation, or use "
+                f"expert_data_ratio=0 or 1"
+            )
+        below = max((e for e in fits if e <= experts), default=None)
+        above = min((e for e in fits if e > experts), default=None)
+        options = " or ".join(f"{e / rows:g} ({e} rows)" for e in (below, above) if e is not None)
+        if experts % step:
+            why = (
+                f"the expert rows must be {why}, so that the rollouts form whole prompt groups (split evenly over "
+                "processes)"
+            )
+        else:
+            why = "with expert_data_ratio < 1 at least one group of rollouts must remain"
+        raise ValueError(f"{what}; {why}. The nearest ratios that fit: {options}")
+
+    @property
+    def expert_rows_per_generation(self) -> int:
+        """Expert rows in each generation batch, over all processes: ceil(ratio × generation_batch_size), as the
+        reference's mix sampler takes ceil(ratio × train_batch_size)."""
+        return math.ceil(self.expert_data_ratio * self.generation_batch_size - 1e-9)
+
+    @property
+    def reference_weighting(self) -> bool:
+        """True when a batch-geometry argument is set: the reference's per-micro-batch weighting instead of the
+        window normalization of each part."""
+        return any(getattr(self, name) is not None for name in self.geometry_fields)
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        kwargs = super().policy_loss_kwargs()
+        return {k: v for k, v in kwargs.items() if not (k in self.geometry_fields and v is None)}
+
+
+@dataclass
+class _ExpertDataArguments:
+    """The expert-data fields of MIX / MIX-CHORD (and the entropy bonus on rollouts only)."""
+
+    expert_data_ratio: float = field(
+        default=0.5,
+        metadata=_help(
+            "Share of each generation batch's rows that are expert demonstrations (from the trainer's "
+            "`expert_dataset`), the rest being rollouts: ceil(ratio × generation_batch_size) expert rows, which "
+            "must be a multiple of `num_generations` (and of the number of processes) so that the rollouts form "
+            "whole prompt groups. 0 trains on rollouts only, 1 on expert rows only (no generation)."
+        ),
+    )
+    entropy_loss_fn: str = field(
+        default="mix",
+        metadata=_help(
+            "Entropy bonus `entropy_coef`·agg(entropy): `mix` over the rollouts only (expert demonstrations are "
+            "not the policy's samples), `default` over every row, `none` disables it.",
+            choices=["mix", "default", "none"],
+        ),
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Per-algorithm configs
 # ---------------------------------------------------------------------------------------------------------------
@@ -598,7 +766,8 @@ class GRPOFamilyConfig(GRPOConfig):
 
 def _document(cls: type[GRPOFamilyConfig]) -> type[GRPOFamilyConfig]:
     """Append a TRL-style parameter list of the algorithm's own fields to the class docstring."""
-    own = [f for f in dataclasses.fields(cls) if f.name in cls.loss_argument_names() + cls.advantage_argument_names()]
+    shared = {f.name for f in dataclasses.fields(GRPOFamilyConfig)}
+    own = [f for f in dataclasses.fields(cls) if f.name not in shared]
     lines = ["", "    Parameters specific to this algorithm:", ""]
     for f in own:
         default = getattr(cls, f.name, f.default)
@@ -753,6 +922,32 @@ class RAFTConfig(SFTLossArguments, RAFTSelectionArguments, GRPOFamilyConfig):
     algorithm: ClassVar[str] = "raft"
 
 
+@_document
+@dataclass
+class MIXConfig(MIXLossArguments, GRPOAdvantageArguments, _ExpertDataArguments, MIXFamilyConfig):
+    r"""
+    Configuration of [`MIXTrainer`]: RL on rollouts mixed with SFT on expert demonstrations in the same batch
+    (Trinity-RFT's MIX, the fixed-μ form of CHORD, arXiv 2508.11408). A share `expert_data_ratio` of each
+    generation batch is expert rows from the trainer's `expert_dataset`; the loss is (1 − μ)·PPO on the rollouts
+    (group-normalized advantages) + μ·SFT on the expert rows, each part normalized over its own rows.
+    """
+
+    algorithm: ClassVar[str] = "mix"
+
+
+@_document
+@dataclass
+class MIXCHORDConfig(MIXCHORDLossArguments, GRPOAdvantageArguments, _ExpertDataArguments, MIXFamilyConfig):
+    r"""
+    Configuration of [`MIXCHORDTrainer`]: CHORD (Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts", arXiv
+    2508.11408): as MIX, with μ following the global step (linear warm-up to `mu_peak`, cosine decay to
+    `mu_valley`) and CHORD-φ token weights on the expert NLL. The paper's recipe (Trinity-RFT's
+    `examples/mix_chord`): `mu_warmup_steps=200, mu_decay_steps=400, mu_peak=0.5, mu_valley=0.02`.
+    """
+
+    algorithm: ClassVar[str] = "mix_chord"
+
+
 GRPO_FAMILY_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
     c.algorithm: c
     for c in (
@@ -760,3 +955,4 @@ GRPO_FAMILY_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
         AsymREConfig, ReinforcePlusPlusConfig, RLOOConfig, RAFTConfig,
     )
 }  # fmt: skip
+MIX_CONFIGS: dict[str, type[MIXFamilyConfig]] = {c.algorithm: c for c in (MIXConfig, MIXCHORDConfig)}

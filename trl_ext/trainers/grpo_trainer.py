@@ -30,6 +30,7 @@ import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses import aggregate_loss
+from ..losses.base import is_window_share
 from . import grpo_config as configs
 from .grpo_config import GRPOFamilyConfig
 
@@ -50,7 +51,7 @@ _STATE_FILE = "trl_ext_state.json"
 
 def _window_metric(name: str) -> bool:
     """Metrics that a loss returns as this micro-batch's share of the window aggregate."""
-    return name in ("loss", "policy_loss", "kl", "entropy") or name.endswith("_loss")
+    return name in ("policy_loss", "kl", "entropy") or is_window_share(name)
 
 
 class GRPOFamilyTrainer(trl.GRPOTrainer):
@@ -186,24 +187,26 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
             # The window is the next `accumulation` buffered micro-batches (`steps_per_generation` is a multiple
             # of the accumulation steps, checked by the config), on every process.
             start = self._step % self.args.steps_per_generation
-            window = self._buffered_inputs[start : start + accumulation]
-            tokens = sum(_loss_mask(batch).sum() for batch in window)
-            seqs = sum(batch["completion_mask"].size(0) for batch in window)
-            counts = torch.stack([tokens.float(), torch.tensor(float(seqs), device=tokens.device)])
+            window = [self._window_counts(batch) for batch in self._buffered_inputs[start : start + accumulation]]
+            names = list(window[0])
+            counts = torch.stack([sum(batch[name] for batch in window) for name in names])
             counts = self.accelerator.reduce(counts, reduction="sum")
-            self._window = {"global_valid_toks": counts[0], "global_valid_seqs": counts[1]}
+            self._window = dict(zip(names, counts, strict=True))
         return {**inputs, **self._window}
 
+    def _window_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """What a micro-batch adds to the window's counts (`global_valid_toks` tokens, `global_valid_seqs` rows)."""
+        mask = _loss_mask(batch)
+        return {"global_valid_toks": mask.sum().float(), "global_valid_seqs": mask.new_tensor(mask.size(0)).float()}
+
     def _window_kwargs(self, inputs: dict[str, Any], mode: str) -> dict[str, Any]:
-        """The aggregation kwargs of the losses: window counts in training, the micro-batch itself in eval; the
-        `seq-mean-token-sum-norm` normalizer is Dr. GRPO's sequences × max_completion_length."""
+        """The aggregation kwargs of the losses: the window's counts in training, the micro-batch's own in eval,
+        and Dr. GRPO's `seq-mean-token-sum-norm` normalizer, sequences × max_completion_length."""
         if mode == "train":
-            window = {key: inputs[key] for key in ("global_valid_toks", "global_valid_seqs")}
-            seqs = window["global_valid_seqs"]
+            window = {name: inputs[name] for name in self._window}
         else:
-            window, seqs = {}, inputs["completion_mask"].size(0)
-        if self.loss_agg_mode == "seq-mean-token-sum-norm":
-            window["normalizer"] = seqs * self.max_completion_length
+            window = self._window_counts(inputs)
+        window["normalizer"] = window["global_valid_seqs"] * self.max_completion_length
         return window
 
     # ---- the loss --------------------------------------------------------------------------------------------
@@ -231,12 +234,16 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
             ]
         window = self._window_kwargs(inputs, mode)
 
-        policy_loss, loss_metrics = self.policy_loss_fn(
+        # Every loss ignores the inputs it does not use (`expert_mask` and `step` are MIX's).
+        batch_inputs = {"expert_mask": inputs.get("expert_mask"), "step": self.state.global_step}
+        policy_loss, loss_metrics = self._policy_loss(
+            mode,
             logprob=logps,
             old_logprob=old,
             action_mask=mask,
             advantages=advantages,
             ref_logprob=inputs.get("ref_per_token_logps"),
+            **batch_inputs,
             **window,
         )
         loss = policy_loss
@@ -248,11 +255,14 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
             loss = loss + kl_loss
             metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
         if self.entropy_fn.entropy_coef != 0.0:
-            bonus, entropy_metrics = self.entropy_fn(entropies, mask, self.loss_agg_mode, **window)
+            bonus, entropy_metrics = self.entropy_fn(
+                entropies, mask, self.loss_agg_mode, expert_mask=batch_inputs["expert_mask"], **window
+            )
             loss = loss - bonus
             metrics.update(entropy_metrics)
-        token_window = {k: v for k, v in window.items() if k == "global_valid_toks"}
-        metrics["entropy"] = aggregate_loss(entropies.detach(), mask, "token-mean", **token_window)
+        metrics["entropy"] = aggregate_loss(
+            entropies.detach(), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")
+        )
 
         if mode == "train":
             # Window shares sum to the window's loss over micro-batches and processes; DDP / DeepSpeed / FSDP
@@ -267,6 +277,10 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
             self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
             self.beta = self.kl_fn.kl_coef
         return loss
+
+    def _policy_loss(self, mode: str, **inputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The algorithm's policy loss on one micro-batch: its share of the window's loss, and its metrics."""
+        return self.policy_loss_fn(**inputs)
 
     def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
         """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
@@ -290,23 +304,32 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
             self._metrics[mode][name].append(logged[name])
         return logged
 
-    # ---- checkpoints (the adaptive KL coefficient) -------------------------------------------------------------
+    # ---- checkpoints: the state trl_ext adds to TRL's (`trl_ext_state.json`) ---------------------------------------
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """What a resumed run needs beyond TRL's checkpoint: the adaptive KL coefficient."""
+        return {"kl_coef": self.kl_fn.kl_coef} if self.kl_fn.adaptive else {}
+
+    def _restore_checkpoint_state(self, state: dict[str, Any]) -> None:
+        if self.kl_fn.adaptive and "kl_coef" in state:
+            self.kl_fn.kl_coef = self.beta = state["kl_coef"]
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if self.kl_fn.adaptive and self.args.should_save:
+        state = self._checkpoint_state()
+        if state and self.args.should_save:
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             with open(os.path.join(folder, _STATE_FILE), "w") as f:
-                json.dump({"kl_coef": self.kl_fn.kl_coef}, f)
+                json.dump(state, f)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         path = os.path.join(checkpoint, _STATE_FILE) if checkpoint is not None else None
-        if self.kl_fn.adaptive and path is not None and os.path.exists(path):
+        if path is not None and os.path.exists(path):
             with open(path) as f:
-                self.kl_fn.kl_coef = self.beta = json.load(f)["kl_coef"]
+                self._restore_checkpoint_state(json.load(f))
 
 
 def _zero_dropped(advantages: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
