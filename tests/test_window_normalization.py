@@ -1,7 +1,8 @@
 """Normalization over the optimizer window (DESIGN §2.6): the same 16 fixed completions trained as 1 process ×
 4 accumulation steps, 1 process × 1 step with 4× the batch, and 2 processes × 2 steps (torchrun, gloo, CPU)
 give the same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages
-(REINFORCE++) and dropped samples (RAFT). A control run that normalizes each micro-batch by itself (TRL's
+(REINFORCE++), dropped samples (RAFT) and MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
+own rows of the window, with a scheduled μ). A control run that normalizes each micro-batch by itself (TRL's
 `grpo` / `bnpo` convention) does not, so the comparison can fail.
 """
 
@@ -16,7 +17,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
-ALGORITHMS = "grpo:all,reinforceplusplus,raft"
+MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
+ALGORITHMS = "grpo:all,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -43,6 +45,8 @@ def runs(random_tiny_model, tmp_path_factory):
 
 
 KEYS = [f"grpo/{mode}" for mode in MODES] + ["reinforceplusplus/default", "raft/default"]
+KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES]
+MIX_METRICS = ("usual/pg_loss", "usual/pg_clipfrac", "usual/ppo_kl", "expert/sft_phi_loss", "mu", "entropy_loss")
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -52,10 +56,14 @@ def test_same_update_for_every_split(runs, key):
     for split in ("1x4", "2x2"):
         torch.testing.assert_close(runs[split][key]["update"], reference, rtol=1e-5, atol=1e-7, msg=f"{split} {key}")
     # The logged window values agree too (step 2 has a KL term).
-    for name in ("policy_loss", "kl", "entropy", "reward"):
+    for name in ("policy_loss", "kl", "entropy", "reward", *(MIX_METRICS if key.startswith("mix") else ())):
         values = [runs[split][key]["logs"][1][name] for split in ("1x1", "1x4", "2x2")]
         assert values == pytest.approx([values[0]] * 3, rel=1e-5, abs=1e-7), name
     assert runs["1x1"][key]["logs"][1]["kl"] > 0
+    if key.startswith("mix"):  # both parts contribute, and μ follows the step
+        logs = runs["1x1"][key]["logs"]
+        assert logs[0]["usual/pg_loss"] != 0 and logs[0]["expert/sft_phi_loss"] > 0
+        assert [entry["mu"] for entry in logs] == pytest.approx([0.6, 0.4])
 
 
 def test_modes_differ_and_local_normalization_does_not_match(runs):

@@ -47,6 +47,15 @@ def make_rollout(eos: int):
     return rollout
 
 
+def expert_dataset(tokenizer) -> Dataset:
+    """Eight demonstrations of uneven lengths whose prompts are 3 tokens, like the rollouts' (no left padding, so
+    the logits do not depend on how rows are grouped into padded batches)."""
+    words = [w for w in ("a b c", "d e f", "g h a", "b c d", "e f g", "h a b", "c d e", "f g h")]
+    assert all(len(tokenizer(w)["input_ids"]) == 3 for w in words), [tokenizer(w)["input_ids"] for w in words]
+    completions = [" " + " ".join(w.split()[0] for _ in range(1 + i % 6)) for i, w in enumerate(words)]
+    return Dataset.from_dict({"prompt": words, "completion": completions})
+
+
 def reward(completion_ids, **kwargs):
     return [((sum(ids) * 7919) % 101) / 100.0 for ids in completion_ids]
 
@@ -83,12 +92,17 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     dataset = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(PROMPTS)]})
     results = {}
-    for entry in args.algorithms.split(","):  # "grpo:all" runs every loss_agg_mode, "raft" only the default
+    # "grpo:all" runs every loss_agg_mode, "mix_chord:token-mean+seq-mean-token-mean" those two, "raft" the default
+    for entry in args.algorithms.split(","):
         algorithm, _, which = entry.partition(":")
         spec = trl_ext.get_algorithm(algorithm)
-        modes = LOSS_AGG_MODES if which == "all" else ("default",)
+        modes = LOSS_AGG_MODES if which == "all" else which.split("+") if which else ("default",)
         for mode in modes:
             extra = {} if mode == "default" else {"loss_agg_mode": mode}
+            mixing = {}
+            if algorithm.startswith("mix"):  # half the window is expert rows; mu 0.6 then 0.4
+                extra.update(mu_peak=0.6, mu_valley=0.2, mu_decay_steps=2, expert_data_ratio=0.5)
+                mixing["expert_dataset"] = expert_dataset(tokenizer)
             config = spec.config_class(
                 output_dir=os.path.join(os.path.dirname(args.out), "run"),
                 use_cpu=True,
@@ -119,6 +133,7 @@ def main() -> None:
                 train_dataset=dataset,
                 processing_class=tokenizer,
                 rollout_func=make_rollout(tokenizer.eos_token_id),
+                **mixing,
             )
             before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
             trainer.train()

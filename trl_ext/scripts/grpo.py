@@ -10,9 +10,13 @@ Arguments are parsed by `trl.TrlParser` into TRL's `GRPOScriptArguments` (`--dat
 and advantage arguments), `trl.ModelConfig` (`--model_name_or_path`, `--use_peft`, `--lora_r`, ...) and
 `trl.DatasetMixtureConfig`; `--config recipe.yaml` sets any of them, and the command line overrides the file.
 
+MIX / MIX-CHORD also read `--expert_dataset_name` (and `--expert_dataset_config`, `--expert_dataset_split`): the
+expert demonstrations, prompt/completion or conversational `messages` rows in the prompts' format.
+
 Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
-`trl_ext.toy` on its "repeat the letter" task with a verifiable reward, with the toy's hyperparameters as defaults
-(`trl_ext.toy.DEFAULT_TRAINING`). Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
+`trl_ext.toy` on its "repeat the letter" task with a verifiable reward (and, for MIX / MIX-CHORD, the task's
+embedded expert demonstrations), with the toy's hyperparameters as defaults (`trl_ext.toy.DEFAULT_TRAINING`).
+Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,6 +35,21 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser, get_dataset, get_p
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..algorithms import get_algorithm
+
+
+@dataclass
+class ExpertDataArguments:
+    """Where MIX / MIX-CHORD read their expert demonstrations."""
+
+    expert_dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Expert demonstrations (Hub id or local path) for MIX / MIX-CHORD: prompt/completion or "
+            "conversational 'messages' rows. Default with the toy model: the toy task's demonstrations."
+        },
+    )
+    expert_dataset_config: str | None = field(default=None, metadata={"help": "Configuration of the expert dataset."})
+    expert_dataset_split: str = field(default="train", metadata={"help": "Split of the expert dataset."})
 
 
 def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
@@ -62,6 +82,21 @@ def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
     return funcs
 
 
+def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
+    if args.expert_dataset_name is None:
+        if not toy_task:
+            raise ValueError(
+                "--expert_dataset_name is required: MIX / MIX-CHORD train on expert demonstrations of your task "
+                "(prompt/completion or conversational 'messages' rows)"
+            )
+        from ..toy import toy_expert_dataset
+
+        return toy_expert_dataset()
+    from datasets import load_dataset
+
+    return load_dataset(args.expert_dataset_name, name=args.expert_dataset_config, split=args.expert_dataset_split)
+
+
 def _uses_default_model(argv: Sequence[str]) -> bool:
     """True when neither the command line nor the `--config` file names a model."""
     pre = argparse.ArgumentParser(add_help=False)
@@ -77,8 +112,9 @@ def _uses_default_model(argv: Sequence[str]) -> bool:
 
 
 def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
-    config_class = get_algorithm(algorithm).config_class
-    parser = TrlParser((GRPOScriptArguments, config_class, ModelConfig, DatasetMixtureConfig))
+    spec = get_algorithm(algorithm)
+    expert = (ExpertDataArguments,) if spec.sample_strategy == "mix" else ()
+    parser = TrlParser((GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *expert))
     if not torch.cuda.is_available():
         parser.set_defaults(use_cpu=True, bf16=False)
     if _uses_default_model(argv):
@@ -92,7 +128,9 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
     """Parse `argv` (default: the command line), train, save the model to `output_dir`; return the trainer."""
     argv = list(sys.argv[1:] if argv is None else argv)
     spec = get_algorithm(algorithm)
-    script_args, training_args, model_args, dataset_args = make_parser(algorithm, argv).parse_args_and_config(argv)
+    script_args, training_args, model_args, dataset_args, *expert = make_parser(algorithm, argv).parse_args_and_config(
+        argv
+    )
 
     model = model_args.model_name_or_path
     reward_funcs = _reward_funcs(script_args)
@@ -106,6 +144,7 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
         )
     else:
         dataset = None
+    toy_task = dataset is None
     if model is None or dataset is None:
         from .. import toy
 
@@ -113,6 +152,9 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
         if dataset is None:
             dataset = {script_args.dataset_train_split: toy.toy_dataset()}
             reward_funcs = reward_funcs or [toy.toy_reward]
+    extra: dict[str, Any] = {}
+    if expert:  # MIX / MIX-CHORD
+        extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
 
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
@@ -129,6 +171,7 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
         eval_dataset=dataset[script_args.dataset_test_split] if training_args.eval_strategy != "no" else None,
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
+        **extra,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
