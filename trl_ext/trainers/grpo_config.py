@@ -749,6 +749,13 @@ class _ExpertDataArguments:
             "whole prompt groups. 0 trains on rollouts only, 1 on expert rows only (no generation)."
         ),
     )
+    per_device_train_batch_size: int = field(
+        default=16,
+        metadata=_help(
+            "Rows per device and micro-batch, rollouts and expert demonstrations together. 16 (TRL: 8) so that the "
+            "default batch holds one group of `num_generations=8` rollouts and 8 demonstrations."
+        ),
+    )
     entropy_loss_fn: str = field(
         default="mix",
         metadata=_help(
