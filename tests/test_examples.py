@@ -12,7 +12,7 @@ from trainer_helpers import logged
 
 from trl_ext.scripts.grpo import main
 from trl_ext.toy import DEFAULT_TRAINING
-from trl_ext.trainers import GRPO_FAMILY_CONFIGS
+from trl_ext.trainers import GRPO_FAMILY_CONFIGS, MIX_CONFIGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
@@ -20,7 +20,7 @@ QUICK += ["--save_strategy", "no"]
 
 
 def test_one_example_per_algorithm_sharing_the_script():
-    for algorithm in GRPO_FAMILY_CONFIGS:
+    for algorithm in [*GRPO_FAMILY_CONFIGS, *MIX_CONFIGS]:
         with open(os.path.join(ROOT, "examples", f"train_{algorithm}.py")) as f:
             source = f.read()
         assert "from trl_ext.scripts.grpo import main" in source and f'main("{algorithm}")' in source
@@ -33,6 +33,26 @@ def test_default_run_uses_the_toy_and_saves(toy_cache, tiny_model, tmp_path):
     assert trainer.model.config._name_or_path == tiny_model
     assert logged(trainer, "sapo_loss") and logged(trainer, "rewards/repeat_letter_reward/mean")
     assert os.path.isfile(os.path.join(str(tmp_path), "model.safetensors"))
+
+
+@pytest.mark.parametrize("algorithm", ["mix", "mix_chord"])
+def test_mix_examples_use_the_embedded_demonstrations(toy_cache, tiny_model, tmp_path, algorithm):
+    trainer = main(algorithm, ["--output_dir", str(tmp_path), *QUICK, "--expert_data_ratio", "0.5"])
+    assert trainer.state.global_step == 2 and len(trainer._expert_rows) == 256  # trl_ext.toy.toy_expert_dataset()
+    assert logged(trainer, "usual/pg_loss") and all(
+        v > 0 for v in logged(trainer, "expert/" + ("sft_loss" if algorithm == "mix" else "sft_phi_loss"))
+    )
+
+
+def test_mix_recipe_and_a_user_dataset_needs_demonstrations(toy_cache, tiny_model, tmp_path):
+    argv = ["--config", os.path.join(ROOT, "configs", "mix_chord.yaml"), "--output_dir", str(tmp_path)]
+    argv += ["--model_name_or_path", tiny_model]
+    parsed = __import__("trl_ext.scripts.grpo", fromlist=["make_parser"]).make_parser("mix_chord", argv)
+    args = parsed.parse_args_and_config(argv)[1]
+    assert (args.mu_warmup_steps, args.mu_decay_steps, args.mu_peak, args.mu_valley) == (200, 400, 0.5, 0.02)
+    assert args.expert_data_ratio == 0.2 and args.expert_rows_per_generation == 64  # of 320 rows: 32 prompts × 8
+    with pytest.raises(ValueError, match="--expert_dataset_name is required"):
+        main("mix", ["--output_dir", str(tmp_path), *QUICK, "--dataset_name", "trl-lib/unused"])
 
 
 def test_recipe_and_command_line_flags(toy_cache, tiny_model, tmp_path):

@@ -134,6 +134,10 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
 
     model = model_args.model_name_or_path
     reward_funcs = _reward_funcs(script_args)
+    extra: dict[str, Any] = {}
+    if expert:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
+        toy_task = not (dataset_args.datasets or script_args.dataset_name)
+        extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
     if dataset_args.datasets:
         dataset = get_dataset(dataset_args)
     elif script_args.dataset_name:
@@ -144,7 +148,6 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
         )
     else:
         dataset = None
-    toy_task = dataset is None
     if model is None or dataset is None:
         from .. import toy
 
@@ -152,9 +155,6 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
         if dataset is None:
             dataset = {script_args.dataset_train_split: toy.toy_dataset()}
             reward_funcs = reward_funcs or [toy.toy_reward]
-    extra: dict[str, Any] = {}
-    if expert:  # MIX / MIX-CHORD
-        extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
 
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
