@@ -151,15 +151,13 @@ def test_expert_data_cycles_when_exhausted_and_says_so_once(tiny_model, tmp_path
     assert len(notes) == 1 and "all 6 demonstrations" in notes[0].getMessage()
 
 
-def _expert_logprob(trainer, expert) -> float:
+def _expert_logprob(trainer) -> float:
     """Mean log-prob of the expert completion tokens under the trainer's model."""
-    rows = trainer._expert_rows
-    ids = [torch.tensor(p + c) for p, c in rows]
     total, count = 0.0, 0
     model = trainer.model.eval()
     with torch.no_grad():
-        for (p, c), x in zip(rows, ids, strict=True):
-            logits = model(x.unsqueeze(0)).logits[0, len(p) - 1 : -1]
+        for p, c in trainer._expert_rows:
+            logits = model(torch.tensor([p + c])).logits[0, len(p) - 1 : -1]
             total += torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(c).unsqueeze(1)).sum().item()
             count += len(c)
     return total / count
@@ -172,9 +170,9 @@ def test_sft_part_raises_the_log_prob_of_expert_completions(tiny_model, tmp_path
     results = {}
     for mu in (0.0, 1.0):
         trainer = _trainer(tiny_model, tmp_path / str(mu), expert=expert, mu=mu, max_steps=20, logging_steps=5)
-        start = _expert_logprob(trainer, expert)
+        start = _expert_logprob(trainer)
         trainer.train()
-        results[mu] = _expert_logprob(trainer, expert) - start
+        results[mu] = _expert_logprob(trainer) - start
     assert results[1.0] > 0.15, results
     assert results[1.0] > results[0.0] + 0.5, results
 

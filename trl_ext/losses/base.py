@@ -40,12 +40,36 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 Metrics = dict[str, torch.Tensor]
 
 
-def split_normalizer(normalizer: Any, part_seqs: Any, all_seqs: Any) -> Any:
-    """The share of `seq-mean-token-sum-norm`'s normalizer (sequences × max length) that belongs to a part of
-    the rows (MIX's rollouts or expert rows): normalizer · part_seqs / all_seqs; no host sync."""
-    if normalizer is None:
-        return None
-    return normalizer * part_seqs / (all_seqs.clamp(min=1) if isinstance(all_seqs, torch.Tensor) else max(all_seqs, 1))
+def part_windows(
+    owner: str,
+    global_valid_toks: Any,
+    global_valid_seqs: Any,
+    expert_valid_toks: Any,
+    expert_valid_seqs: Any,
+    normalizer: Any = None,
+) -> dict[str, dict[str, Any]]:
+    """The window counts of MIX's two parts, from the window's counts over all rows and over the expert rows:
+    `{"usual": {...}, "expert": {...}}`, each with `global_valid_toks` / `global_valid_seqs` and its share of
+    `seq-mean-token-sum-norm`'s normalizer (sequences × max length, split by sequences). No host sync."""
+    if None in (global_valid_seqs, expert_valid_toks, expert_valid_seqs):
+        raise ValueError(
+            f"{owner}: window normalization needs global_valid_toks, global_valid_seqs, expert_valid_toks and "
+            "expert_valid_seqs together"
+        )
+    seqs = {"usual": global_valid_seqs - expert_valid_seqs, "expert": expert_valid_seqs}
+    toks = {"usual": global_valid_toks - expert_valid_toks, "expert": expert_valid_toks}
+    if isinstance(global_valid_seqs, torch.Tensor):
+        all_seqs = global_valid_seqs.clamp(min=1)
+    else:
+        all_seqs = max(global_valid_seqs, 1)
+    return {
+        part: {
+            "global_valid_toks": toks[part],
+            "global_valid_seqs": seqs[part],
+            "normalizer": None if normalizer is None else normalizer * seqs[part] / all_seqs,
+        }
+        for part in ("usual", "expert")
+    }
 
 
 def is_window_share(metric: str) -> bool:

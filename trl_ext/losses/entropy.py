@@ -23,7 +23,7 @@ from .base import (
     build_from_registry,
     check_loss_agg_mode,
     check_number,
-    split_normalizer,
+    part_windows,
 )
 
 
@@ -81,15 +81,10 @@ class MixEntropyFn(EntropyFn):
         tokens = b.mask & usual.unsqueeze(-1)
         if global_valid_toks is None:  # this batch is the window
             window = {"global_valid_toks": torch.count_nonzero(tokens), "global_valid_seqs": usual.sum()}
-        elif expert_valid_toks is None or expert_valid_seqs is None:
-            raise ValueError("mix entropy: window normalization needs expert_valid_toks and expert_valid_seqs")
         else:
-            seqs = global_valid_seqs - expert_valid_seqs
-            window = {
-                "global_valid_toks": global_valid_toks - expert_valid_toks,
-                "global_valid_seqs": seqs,
-                "normalizer": split_normalizer(normalizer, seqs, global_valid_seqs),
-            }
+            window = part_windows(
+                "mix entropy", global_valid_toks, global_valid_seqs, expert_valid_toks, expert_valid_seqs, normalizer
+            )["usual"]
         return super().__call__(entropy, tokens, loss_agg_mode, **window)
 
 

@@ -49,9 +49,9 @@ from .base import (
     check_loss_agg_mode,
     check_number,
     is_window_share,
+    part_windows,
     register_policy_loss,
     resolve_clip_range,
-    split_normalizer,
 )
 from .ppo import PPOPolicyLoss
 from .sft import SFTLoss, SFTPhiLoss
@@ -171,24 +171,10 @@ class MIXPolicyLoss(PolicyLoss):
         usual_tokens = b.mask & ~expert.unsqueeze(-1)
         expert_tokens = b.mask & expert.unsqueeze(-1)
         windowed = global_valid_toks is not None
-        if windowed:
-            if None in (global_valid_seqs, expert_valid_toks, expert_valid_seqs):
-                raise ValueError(
-                    f"{self.name}: window normalization needs global_valid_toks, global_valid_seqs, "
-                    "expert_valid_toks and expert_valid_seqs together"
-                )
-            # Each part's window: its own rows of the whole optimizer window (usual = all − expert).
-            seqs = {"usual": global_valid_seqs - expert_valid_seqs, "expert": expert_valid_seqs}
-            toks = {"usual": global_valid_toks - expert_valid_toks, "expert": expert_valid_toks}
-            windows = {
-                part: {
-                    "global_valid_toks": toks[part],
-                    "global_valid_seqs": seqs[part],
-                    # Dr. GRPO's sequences × max length, split between the parts by their sequences
-                    "normalizer": split_normalizer(normalizer, seqs[part], global_valid_seqs),
-                }
-                for part in ("usual", "expert")
-            }
+        if windowed:  # each part's window: its own rows of the whole optimizer window (usual = all − expert)
+            windows = part_windows(
+                self.name, global_valid_toks, global_valid_seqs, expert_valid_toks, expert_valid_seqs, normalizer
+            )
         else:
             # The micro-batch is the part's batch: its own rows' counts.
             windows = {

@@ -34,7 +34,7 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _is_messages(value: Any) -> bool:
+def is_messages(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
 
 
@@ -73,7 +73,7 @@ def load_expert_examples(owner: str, dataset: Any) -> tuple[list[tuple[Any, Any]
     for index, row in enumerate(rows):
         if use_messages:
             messages = row["messages"]
-            if not _is_messages(messages) or not messages or messages[-1]["role"] != "assistant":
+            if not is_messages(messages) or not messages or messages[-1]["role"] != "assistant":
                 raise ValueError(
                     f"{owner}: expert_dataset row {index}: 'messages' must be a list of {{'role', 'content'}} dicts "
                     f"ending with the assistant's message (the demonstration); got {messages!r:.200}"
@@ -81,8 +81,8 @@ def load_expert_examples(owner: str, dataset: Any) -> tuple[list[tuple[Any, Any]
             prompt, completion = messages[:-1], messages[-1:]
         else:
             prompt, completion = row["prompt"], row["completion"]
-        row_conversational = _is_messages(prompt)
-        if row_conversational != _is_messages(completion) or not (
+        row_conversational = is_messages(prompt)
+        if row_conversational != is_messages(completion) or not (
             row_conversational or (isinstance(prompt, str) and isinstance(completion, str))
         ):
             raise ValueError(

@@ -20,6 +20,7 @@ epochs); `expert_data_ratio=0` is the GRPO-family trainer with the MIX loss on r
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ from trl.trainer.utils import RepeatSampler, pad, repeat_iterable_dataset, use_a
 
 from ..losses.base import is_window_share
 from . import grpo_config as configs
-from .expert_data import ExpertStream, _is_messages, load_expert_examples, logger
+from .expert_data import ExpertStream, is_messages, load_expert_examples, logger
 from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
 
 
@@ -66,7 +67,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
             load_expert_examples(owner, expert_dataset) if expert_dataset is not None else ([], False)
         )
         if examples and isinstance(getattr(train_dataset, "column_names", None), list) and len(train_dataset):
-            if "prompt" in train_dataset.column_names and _is_messages(train_dataset[0]["prompt"]) != conversational:
+            if "prompt" in train_dataset.column_names and is_messages(train_dataset[0]["prompt"]) != conversational:
                 kinds = ("conversational", "standard (plain text)")
                 raise ValueError(
                     f"{owner}: expert_dataset is {kinds[not conversational]} but the prompts of train_dataset are "
@@ -173,22 +174,23 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         them for rollouts."""
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        kwargs = {"batch_size": self.args.per_device_train_batch_size}
         keep = batch["completion_ids"].size(1)
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            if not reference:
-                return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, **kwargs)[0]
-            if self.ref_model is not None:
-                return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, keep, **kwargs)[0]
-            model = self.accelerator.unwrap_model(self.model)
-            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, **kwargs)[0]
+        model, adapter = self.model, contextlib.nullcontext()
+        if reference and self.ref_model is not None:
+            model = self.ref_model
+        elif reference:  # PEFT: the base model (adapter disabled), or the "ref" adapter when re-training one
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            adapter = use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None)
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), adapter:
+            return self._get_per_token_logps_and_entropies(
+                model, ids, mask, keep, batch_size=self.args.per_device_train_batch_size
+            )[0]
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:  # evaluation scores the policy's own rollouts
             output = super()._generate_and_score_completions(inputs)
-            output["expert_mask"] = torch.zeros(output["completion_ids"].size(0), dtype=torch.bool)
-            output["expert_mask"] = output["expert_mask"].to(output["completion_ids"].device)
+            ids = output["completion_ids"]
+            output["expert_mask"] = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
             return output
         self._expert_block_start = self._expert_stream.position
         if self.rollout_rows_per_generation == 0:  # expert_data_ratio = 1: nothing to generate
