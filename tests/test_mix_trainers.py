@@ -380,3 +380,25 @@ def test_mixed_formats_are_rejected():
     ]
     with pytest.raises(ValueError, match=r"mixes conversational and standard rows \(row 0 is standard, row 1"):
         load_expert_examples("X", rows)
+
+
+def test_checkpoint_mid_generation_block_rewinds_the_stream(tiny_model, tmp_path):
+    """steps_per_generation=2 > gradient_accumulation_steps=1: a checkpoint after step 1 is inside the block drawn
+    at step 0, which a resumed run regenerates, so it records the block's start (0), not the rows drawn (4)."""
+    trainer = _trainer(tiny_model, tmp_path, steps_per_generation=2, max_steps=1, save_strategy="steps", save_steps=1)
+    trainer.train()
+    assert trainer._expert_stream.position == 8  # 16-row generation batch: 8 demonstrations
+    with open(os.path.join(tmp_path, "checkpoint-1", "trl_ext_state.json")) as f:
+        assert json.load(f) == {"expert_rows_drawn": 0}
+
+
+def test_streaming_prompts_and_evaluation(tiny_model, tmp_path):
+    """An IterableDataset of prompts yields the rollouts' prompts only; evaluation scores rollouts alone."""
+    trainer = _trainer(
+        tiny_model, tmp_path, dataset=toy_dataset(32).to_iterable_dataset(), max_steps=2, per_device_eval_batch_size=8
+    )
+    batch, prompts = _generation_batch(trainer)
+    assert len(prompts) == 4 and int(batch["expert_mask"].sum()) == 4
+    trainer.train()
+    metrics = trainer.evaluate(eval_dataset=toy_dataset(8))
+    assert metrics["eval_expert/sft_loss"] == 0.0 and "eval_usual/pg_clipfrac" in metrics

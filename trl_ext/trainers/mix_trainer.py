@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from datasets import IterableDataset
+from datasets import Dataset, IterableDataset
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import RepeatSampler, pad, repeat_iterable_dataset, use_adapter
 
@@ -66,7 +66,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         examples, conversational = (
             load_expert_examples(owner, expert_dataset) if expert_dataset is not None else ([], False)
         )
-        if examples and isinstance(getattr(train_dataset, "column_names", None), list) and len(train_dataset):
+        if examples and isinstance(train_dataset, Dataset) and len(train_dataset):  # a stream is not peeked at
             if "prompt" in train_dataset.column_names and is_messages(train_dataset[0]["prompt"]) != conversational:
                 kinds = ("conversational", "standard (plain text)")
                 raise ValueError(
