@@ -182,6 +182,9 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
     )
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    # Every rank reaches the teardown together: a gloo process group torn down while a peer has already exited can
+    # block in its destructor (seen once in 2-process CPU runs).
+    trainer.accelerator.wait_for_everyone()
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers, destroy the process group
         trainer.end()
     return trainer
