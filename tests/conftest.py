@@ -44,3 +44,12 @@ def toy_cache(tiny_model, monkeypatch) -> str:
     root = os.path.dirname(tiny_model)
     monkeypatch.setenv("TRL_EXT_CACHE", root)
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(tiny_model) -> str:
+    """Path of the toy task's teacher (`trl_ext.toy.tiny_teacher_path`), cached beside `tiny_model` so that the
+    scripts' default teacher (under `toy_cache`) is this one."""
+    from trl_ext.toy import tiny_teacher_path
+
+    return tiny_teacher_path(os.path.dirname(tiny_model))

@@ -63,7 +63,7 @@ def test_registry_names():
         ("rec", {"epsilon": 1e-6, "std_normalize": False, "drop": None}),
         ("step_wise_grpo", {"epsilon": 1e-6}),
         ("reinforceplusplus", {"gamma": 1.0}),
-        ("on_policy_distill", {"kl_coef": 1.0}),
+        ("on_policy_distill", {"kl_coef": 1.0, "distill_baseline": "none"}),
     ],
 )
 def test_default_args(name, defaults):
@@ -128,6 +128,11 @@ def test_unknown_kwarg_is_named_and_valid_ones_listed():
             r"on_policy_distill: kl_coef=-1.0 is not valid; must be >= 0",
         ),
         ("on_policy_distill", {"kl_coef": True}, r"kl_coef=True is not valid"),
+        (
+            "on_policy_distill",
+            {"distill_baseline": "mean"},
+            r"distill_baseline='mean' is not valid; must be one of 'none', 'batch', 'group'",
+        ),
     ],
 )
 def test_invalid_hyperparameters(name, kwargs, message):
@@ -500,6 +505,37 @@ def test_on_policy_distill_formula_and_masks():
     # -inf at a valid position is an error that points at teacher_valid_mask.
     with pytest.raises(ValueError, match=r"teacher_logprob\[1, 1\] is -inf.*teacher_valid_mask"):
         fn(teacher_logprob=teacher, old_logprob=old, response_mask=mask)
+
+
+def test_on_policy_distill_baselines():
+    # Two groups of two samples, three positions; masked positions (and a teacher-invalid one) stay 0.
+    teacher = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -1.0, -9.0], [-2.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
+    old = torch.tensor([[-0.5, -1.0, -1.0], [-1.0, -1.0, -1.0], [-1.0, -3.0, -1.0], [-1.0, -2.0, -1.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    teacher_valid = torch.tensor([[True, True, False], [True, True, True], [True, True, True], [True, True, True]])
+    raw = 2.0 * (teacher - old)  # [[-1, -2, -4], [1, 0, -16], [-2, 4, 0], [0, 2, 0]]
+    valid = (mask.bool() & teacher_valid).double()
+    kwargs = dict(teacher_logprob=teacher, old_logprob=old, response_mask=mask, teacher_valid_mask=teacher_valid)
+
+    none = get_advantage_fn("on_policy_distill", kl_coef=2.0)(**kwargs)
+    close(none, raw * valid)
+    # batch: minus the mean over the 7 valid tokens, (-1 - 2 + 1 + 0 - 2 + 4 + 0) / 7 = 0
+    batch = get_advantage_fn("on_policy_distill", kl_coef=2.0, distill_baseline="batch")(**kwargs)
+    close(batch, raw * valid)
+    shifted = dict(kwargs, teacher_logprob=teacher - 0.5)  # every valid advantage -1: the mean is -1 lower too
+    close(get_advantage_fn("on_policy_distill", kl_coef=2.0, distill_baseline="batch")(**shifted), raw * valid)
+    # group: per group (rows 0-1, rows 2-3) and position, minus the mean over that group's valid entries.
+    group = get_advantage_fn("on_policy_distill", kl_coef=2.0, distill_baseline="group")
+    expected = [
+        [-1 - 0.0, -2 - (-1.0), 0.0],  # position 0: mean(-1, 1) = 0; position 1: mean(-2, 0) = -1; pos 2 invalid
+        [1 - 0.0, 0 - (-1.0), 0.0],  # masked at position 2
+        [-2 - (-1.0), 4 - 4.0, 0 - 0.0],  # position 0: mean(-2, 0) = -1; position 1: only row 2 is valid
+        [0 - (-1.0), 0.0, 0.0],
+    ]
+    close(group(torch.zeros(4), torch.tensor([7, 7, 3, 3]), **kwargs), expected)
+    close(group(None, ["a", "a", "b", "b"], **kwargs), expected)
+    with pytest.raises(ValueError, match=r"distill_baseline='group' needs the group_ids"):
+        group(**kwargs)
 
 
 def test_on_policy_distill_shape_mismatch():

@@ -42,6 +42,8 @@ _TRAINER_EXPORTS = (
     "MIXTrainer",
     "MIXCHORDConfig",
     "MIXCHORDTrainer",
+    "OnPolicyDistillConfig",
+    "OnPolicyDistillTrainer",
 )
 
 

@@ -180,6 +180,6 @@ _GRPO_FAMILY = {
     "grpo": "GRPO", "gspo": "GSPO", "cispo": "CISPO", "sapo": "SAPO", "topr": "TOPR", "sppo": "SPPO", "rec": "REC",
     "opmd": "OPMD", "asymre": "AsymRE", "reinforceplusplus": "ReinforcePlusPlus", "rloo": "RLOO", "raft": "RAFT",
 }  # fmt: skip
-_GRPO_FAMILY.update({"mix": "MIX", "mix_chord": "MIXCHORD"})
+_GRPO_FAMILY.update({"mix": "MIX", "mix_chord": "MIXCHORD", "on_policy_distill": "OnPolicyDistill"})
 for _name, _prefix in _GRPO_FAMILY.items():
     register_trainer(_name, f"trl_ext.trainers:{_prefix}Config", f"trl_ext.trainers:{_prefix}Trainer")

@@ -55,9 +55,12 @@ __all__ = [
     "LETTERS",
     "MODEL_VERSION",
     "PRETRAIN_STEPS",
+    "TEACHER_PRETRAIN_STEPS",
+    "TEACHER_VERSION",
     "build_model",
     "build_tokenizer",
     "tiny_model_path",
+    "tiny_teacher_path",
     "toy_dataset",
     "toy_expert_dataset",
     "toy_reward",
@@ -84,6 +87,12 @@ CHAT_TEMPLATE = (
 
 PRETRAIN_STEPS = 200
 """Steps of the in-process SFT on the task format that `tiny_model_path` gives the default model (~5 s)."""
+
+TEACHER_VERSION = "tiny-qwen2-teacher-v1"
+"""Cache subfolder of `tiny_teacher_path`."""
+
+TEACHER_PRETRAIN_STEPS = 400
+"""Steps of the in-process SFT on the task itself that give the toy teacher its ~1.0 reward (~15 s)."""
 
 PRETRAIN_REPEATS = (2, 12)
 """The pretraining answers repeat their letter 2 to 12 times: longer than `max_completion_length`, so RL
@@ -156,9 +165,19 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _pretrain(
-    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, steps: int, seed: int, batch_size: int = 32
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    steps: int,
+    seed: int,
+    batch_size: int = 32,
+    solve: bool = False,
 ) -> None:
-    """Plain torch SFT on the task's format with a random letter (independent of the prompt's).
+    """Plain torch SFT on the task's format with a random letter (independent of the prompt's), or, with
+    `solve=True`, on the task itself: the first letter of the answer is the prompt's, and an answer started
+    with another letter (in half of the examples, as context only) goes on with that letter. So the toy teacher
+    differs from the student only where the task is decided, at the first answer token; a teacher that
+    contradicts the student's own continuations gives the sampled-token reverse KL nothing but "not this token"
+    there, which on a model this small drives the student to uniform noise within a few dozen steps.
 
     Half the examples are plain text (`"Repeat the letter c:"` -> `" e e e<|endoftext|>"`), half ChatML
     (the chat template's user turn and generation prompt -> `"e e e<|im_end|>"`), so both dataset formats work.
@@ -185,10 +204,18 @@ def _pretrain(
         seqs, labels = [], []
         for _ in range(batch_size):
             fmt = rng.choice(("plain", "chat"))
-            p = prompt_ids[fmt, rng.choice(LETTERS)]
-            a = answer_ids[fmt, rng.choice(LETTERS), rng.choice(lengths)]
+            letter = rng.choice(LETTERS)
+            p = prompt_ids[fmt, letter]
+            if not solve:
+                a = answer_ids[fmt, rng.choice(LETTERS), rng.choice(lengths)]
+                targets = a
+            elif rng.random() < 0.5:
+                a = targets = answer_ids[fmt, letter, rng.choice(lengths)]
+            else:  # an answer started with another letter (as context only) goes on with that letter
+                a = answer_ids[fmt, rng.choice(LETTERS), rng.choice(lengths)]
+                targets = [-100, *a[1:]]
             seqs.append(p + a)
-            labels.append([-100] * len(p) + a)
+            labels.append([-100] * len(p) + targets)
         width = max(map(len, seqs))
         input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
         attention_mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
@@ -201,12 +228,14 @@ def _pretrain(
     model.eval()
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, pretrain_steps: int = 0) -> Qwen2ForCausalLM:
+def build_model(
+    tokenizer: PreTrainedTokenizerFast, seed: int = 0, pretrain_steps: int = 0, solve: bool = False
+) -> Qwen2ForCausalLM:
     """A tiny Qwen2 (hidden 64, 2 layers, 4 heads / 2 KV heads, untied embeddings) for `tokenizer`.
 
     Deterministic for a seed (on a given machine). `pretrain_steps > 0` first runs that many steps of plain
-    torch SFT on the toy task's format (`tiny_model_path` uses `PRETRAIN_STEPS`). The global torch RNG is
-    left untouched.
+    torch SFT on the toy task's format (`tiny_model_path` uses `PRETRAIN_STEPS`), or on the task itself with
+    `solve=True` (`tiny_teacher_path`). The global torch RNG is left untouched.
     """
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -230,7 +259,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0, pretrain_step
             torch.manual_seed(seed)
             model = Qwen2ForCausalLM(config)
             if pretrain_steps > 0:
-                _pretrain(model, tokenizer, pretrain_steps, seed)
+                _pretrain(model, tokenizer, pretrain_steps, seed, solve=solve)
         finally:
             torch.set_num_threads(num_threads)
     model.generation_config = GenerationConfig(
@@ -253,15 +282,27 @@ def tiny_model_path(cache_dir: str | None = None) -> str:
     `MODEL_VERSION` subfolder. Written into a temporary folder and renamed into place, so concurrent processes
     (e.g. started together by torchrun) never see a half-written model.
     """
+    return _cached_model(cache_dir, MODEL_VERSION, seed=0, pretrain_steps=PRETRAIN_STEPS, solve=False)
+
+
+def tiny_teacher_path(cache_dir: str | None = None) -> str:
+    """The path of the toy task's teacher for on-policy distillation: the default model's architecture and
+    tokenizer, SFT-trained on the task itself (`TEACHER_PRETRAIN_STEPS` steps, ~15 s on first use), so it
+    answers with the prompt's letter (toy reward ~1.0, the student starts at ~1/8). Cached like
+    `tiny_model_path`, in a `TEACHER_VERSION` subfolder."""
+    return _cached_model(cache_dir, TEACHER_VERSION, seed=1, pretrain_steps=TEACHER_PRETRAIN_STEPS, solve=True)
+
+
+def _cached_model(cache_dir: str | None, version: str, **build: Any) -> str:
     root = cache_dir or _default_cache_dir()
-    path = os.path.join(root, MODEL_VERSION)
+    path = os.path.join(root, version)
     if os.path.isfile(os.path.join(path, "config.json")):
         return path
     os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{MODEL_VERSION}-", dir=root)
+    tmp = tempfile.mkdtemp(prefix=f".{version}-", dir=root)
     try:
         tokenizer = build_tokenizer()
-        model = build_model(tokenizer, seed=0, pretrain_steps=PRETRAIN_STEPS)
+        model = build_model(tokenizer, **build)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared

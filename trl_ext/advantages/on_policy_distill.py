@@ -4,6 +4,13 @@
 per-token reverse KL between the sampling policy and the teacher, used as a dense reward (Agarwal et al. 2024,
 "On-Policy Distillation of Language Models", arXiv 2306.13649; Thinking Machines, "On-Policy Distillation",
 2025).  Ports Trinity-RFT ``OnPolicyDistillAdvantage`` (``trinity/algorithm/advantage_fn``).
+
+Beyond the reference, ``distill_baseline`` subtracts a baseline from the valid tokens' advantages, a control
+variate that leaves the expected gradient unchanged up to the sample's own share of the mean (as GRPO's group
+mean): ``batch`` the mean over every valid token, ``group`` the mean over the group's valid tokens at the same
+completion position (the group = the completions of one prompt).  Without one, a teacher that is sure the
+student's samples are wrong gives every sampled token a large negative advantage, and the only signal is "not
+this token"; on small models that pushes the student towards uniform noise (see ``trl_ext.toy``).
 """
 
 from __future__ import annotations
@@ -16,25 +23,31 @@ from .base import (
     AdvantageFn,
     AdvantageResult,
     as_float_tensor,
+    check_choice,
     check_mask,
     check_number,
+    group_index,
     nonfinite_message,
     register_advantage,
 )
 
+DISTILL_BASELINES = ("none", "batch", "group")
+
 
 @register_advantage("on_policy_distill")
 class OnPolicyDistillAdvantage(AdvantageFn):
-    """``A_t = kl_coef * (teacher_logprob - old_logprob)`` on ``response_mask`` (& ``teacher_valid_mask``).
+    """``A_t = kl_coef * (teacher_logprob - old_logprob)`` on ``response_mask`` (& ``teacher_valid_mask``), minus
+    the ``distill_baseline`` (``none``, ``batch`` or ``group``).
 
     All tensors are ``[N, T]``; masked positions get exactly 0 (values there, even NaN / -inf, are ignored).
-    ``rewards`` and ``group_ids`` are unused.
+    ``rewards`` is unused; ``group_ids`` (``[N]``) is needed by ``distill_baseline="group"`` only.
     """
 
     token_level = True
 
-    def __init__(self, *, kl_coef: float = 1.0) -> None:
+    def __init__(self, *, kl_coef: float = 1.0, distill_baseline: str = "none") -> None:
         self.kl_coef = check_number(self.name, "kl_coef", kl_coef, ge=0)
+        self.distill_baseline = check_choice(self.name, "distill_baseline", distill_baseline, DISTILL_BASELINES)
 
     @torch.no_grad()
     def compute(
@@ -71,5 +84,14 @@ class OnPolicyDistillAdvantage(AdvantageFn):
         dtype = torch.promote_types(teacher.dtype, old.dtype)
         diff = teacher.to(dtype) - old.to(dtype)
         advantages = torch.where(valid, self.kl_coef * diff, torch.zeros_like(diff))
+        if self.distill_baseline == "batch":
+            advantages = torch.where(valid, advantages - advantages.sum() / valid.sum().clamp(min=1), 0.0)
+        elif self.distill_baseline == "group":
+            if group_ids is None:
+                raise ValueError(f"{self.name}: distill_baseline='group' needs the group_ids of the samples")
+            index, num_groups = group_index(self.name, group_ids, teacher.shape[0], teacher.device)
+            sums = advantages.new_zeros(num_groups, advantages.shape[1]).index_add_(0, index, advantages)
+            counts = advantages.new_zeros(sums.shape).index_add_(0, index, valid.to(advantages.dtype))
+            advantages = torch.where(valid, advantages - (sums / counts.clamp(min=1))[index], 0.0)
         keep = torch.ones(teacher.shape[0], dtype=torch.bool, device=teacher.device)
         return AdvantageResult(advantages, keep)

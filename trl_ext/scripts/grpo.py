@@ -11,11 +11,15 @@ and advantage arguments), `trl.ModelConfig` (`--model_name_or_path`, `--use_peft
 `trl.DatasetMixtureConfig`; `--config recipe.yaml` sets any of them, and the command line overrides the file.
 
 MIX / MIX-CHORD also read `--expert_dataset_name` (and `--expert_dataset_config`, `--expert_dataset_split`): the
-expert demonstrations, prompt/completion or conversational `messages` rows in the prompts' format.
+expert demonstrations, prompt/completion or conversational `messages` rows in the prompts' format. On-policy
+distillation reads its teacher from `--teacher_model_name_or_path` (and `--teacher_model_init_kwargs`, a JSON
+object); `--reward_funcs` is optional there (logged, and trained on with `--reward_weight` > 0).
 
 Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
 `trl_ext.toy` on its "repeat the letter" task with a verifiable reward (and, for MIX / MIX-CHORD, the task's
-embedded expert demonstrations), with the toy's hyperparameters as defaults (`trl_ext.toy.DEFAULT_TRAINING`).
+embedded expert demonstrations; for on-policy distillation, the task's embedded teacher
+`trl_ext.toy.tiny_teacher_path()` with `distill_baseline="group"`), with the toy's hyperparameters as defaults
+(`trl_ext.toy.DEFAULT_TRAINING`).
 Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
 """
 
@@ -120,7 +124,10 @@ def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
     if _uses_default_model(argv):
         from ..toy import DEFAULT_TRAINING
 
-        parser.set_defaults(output_dir=f"outputs/{algorithm}-tiny", activation_checkpointing=False, **DEFAULT_TRAINING)
+        toy_defaults = {"distill_baseline": "group"} if algorithm == "on_policy_distill" else {}
+        parser.set_defaults(
+            output_dir=f"outputs/{algorithm}-tiny", activation_checkpointing=False, **DEFAULT_TRAINING, **toy_defaults
+        )
     return parser
 
 
@@ -155,6 +162,8 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
         if dataset is None:
             dataset = {script_args.dataset_train_split: toy.toy_dataset()}
             reward_funcs = reward_funcs or [toy.toy_reward]
+        if algorithm == "on_policy_distill" and training_args.teacher_model_name_or_path is None:
+            training_args.teacher_model_name_or_path = toy.tiny_teacher_path()
 
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,

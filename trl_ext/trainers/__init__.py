@@ -1,8 +1,10 @@
 """TRL adapters: `trl.GRPOTrainer` subclasses (and their configs) for the trl_ext algorithms."""
 
+from .distill_trainer import DISTILL_TRAINERS, OnPolicyDistillTrainer
 from .grpo_config import (
     GRPO_FAMILY_CONFIGS,
     MIX_CONFIGS,
+    TRAINER_CONFIGS,
     AsymREConfig,
     CISPOConfig,
     GRPOConfig,
@@ -11,6 +13,7 @@ from .grpo_config import (
     MIXCHORDConfig,
     MIXConfig,
     MIXFamilyConfig,
+    OnPolicyDistillConfig,
     OPMDConfig,
     RAFTConfig,
     RECConfig,
@@ -38,11 +41,17 @@ from .grpo_trainer import (
 )
 from .mix_trainer import MIX_TRAINERS, MIXCHORDTrainer, MIXFamilyTrainer, MIXTrainer
 
+TRAINERS = {**GRPO_FAMILY_TRAINERS, **MIX_TRAINERS, **DISTILL_TRAINERS}
+"""Every trainer by algorithm name (the keys of `TRAINER_CONFIGS`)."""
+
 __all__ = [
+    "DISTILL_TRAINERS",
     "GRPO_FAMILY_CONFIGS",
     "GRPO_FAMILY_TRAINERS",
     "MIX_CONFIGS",
     "MIX_TRAINERS",
+    "TRAINERS",
+    "TRAINER_CONFIGS",
     "AsymREConfig",
     "AsymRETrainer",
     "CISPOConfig",
@@ -61,6 +70,8 @@ __all__ = [
     "MIXTrainer",
     "OPMDConfig",
     "OPMDTrainer",
+    "OnPolicyDistillConfig",
+    "OnPolicyDistillTrainer",
     "RAFTConfig",
     "RAFTTrainer",
     "RECConfig",

@@ -21,8 +21,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import torch
 from trl import GRPOConfig
 
+from .._validation import check_choice, check_number
 from ..advantages import get_advantage_fn
 from ..algorithms import get_algorithm
 from ..losses import get_entropy_fn, get_kl_fn, get_policy_loss
@@ -351,6 +353,24 @@ class MIXCHORDLossArguments(_MixingArguments):
     )
 
 
+@dataclass
+class OnPolicyDistillLossArguments(PPOLossArguments):
+    """The policy loss of on-policy distillation: the dual-clip PPO loss (default, with its arguments) or the
+    unclipped `importance_sampling` loss."""
+
+    policy_loss_fn: str = field(
+        default="ppo",
+        metadata=_help(
+            "`ppo`: the dual-clip PPO loss on the distillation advantages (Trinity-RFT's default); "
+            "`importance_sampling`: −A·exp(lp − lp_old), unclipped (Tinker's loss). Both are −A·∇lp on the first "
+            "update of a generation batch; they differ only when a batch is reused (`num_iterations` > 1 or "
+            "`steps_per_generation` > `gradient_accumulation_steps`). Only `loss_agg_mode` applies to "
+            "`importance_sampling`.",
+            choices=["ppo", "importance_sampling"],
+        ),
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Advantage arguments (names and defaults of `trl_ext.advantages`)
 # ---------------------------------------------------------------------------------------------------------------
@@ -472,6 +492,32 @@ class ReinforceAdvantageArguments(AdvantageArguments):
     """The REINFORCE advantage (`get_advantage_fn("reinforce")`): the raw reward."""
 
     advantage_fn: ClassVar[str] = "reinforce"
+
+
+@dataclass
+class OnPolicyDistillAdvantageArguments(AdvantageArguments):
+    """Arguments of the distillation advantage (`get_advantage_fn("on_policy_distill")`)."""
+
+    advantage_fn: ClassVar[str] = "on_policy_distill"
+
+    kl_coef: float = field(
+        default=1.0,
+        metadata=_help(
+            "Scale λ of the per-token advantage λ·(log π_teacher − log π_old): minus the sampled token's reverse KL "
+            "to the teacher (Trinity-RFT's `kl_coef`, Tinker's `kl_penalty_coef`). Not the KL-to-reference "
+            "coefficient, which is `beta`."
+        ),
+    )
+    distill_baseline: str = field(
+        default="none",
+        metadata=_help(
+            "Baseline subtracted from the distillation advantages (beyond the reference, which has none): `batch` "
+            "the mean over the generation batch's completion tokens, `group` the mean over the prompt group's "
+            "tokens at the same position. A variance reduction that keeps a small student from drifting into "
+            "noise when the teacher rejects most of its samples (the toy example uses `group`).",
+            choices=["none", "batch", "group"],
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -640,8 +686,13 @@ class GRPOFamilyConfig(GRPOConfig):
     def policy_loss_kwargs(self) -> dict[str, Any]:
         return self._kwargs(self.loss_argument_names(), self.loss_renames)
 
+    @property
+    def policy_loss_name(self) -> str:
+        """The `trl_ext.losses` name of the policy loss: the algorithm's."""
+        return get_algorithm(self.algorithm).policy_loss_fn
+
     def build_policy_loss(self):
-        name = get_algorithm(self.algorithm).policy_loss_fn
+        name = self.policy_loss_name
         return self._named(lambda: get_policy_loss(name, **self.policy_loss_kwargs()), "policy loss", self.loss_renames)
 
     def build_advantage_fn(self):
@@ -762,6 +813,56 @@ class _ExpertDataArguments:
             "Entropy bonus `entropy_coef`·agg(entropy): `mix` over the rollouts only (expert demonstrations are "
             "not the policy's samples), `default` over every row, `none` disables it.",
             choices=["mix", "default", "none"],
+        ),
+    )
+
+
+_REWARD_ADVANTAGE_FNS = ("grpo", "rloo", "reinforce")
+
+
+@dataclass
+class _TeacherArguments:
+    """The teacher of on-policy distillation, and the optional blend with task rewards."""
+
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "teacher_model_init_kwargs"]  # JSON
+
+    teacher_model_name_or_path: str | None = field(
+        default=None,
+        metadata=_help(
+            "The teacher (Hub id or local path), used when the trainer gets no `teacher_model`. It must share the "
+            "student's tokenizer."
+        ),
+    )
+    teacher_model_init_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata=_help(
+            "Keyword arguments of the teacher's `from_pretrained` when it is given as a path, e.g. "
+            '`{"dtype": "bfloat16"}` (default: the student\'s dtype) or `{"device_map": "auto"}` to spread a '
+            "large teacher over the visible GPUs (single process)."
+        ),
+    )
+    teacher_device: str | None = field(
+        default=None,
+        metadata=_help(
+            "Device of the teacher, e.g. `cuda:1` or `cpu` (default: the student's device on each process, "
+            "sharded like TRL's reference model under DeepSpeed ZeRO-3 / FSDP)."
+        ),
+    )
+    reward_weight: float = field(
+        default=0.0,
+        metadata=_help(
+            "Weight w of the task reward in the advantage: A_t = kl_coef·(log π_teacher − log π_old) + w·Â, with Â "
+            "the `reward_advantage_fn` advantage of the completion's summed reward (from `reward_funcs`, weighted "
+            "by `reward_weights`), on each of its tokens. 0 (default) is pure distillation: reward functions, if "
+            "given, are only logged."
+        ),
+    )
+    reward_advantage_fn: str = field(
+        default="grpo",
+        metadata=_help(
+            "Advantage of the reward term: `grpo` ((R − group mean)/(group std + 1e-6)), `rloo` (R − mean of the "
+            "group's other rewards) or `reinforce` (R itself).",
+            choices=list(_REWARD_ADVANTAGE_FNS),
         ),
     )
 
@@ -955,6 +1056,62 @@ class MIXCHORDConfig(MIXCHORDLossArguments, GRPOAdvantageArguments, _ExpertDataA
     algorithm: ClassVar[str] = "mix_chord"
 
 
+@_document
+@dataclass
+class OnPolicyDistillConfig(
+    OnPolicyDistillLossArguments, OnPolicyDistillAdvantageArguments, _TeacherArguments, GRPOFamilyConfig
+):
+    r"""
+    Configuration of [`OnPolicyDistillTrainer`]: on-policy distillation (Agarwal et al. 2024, arXiv 2306.13649;
+    Thinking Machines, "On-Policy Distillation", 2025; Trinity-RFT's `on_policy_distill`). The student samples, a
+    frozen teacher scores the sampled tokens, and the per-token advantage is `kl_coef`·(log π_teacher − log π_old)
+    (+ `reward_weight`·Â with task rewards), trained with the `ppo` (default) or `importance_sampling` loss.
+    """
+
+    algorithm: ClassVar[str] = "on_policy_distill"
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        check_choice(owner, "policy_loss_fn", self.policy_loss_fn, ("ppo", "importance_sampling"))
+        check_choice(owner, "reward_advantage_fn", self.reward_advantage_fn, _REWARD_ADVANTAGE_FNS)
+        check_number(owner, "reward_weight", self.reward_weight, ge=0)
+        if self.teacher_device is not None:
+            try:
+                torch.device(self.teacher_device)
+            except (RuntimeError, TypeError):
+                raise ValueError(
+                    f"{owner}: teacher_device={self.teacher_device!r} is not a device; use e.g. 'cuda:1', 'cpu' or "
+                    "None (the student's device)"
+                ) from None
+        if self.policy_loss_fn == "importance_sampling":
+            for f in dataclasses.fields(PPOLossArguments):
+                if f.name != "loss_agg_mode" and getattr(self, f.name) != f.default:
+                    raise ValueError(
+                        f"{owner}: {f.name}={getattr(self, f.name)!r} is an argument of the ppo loss, but "
+                        "policy_loss_fn='importance_sampling' (unclipped) does not use it; leave it at its default "
+                        f"({f.default!r}) or use policy_loss_fn='ppo'"
+                    )
+        super().__post_init__()
+        if isinstance(self.teacher_model_init_kwargs, str):
+            raise ValueError(
+                f"{owner}: teacher_model_init_kwargs={self.teacher_model_init_kwargs!r} must be a dict (or a JSON "
+                'object on the command line, e.g. \'{"dtype": "bfloat16"}\')'
+            )
+
+    @property
+    def policy_loss_name(self) -> str:
+        return self.policy_loss_fn
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        kwargs = super().policy_loss_kwargs()
+        del kwargs["policy_loss_fn"]
+        return kwargs if self.policy_loss_fn == "ppo" else {"loss_agg_mode": kwargs["loss_agg_mode"]}
+
+    def build_reward_advantage_fn(self):
+        """The advantage of the task-reward term (scaled by `reward_weight` in the trainer)."""
+        return get_advantage_fn(self.reward_advantage_fn)
+
+
 GRPO_FAMILY_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
     c.algorithm: c
     for c in (
@@ -963,3 +1120,9 @@ GRPO_FAMILY_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
     )
 }  # fmt: skip
 MIX_CONFIGS: dict[str, type[MIXFamilyConfig]] = {c.algorithm: c for c in (MIXConfig, MIXCHORDConfig)}
+TRAINER_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
+    **GRPO_FAMILY_CONFIGS,
+    **MIX_CONFIGS,
+    OnPolicyDistillConfig.algorithm: OnPolicyDistillConfig,
+}
+"""Every GRPO-family config by algorithm name (the plain ones, MIX / MIX-CHORD, on-policy distillation)."""

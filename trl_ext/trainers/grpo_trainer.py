@@ -75,14 +75,7 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         **kwargs: Any,
     ):
         algorithm = self.config_class.algorithm
-        if args is None:
-            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
-            args = self.config_class(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-{algorithm}")
-        elif not isinstance(args, self.config_class):
-            raise TypeError(
-                f"{type(self).__name__}: args must be a {self.config_class.__name__} (it accepts every "
-                f"trl.GRPOConfig field plus the {algorithm} arguments), got {type(args).__name__}"
-            )
+        args = self._resolve_args(model, args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
         if not funcs:
             raise ValueError(
@@ -105,6 +98,20 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         self._window: dict[str, torch.Tensor] = {}
         self._window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
         self._window_steps = 0
+
+    @classmethod
+    def _resolve_args(cls, model, args: GRPOFamilyConfig | None) -> GRPOFamilyConfig:
+        """`args`, checked to be the algorithm's config; the config's defaults when None (as TRL does)."""
+        algorithm = cls.config_class.algorithm
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            return cls.config_class(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-{algorithm}")
+        if not isinstance(args, cls.config_class):
+            raise TypeError(
+                f"{cls.__name__}: args must be a {cls.config_class.__name__} (it accepts every "
+                f"trl.GRPOConfig field plus the {algorithm} arguments), got {type(args).__name__}"
+            )
+        return args
 
     # ---- rewards and advantages -------------------------------------------------------------------------------
 
@@ -143,16 +150,7 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         group_ids = torch.arange(rewards.numel(), device=device) // group_size
 
         completion_mask = output["completion_mask"]
-        loss_mask = completion_mask if "tool_mask" not in output else completion_mask * output["tool_mask"]
-        kwargs: dict[str, Any] = {}
-        if self.advantage_fn.name == "reinforceplusplus":
-            # Token-level returns need every sample's mask: pad to a common width and gather.
-            padded = self.accelerator.pad_across_processes(loss_mask, dim=1, pad_index=0)
-            kwargs["response_mask"] = self.accelerator.gather(padded).bool()
-        elif self.advantage_fn.name == "rec" and self.advantage_fn.drop is not None:
-            generator = torch.Generator(device="cpu").manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
-            kwargs["generator"] = generator
-        result = self.advantage_fn.compute(rewards, group_ids, **kwargs)
+        result, response_mask = self._compute_advantages(rewards, group_ids, _loss_mask(output))
 
         n_local = completion_mask.size(0)
         local = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
@@ -168,13 +166,32 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
         table = _zero_dropped(result.advantages, result.keep)
         if table.dim() == 2:
-            mask = kwargs.get("response_mask", torch.ones_like(table, dtype=torch.bool))
-            table = table.sum(1) / mask.sum(1).clamp(min=1)
-        logged = self._logs["advantages"]
-        if len(logged) >= table.numel():
-            for i, value in enumerate(table.tolist(), start=len(logged) - table.numel()):
-                logged[i] = value
+            table = table.sum(1) / response_mask.sum(1).clamp(min=1)
+        self._show_advantages(table)
         return output
+
+    def _show_advantages(self, values: torch.Tensor) -> None:
+        """Put one advantage per sample of the generation batch (all processes, `[N]`) in the completions table,
+        which TRL filled with the advantages it computed."""
+        logged = self._logs["advantages"]
+        if len(logged) >= values.numel():
+            for i, value in enumerate(values.tolist(), start=len(logged) - values.numel()):
+                logged[i] = value
+
+    def _compute_advantages(
+        self, rewards: torch.Tensor, group_ids: torch.Tensor, loss_mask: torch.Tensor
+    ) -> tuple[Any, torch.Tensor | None]:
+        """The advantage function on the generation batch's summed rewards (every process's samples, `[N]`), and
+        the gathered response mask of token-level advantages (`[N, T]`; None for `[N]` advantages)."""
+        kwargs: dict[str, Any] = {}
+        if self.advantage_fn.name == "reinforceplusplus":
+            # Token-level returns need every sample's mask: pad to a common width and gather.
+            padded = self.accelerator.pad_across_processes(loss_mask, dim=1, pad_index=0)
+            kwargs["response_mask"] = self.accelerator.gather(padded).bool()
+        elif self.advantage_fn.name == "rec" and self.advantage_fn.drop is not None:
+            generator = torch.Generator(device="cpu").manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
+            kwargs["generator"] = generator
+        return self.advantage_fn.compute(rewards, group_ids, **kwargs), kwargs.get("response_mask")
 
     # ---- optimizer-window normalization ----------------------------------------------------------------------
 
