@@ -12,7 +12,7 @@ from trainer_helpers import logged
 
 from trl_ext.scripts.grpo import main
 from trl_ext.toy import DEFAULT_TRAINING
-from trl_ext.trainers import GRPO_FAMILY_CONFIGS, MIX_CONFIGS
+from trl_ext.trainers import TRAINER_CONFIGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
@@ -20,7 +20,7 @@ QUICK += ["--save_strategy", "no"]
 
 
 def test_one_example_per_algorithm_sharing_the_script():
-    for algorithm in [*GRPO_FAMILY_CONFIGS, *MIX_CONFIGS]:
+    for algorithm in TRAINER_CONFIGS:
         with open(os.path.join(ROOT, "examples", f"train_{algorithm}.py")) as f:
             source = f.read()
         assert "from trl_ext.scripts.grpo import main" in source and f'main("{algorithm}")' in source
@@ -53,6 +53,15 @@ def test_mix_recipe_and_a_user_dataset_needs_demonstrations(toy_cache, tiny_mode
     assert args.expert_data_ratio == 0.2 and args.expert_rows_per_generation == 64  # of 320 rows: 32 prompts × 8
     with pytest.raises(ValueError, match="--expert_dataset_name is required"):
         main("mix", ["--output_dir", str(tmp_path), *QUICK, "--dataset_name", "trl-lib/unused"])
+
+
+def test_distillation_example_uses_the_embedded_teacher(toy_cache, tiny_model, tiny_teacher, tmp_path):
+    trainer = main("on_policy_distill", ["--output_dir", str(tmp_path), *QUICK, "--kl_coef", "0.5"])
+    assert trainer.args.teacher_model_name_or_path == tiny_teacher  # trl_ext.toy.tiny_teacher_path()
+    assert trainer.args.distill_baseline == "none" and trainer.advantage_fn.kl_coef == 0.5  # the reference estimator
+    assert logged(trainer, "kl/mean") and logged(trainer, "rewards/repeat_letter_reward/mean")  # logged, not trained on
+    with pytest.raises(ValueError, match="a teacher is required"):
+        main("on_policy_distill", ["--output_dir", str(tmp_path), *QUICK, "--model_name_or_path", tiny_model])
 
 
 def test_recipe_and_command_line_flags(toy_cache, tiny_model, tmp_path):

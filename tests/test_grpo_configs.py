@@ -14,7 +14,7 @@ from trainer_helpers import CPU
 import trl_ext
 from trl_ext.advantages import ADVANTAGE_FNS
 from trl_ext.losses import POLICY_LOSSES
-from trl_ext.trainers import GRPO_FAMILY_CONFIGS, MIX_CONFIGS, GRPOFamilyConfig
+from trl_ext.trainers import GRPO_FAMILY_CONFIGS, TRAINER_CONFIGS, GRPOFamilyConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = list(GRPO_FAMILY_CONFIGS)
@@ -139,7 +139,7 @@ def test_recipes_parse_into_their_config(path):
     from trl_ext.scripts.grpo import make_parser
 
     algorithm = os.path.basename(path)[: -len(".yaml")]
-    configs = {**GRPO_FAMILY_CONFIGS, **MIX_CONFIGS}
+    configs = TRAINER_CONFIGS
     assert algorithm in configs
     argv = ["--config", path, "--output_dir", "/tmp/trl_ext_unused", "--use_cpu", "--bf16", "false"]
     config = make_parser(algorithm, argv).parse_args_and_config(argv)[1]

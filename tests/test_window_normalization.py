@@ -1,9 +1,10 @@
 """Normalization over the optimizer window (DESIGN §2.6): the same 16 fixed completions trained as 1 process ×
 4 accumulation steps, 1 process × 1 step with 4× the batch, and 2 processes × 2 steps (torchrun, gloo, CPU)
 give the same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages
-(REINFORCE++), dropped samples (RAFT) and MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
-own rows of the window, with a scheduled μ). A control run that normalizes each micro-batch by itself (TRL's
-`grpo` / `bnpo` convention) does not, so the comparison can fail.
+(REINFORCE++), dropped samples (RAFT), MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
+own rows of the window, with a scheduled μ) and on-policy distillation (teacher advantages with a group baseline
+and a reward term, computed over the whole generation batch of every process). A control run that normalizes
+each micro-batch by itself (TRL's `grpo` / `bnpo` convention) does not, so the comparison can fail.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
-ALGORITHMS = "grpo:all,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
+ALGORITHMS = "grpo:all,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES) + ",on_policy_distill"
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
-def _run(out, model, batch, accumulation, processes=1, *extra):
+def _run(out, model, teacher, batch, accumulation, processes=1, *extra):
     launcher = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run"]
     if processes > 1:
         launcher += ["--standalone", "--nproc_per_node", str(processes)]
-    command = [*launcher, SCRIPT, out, "--model", model, "--batch", str(batch), "--accumulation", str(accumulation)]
+    command = [*launcher, SCRIPT, out, "--model", model, "--teacher", teacher]
+    command += ["--batch", str(batch), "--accumulation", str(accumulation)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([*command, "--algorithms", ALGORITHMS, *extra], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -34,18 +36,20 @@ def _run(out, model, batch, accumulation, processes=1, *extra):
 
 
 @pytest.fixture(scope="module")
-def runs(random_tiny_model, tmp_path_factory):
+def runs(random_tiny_model, tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("window")
+    model, teacher = random_tiny_model, tiny_model  # the teacher: the pretrained toy model, same tokenizer
     return {
-        "1x4": _run(str(tmp / "a.pt"), random_tiny_model, 4, 4),
-        "1x1": _run(str(tmp / "b.pt"), random_tiny_model, 16, 1),
-        "2x2": _run(str(tmp / "c.pt"), random_tiny_model, 4, 2, 2),
-        "local": _run(str(tmp / "d.pt"), random_tiny_model, 4, 4, 1, "--local"),
+        "1x4": _run(str(tmp / "a.pt"), model, teacher, 4, 4),
+        "1x1": _run(str(tmp / "b.pt"), model, teacher, 16, 1),
+        "2x2": _run(str(tmp / "c.pt"), model, teacher, 4, 2, 2),
+        "local": _run(str(tmp / "d.pt"), model, teacher, 4, 4, 1, "--local"),
     }
 
 
 KEYS = [f"grpo/{mode}" for mode in MODES] + ["reinforceplusplus/default", "raft/default"]
-KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES]
+KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default"]
+DISTILL_METRICS = ("kl/mean", "kl/std", "advantages/mean")
 MIX_METRICS = ("usual/pg_loss", "usual/pg_clipfrac", "usual/ppo_kl", "expert/sft_phi_loss", "mu", "entropy_loss")
 
 
@@ -56,7 +60,8 @@ def test_same_update_for_every_split(runs, key):
     for split in ("1x4", "2x2"):
         torch.testing.assert_close(runs[split][key]["update"], reference, rtol=1e-5, atol=1e-7, msg=f"{split} {key}")
     # The logged window values agree too (step 2 has a KL term).
-    for name in ("policy_loss", "kl", "entropy", "reward", *(MIX_METRICS if key.startswith("mix") else ())):
+    extra = MIX_METRICS if key.startswith("mix") else DISTILL_METRICS if key.startswith("on_policy") else ()
+    for name in ("policy_loss", "kl", "entropy", "reward", *extra):
         values = [runs[split][key]["logs"][1][name] for split in ("1x1", "1x4", "2x2")]
         assert values == pytest.approx([values[0]] * 3, rel=1e-5, abs=1e-7), name
     assert runs["1x1"][key]["logs"][1]["kl"] > 0

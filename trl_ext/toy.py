@@ -175,9 +175,8 @@ def _pretrain(
     """Plain torch SFT on the task's format with a random letter (independent of the prompt's), or, with
     `solve=True`, on the task itself: the first letter of the answer is the prompt's, and an answer started
     with another letter (in half of the examples, as context only) goes on with that letter. So the toy teacher
-    differs from the student only where the task is decided, at the first answer token; a teacher that
-    contradicts the student's own continuations gives the sampled-token reverse KL nothing but "not this token"
-    there, which on a model this small drives the student to uniform noise within a few dozen steps.
+    differs from the student only where the task is decided, at the first answer token, and the distillation
+    signal sits there.
 
     Half the examples are plain text (`"Repeat the letter c:"` -> `" e e e<|endoftext|>"`), half ChatML
     (the chat template's user turn and generation prompt -> `"e e e<|im_end|>"`), so both dataset formats work.

@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--accumulation", type=int, required=True)
     parser.add_argument("--algorithms", default="grpo:all")
+    parser.add_argument("--teacher", help="on_policy_distill's teacher (a model with the same tokenizer)")
     parser.add_argument(
         "--local", action="store_true", help="control: normalize each micro-batch by itself, then divide by G"
     )
@@ -103,6 +104,9 @@ def main() -> None:
             if algorithm.startswith("mix"):  # half the window is expert rows; mu 0.6 then 0.4
                 extra.update(mu_peak=0.6, mu_valley=0.2, mu_decay_steps=2, expert_data_ratio=0.5)
                 mixing["expert_dataset"] = expert_dataset(tokenizer)
+            if algorithm == "on_policy_distill":  # group baseline and reward term: both need the whole batch
+                extra.update(distill_baseline="group", reward_weight=0.5)
+                mixing["teacher_model"] = args.teacher
             config = spec.config_class(
                 output_dir=os.path.join(os.path.dirname(args.out), "run"),
                 use_cpu=True,

@@ -18,8 +18,7 @@ object); `--reward_funcs` is optional there (logged, and trained on with `--rewa
 Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
 `trl_ext.toy` on its "repeat the letter" task with a verifiable reward (and, for MIX / MIX-CHORD, the task's
 embedded expert demonstrations; for on-policy distillation, the task's embedded teacher
-`trl_ext.toy.tiny_teacher_path()` with `distill_baseline="group"`), with the toy's hyperparameters as defaults
-(`trl_ext.toy.DEFAULT_TRAINING`).
+`trl_ext.toy.tiny_teacher_path()`), with the toy's hyperparameters as defaults (`trl_ext.toy.DEFAULT_TRAINING`).
 Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
 """
 
@@ -124,10 +123,7 @@ def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
     if _uses_default_model(argv):
         from ..toy import DEFAULT_TRAINING
 
-        toy_defaults = {"distill_baseline": "group"} if algorithm == "on_policy_distill" else {}
-        parser.set_defaults(
-            output_dir=f"outputs/{algorithm}-tiny", activation_checkpointing=False, **DEFAULT_TRAINING, **toy_defaults
-        )
+        parser.set_defaults(output_dir=f"outputs/{algorithm}-tiny", activation_checkpointing=False, **DEFAULT_TRAINING)
     return parser
 
 
@@ -158,12 +154,12 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
     if model is None or dataset is None:
         from .. import toy
 
+        if model is None and algorithm == "on_policy_distill" and training_args.teacher_model_name_or_path is None:
+            training_args.teacher_model_name_or_path = toy.tiny_teacher_path()  # the toy student's teacher
         model = model or toy.tiny_model_path()
         if dataset is None:
             dataset = {script_args.dataset_train_split: toy.toy_dataset()}
             reward_funcs = reward_funcs or [toy.toy_reward]
-        if algorithm == "on_policy_distill" and training_args.teacher_model_name_or_path is None:
-            training_args.teacher_model_name_or_path = toy.tiny_teacher_path()
 
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
