@@ -95,14 +95,14 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
     def _load_teacher(self, teacher: str | PreTrainedModel) -> torch.nn.Module:
         """Load (from a path), check the vocabulary, freeze, add the fused log-prob head and place the teacher."""
         args = self.args
-        source = teacher if isinstance(teacher, str) else getattr(teacher.config, "_name_or_path", "")
-        if isinstance(teacher, str):
+        self._check_teacher_tokenizer(teacher if isinstance(teacher, str) else teacher.config._name_or_path)
+        if isinstance(teacher, str):  # after the tokenizer check: a wrong teacher fails before its weights load
             init = dict(args.teacher_model_init_kwargs or {})
             init.setdefault("dtype", self.model.dtype)
             init.setdefault("trust_remote_code", args.trust_remote_code)
             init.setdefault("device_map", None)
             teacher = create_model_from_path(teacher, **init)
-        self._check_teacher_vocabulary(teacher, source)
+        self._check_teacher_output_layer(teacher)
         teacher.eval()
         teacher.requires_grad_(False)
         base = teacher.get_base_model() if hasattr(teacher, "get_base_model") else teacher
@@ -135,12 +135,10 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
         )  # fmt: skip
         return teacher
 
-    def _check_teacher_vocabulary(self, teacher: torch.nn.Module, source: str) -> None:
-        """The teacher must score the student's token ids: same tokenizer (when the teacher's can be loaded from
-        its path) and an output layer that covers it. Ids the student can emit beyond the teacher's output layer
-        (padding rows of a larger embedding) are masked out of the distillation advantage."""
+    def _check_teacher_tokenizer(self, source: str) -> None:
+        """The teacher scores the student's token ids, so it must use the student's tokenizer: compared when the
+        teacher's can be loaded from its path (or Hub id)."""
         owner = type(self).__name__
-        student_tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
         teacher_tokenizer = None
         if source:
             try:
@@ -153,18 +151,27 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
                 "student's; the teacher must use the student's tokenizer (pass the teacher as a path to check it)",
                 owner,
             )
-        else:
-            _compare_vocabularies(owner, student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab(), source)
+            return
+        _compare_vocabularies(owner, self._student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab(), source)
+
+    def _check_teacher_output_layer(self, teacher: torch.nn.Module) -> None:
+        """The teacher's output layer must cover the student's tokenizer. Ids the student can emit beyond it (padding
+        rows of a larger student embedding, as between Qwen2.5 sizes) are masked out of the distillation term."""
         teacher_rows = teacher.get_output_embeddings().weight.shape[0]
         student_rows = self.model.get_output_embeddings().weight.shape[0]
-        if teacher_rows < len(student_tokenizer):
+        tokens = len(self._student_tokenizer)
+        if teacher_rows < tokens:
             raise ValueError(
-                f"{owner}: the teacher's output layer has {teacher_rows} rows but the student's tokenizer has "
-                f"{len(student_tokenizer)} tokens, so the teacher cannot score every token the student emits; the "
+                f"{type(self).__name__}: the teacher's output layer has {teacher_rows} rows but the student's "
+                f"tokenizer has {tokens} tokens, so the teacher cannot score every token the student emits; the "
                 "teacher must use the student's tokenizer and vocabulary"
             )
         self._teacher_vocab_size = teacher_rows
         self._student_may_exceed_teacher = student_rows > teacher_rows
+
+    @property
+    def _student_tokenizer(self):
+        return getattr(self.processing_class, "tokenizer", self.processing_class)
 
     @torch.no_grad()
     def _teacher_logps(
