@@ -360,3 +360,25 @@ def test_teacher_with_another_tokenizer_is_rejected(tiny_model, tiny_teacher, tm
     with pytest.raises(ValueError, match=r"the teacher's output layer has 100 rows but the student's tokenizer has"):
         _trainer(tiny_model, small, tmp_path)
     assert os.path.isdir(small)
+
+
+def test_checkpoints_hold_the_student_only_and_resume_exactly(tiny_model, tiny_teacher, tmp_path):
+    """The teacher is not trained, so it is not checkpointed; a run resumed from checkpoint-2 reloads it from its
+    path and ends with the weights of the uninterrupted 4-step run."""
+
+    def run(out, resume=None):
+        trainer = _trainer(
+            tiny_model, tiny_teacher, out, reward=length_reward, reward_weight=0.5, max_steps=4,
+            save_strategy="steps", save_steps=2,
+        )  # fmt: skip
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    full = run(tmp_path / "full")
+    checkpoint = tmp_path / "full" / "checkpoint-2"
+    weights = [f for f in os.listdir(checkpoint) if f.endswith(".safetensors")]
+    assert weights == ["model.safetensors"] and not os.path.exists(checkpoint / "trl_ext_state.json")
+    resumed = run(tmp_path / "resumed", resume=str(checkpoint))
+    for (name, a), b in zip(full.model.named_parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7, msg=name)
+    assert logged(resumed, "kl/mean") == pytest.approx(logged(full, "kl/mean"))
