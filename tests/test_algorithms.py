@@ -129,7 +129,7 @@ def test_unhashable_algorithm_name():
 
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
-    "mix", "mix_chord", "on_policy_distill",
+    "mix", "mix_chord", "on_policy_distill", "dpo",
 }  # fmt: skip
 
 

@@ -24,6 +24,19 @@ def test_one_example_per_algorithm_sharing_the_script():
         with open(os.path.join(ROOT, "examples", f"train_{algorithm}.py")) as f:
             source = f.read()
         assert "from trl_ext.scripts.grpo import main" in source and f'main("{algorithm}")' in source
+    with open(os.path.join(ROOT, "examples", "train_dpo.py")) as f:
+        assert "from trl_ext.scripts.dpo import main" in f.read()
+
+
+def test_dpo_example_trains_the_toy_pairs(toy_cache, tiny_model, tmp_path):
+    from trl_ext.scripts.dpo import main as dpo_main
+
+    trainer = dpo_main(["--output_dir", str(tmp_path), "--max_steps", "20", "--eval_steps", "20", "--kl_coef", "0.01"])
+    assert type(trainer).__module__ == "trl_ext.trainers.dpo_trainer" and trainer.kl_fn.kl_coef == 0.01
+    assert trainer.model.config._name_or_path == tiny_model and trainer.args.use_cpu
+    accuracy = logged(trainer, "eval_accuracy_mean")  # held-out pairs (trl_ext.toy.toy_preference_dataset seed 99)
+    assert len(accuracy) == 1 and accuracy[0] > 0.6
+    assert os.path.isfile(os.path.join(str(tmp_path), "model.safetensors"))
 
 
 def test_default_run_uses_the_toy_and_saves(toy_cache, tiny_model, tmp_path):

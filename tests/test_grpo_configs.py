@@ -136,13 +136,14 @@ def test_renamed_fields_reach_the_loss():
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml"))))
 def test_recipes_parse_into_their_config(path):
-    from trl_ext.scripts.grpo import make_parser
+    from trl_ext.scripts import dpo, grpo
 
     algorithm = os.path.basename(path)[: -len(".yaml")]
-    configs = TRAINER_CONFIGS
+    configs = {**TRAINER_CONFIGS, "dpo": trl_ext.DPOConfig}
     assert algorithm in configs
     argv = ["--config", path, "--output_dir", "/tmp/trl_ext_unused", "--use_cpu", "--bf16", "false"]
-    config = make_parser(algorithm, argv).parse_args_and_config(argv)[1]
+    parser = dpo.make_parser(argv) if algorithm == "dpo" else grpo.make_parser(algorithm, argv)
+    config = parser.parse_args_and_config(argv)[1]
     assert type(config) is configs[algorithm]
     import yaml
 

@@ -368,3 +368,16 @@ def test_dpo_matches_plain_reference(label_smoothing, dtype):
         torch.testing.assert_close(lp.grad, torch.tensor(grad, dtype=dtype), **tol)
         for key, expected in ref_metrics.items():
             assert metrics[key].item() == pytest.approx(expected, rel=1e-4, abs=1e-6), key
+
+
+def test_dpo_takes_precomputed_reference_sums():
+    torch.manual_seed(0)
+    lp, reference = -torch.rand(4, 5, dtype=torch.float64), -torch.rand(4, 5, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]]).bool()
+    fn = get_policy_loss("dpo", beta=0.3, label_smoothing=0.1)
+    per_token, metrics = fn(logprob=lp, ref_logprob=reference, action_mask=mask)
+    sums, sum_metrics = fn(logprob=lp, ref_logprob=(reference * mask).sum(-1), action_mask=mask)
+    torch.testing.assert_close(sums, per_token)
+    assert {k: float(v) for k, v in sum_metrics.items()} == pytest.approx({k: float(v) for k, v in metrics.items()})
+    with pytest.raises(ValueError, match=r"dpo: ref_logprob must be \[B, T\] or \[B\] with B=4, got \(3,\)"):
+        fn(logprob=lp, ref_logprob=torch.zeros(3, dtype=torch.float64), action_mask=mask)

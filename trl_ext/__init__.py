@@ -44,6 +44,8 @@ _TRAINER_EXPORTS = (
     "MIXCHORDTrainer",
     "OnPolicyDistillConfig",
     "OnPolicyDistillTrainer",
+    "DPOConfig",
+    "DPOTrainer",
 )
 
 

@@ -181,5 +181,6 @@ _GRPO_FAMILY = {
     "opmd": "OPMD", "asymre": "AsymRE", "reinforceplusplus": "ReinforcePlusPlus", "rloo": "RLOO", "raft": "RAFT",
 }  # fmt: skip
 _GRPO_FAMILY.update({"mix": "MIX", "mix_chord": "MIXCHORD", "on_policy_distill": "OnPolicyDistill"})
+_GRPO_FAMILY["dpo"] = "DPO"  # a trl.DPOTrainer subclass, not GRPO-family, attached the same way
 for _name, _prefix in _GRPO_FAMILY.items():
     register_trainer(_name, f"trl_ext.trainers:{_prefix}Config", f"trl_ext.trainers:{_prefix}Trainer")

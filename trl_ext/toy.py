@@ -63,6 +63,7 @@ __all__ = [
     "tiny_teacher_path",
     "toy_dataset",
     "toy_expert_dataset",
+    "toy_preference_dataset",
     "toy_reward",
 ]
 
@@ -350,6 +351,31 @@ def toy_expert_dataset(num_demos: int = 256, seed: int = 0, conversational: bool
     else:
         completions = [" " + a for a in answers]
     return Dataset.from_dict({"prompt": prompts, "completion": completions, "target": letters})
+
+
+def toy_preference_dataset(num_pairs: int = 512, seed: int = 0, conversational: bool = False) -> Dataset:
+    """`num_pairs` preference pairs of the task for DPO: `prompt` as in `toy_dataset`, a `chosen` completion (the
+    prompt's letter repeated 2 to 6 times) and a `rejected` one (another letter, repeated as often), plus `target`.
+    Letters are balanced and shuffled with `seed`; use another seed for held-out pairs.
+
+    `conversational=True` gives conversational rows (`[{"role": "assistant", "content": "c c c"}]` completions),
+    to pair with the chat template."""
+    rng = random.Random(seed)
+    letters = [LETTERS[i % len(LETTERS)] for i in range(num_pairs)]
+    rng.shuffle(letters)
+    prompts: list[Any] = [PROMPT_TEMPLATE.format(letter=c) for c in letters]
+    chosen, rejected = [], []
+    for c in letters:
+        n, wrong = rng.randint(2, 6), rng.choice([x for x in LETTERS if x != c])
+        chosen.append(" ".join([c] * n))
+        rejected.append(" ".join([wrong] * n))
+    if conversational:
+        prompts = [[{"role": "user", "content": p}] for p in prompts]
+        chosen_col: list[Any] = [[{"role": "assistant", "content": a}] for a in chosen]
+        rejected_col: list[Any] = [[{"role": "assistant", "content": a}] for a in rejected]
+    else:
+        chosen_col, rejected_col = [" " + a for a in chosen], [" " + a for a in rejected]
+    return Dataset.from_dict({"prompt": prompts, "chosen": chosen_col, "rejected": rejected_col, "target": letters})
 
 
 _PROMPT_LETTER = re.compile(r"letter (\S):")

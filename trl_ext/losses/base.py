@@ -191,6 +191,14 @@ class MaskedBatch:
             f"with B={batch}, T={self.shape[1]}"
         )
 
+    def row_values(self, x: Any, name: str) -> torch.Tensor:
+        """A per-sequence `[B]` tensor of finite values (e.g. DPO's precomputed reference sums)."""
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != (self.shape[0],):
+            raise ValueError(f"{self.owner}: {name} must be [B, T] or [B] with B={self.shape[0]}, got {_shape(x)}")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{self.owner}: {name} has non-finite values")
+        return x
+
     def row_flags(self, x: Any, name: str) -> torch.Tensor:
         """A per-sequence boolean `[B]` tensor (e.g. `expert_mask`)."""
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != (self.shape[0],):

@@ -10,6 +10,7 @@ S = Σ_t m·lp and S_ref = Σ_t m·ref:
 
 This is TRL's `loss_type="sigmoid"`. Deliberate difference: the reference sums the log-ratios of all
 pairs in the batch into one z (right only for a single pair); here every pair has its own z.
+`ref_logprob` is per token `[N, T]`, or the per-row sums S_ref `[N]` (as TRL precomputes them).
 With the window's `global_valid_seqs` (rows, i.e. 2 × pairs) the loss is this batch's share of the
 mean over the window's pairs.
 """
@@ -42,7 +43,12 @@ class DPOLoss(PolicyLoss):
             raise ValueError(
                 f"dpo: logprob has {b.shape[0]} rows; expected an even number (chosen, rejected interleaved)"
             )
-        log_ratio = b.select(logprob).sum(-1) - b.select(ref_logprob.detach(), "ref_logprob").sum(-1)
+        ref = ref_logprob.detach() if isinstance(ref_logprob, torch.Tensor) else ref_logprob
+        if isinstance(ref, torch.Tensor) and ref.dim() == 1:
+            ref_sum = b.row_values(ref, "ref_logprob")
+        else:
+            ref_sum = b.select(ref, "ref_logprob").sum(-1)
+        log_ratio = b.select(logprob).sum(-1) - ref_sum
         chosen, rejected = log_ratio[0::2], log_ratio[1::2]
         z = self.beta * (chosen - rejected)
         losses = -(1.0 - self.label_smoothing) * F.logsigmoid(z)

@@ -1,6 +1,8 @@
 """TRL adapters: `trl.GRPOTrainer` subclasses (and their configs) for the trl_ext algorithms."""
 
 from .distill_trainer import DISTILL_TRAINERS, OnPolicyDistillTrainer
+from .dpo_config import DPOConfig
+from .dpo_trainer import DPOTrainer
 from .grpo_config import (
     GRPO_FAMILY_CONFIGS,
     MIX_CONFIGS,
@@ -56,6 +58,8 @@ __all__ = [
     "AsymRETrainer",
     "CISPOConfig",
     "CISPOTrainer",
+    "DPOConfig",
+    "DPOTrainer",
     "GRPOConfig",
     "GRPOFamilyConfig",
     "GRPOFamilyTrainer",

@@ -30,9 +30,9 @@ import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses import aggregate_loss
-from ..losses.base import is_window_share
 from . import grpo_config as configs
 from .grpo_config import GRPOFamilyConfig
+from .window_metrics import WindowMetrics
 
 _MULTIMODAL_KEYS = (
     "pixel_values",
@@ -49,12 +49,7 @@ _MULTIMODAL_KEYS = (
 _STATE_FILE = "trl_ext_state.json"
 
 
-def _window_metric(name: str) -> bool:
-    """Metrics that a loss returns as this micro-batch's share of the window aggregate."""
-    return name in ("policy_loss", "kl", "entropy") or is_window_share(name)
-
-
-class GRPOFamilyTrainer(trl.GRPOTrainer):
+class GRPOFamilyTrainer(WindowMetrics, trl.GRPOTrainer):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
     Use an algorithm's subclass (`SAPOTrainer`, `GSPOTrainer`, ...) with its config (`SAPOConfig`, ...); the
@@ -96,8 +91,6 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
         self.loss_agg_mode = args.aggregation
         self._gathered_rewards: torch.Tensor | None = None
         self._window: dict[str, torch.Tensor] = {}
-        self._window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
-        self._window_steps = 0
 
     @classmethod
     def _resolve_args(cls, model, args: GRPOFamilyConfig | None) -> GRPOFamilyConfig:
@@ -298,28 +291,6 @@ class GRPOFamilyTrainer(trl.GRPOTrainer):
     def _policy_loss(self, mode: str, **inputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The algorithm's policy loss on one micro-batch: its share of the window's loss, and its metrics."""
         return self.policy_loss_fn(**inputs)
-
-    def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
-        with one collective and one host sync; returns what was logged ({} mid-window).
-
-        Window metrics (`_window_metric`) are micro-batch shares, so their sum over the window's micro-batches
-        and processes is the window's value; the others are averaged over micro-batches and processes."""
-        values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in metrics])
-        steps = 1
-        if mode == "train":
-            self._window_sums = values if self._window_sums is None else self._window_sums + values
-            self._window_steps += 1
-            if not self.accelerator.sync_gradients:
-                return {}
-            values, steps, self._window_sums, self._window_steps = self._window_sums, self._window_steps, None, 0
-        totals = self.accelerator.reduce(values, reduction="sum").tolist()
-        logged = {}
-        for name, total in zip(metrics, totals, strict=True):
-            share = mode == "train" and _window_metric(name)
-            logged[name] = total if share else total / (self.accelerator.num_processes * steps)
-            self._metrics[mode][name].append(logged[name])
-        return logged
 
     # ---- checkpoints: the state trl_ext adds to TRL's (`trl_ext_state.json`) ---------------------------------------
 

@@ -1,0 +1,225 @@
+"""The DPO trainer: trl.DPOTrainer with the ported `dpo` loss and the KL term (tiny model, CPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import trl
+from trainer_helpers import CPU, changed, logged, snapshot
+from transformers import AutoModelForCausalLM
+
+import trl_ext
+from trl_ext import DPOConfig, DPOTrainer
+from trl_ext.toy import build_tokenizer, toy_preference_dataset
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _config(cls, out, **overrides):
+    settings = {**CPU, "output_dir": str(out), "per_device_train_batch_size": 4, "max_steps": 1, "learning_rate": 1e-3}
+    return cls(**{**settings, **overrides})
+
+
+def _trainer(model, out, dataset=None, **overrides):
+    return DPOTrainer(
+        model=model,
+        args=_config(DPOConfig, out, **overrides),
+        train_dataset=dataset if dataset is not None else toy_preference_dataset(16),
+        processing_class=build_tokenizer(),
+    )
+
+
+def test_attached_to_the_algorithm_table():
+    spec = trl_ext.get_algorithm("dpo")
+    assert spec.trainer_class is DPOTrainer and spec.config_class is DPOConfig
+    assert issubclass(DPOTrainer, trl.DPOTrainer) and issubclass(DPOConfig, trl.DPOConfig)
+    args = DPOConfig(output_dir="unused", **CPU)
+    assert (args.beta, args.label_smoothing, args.kl_loss_fn, args.kl_coef) == (0.1, 0.0, "k2", 0.001)
+    loss, kl = args.build_policy_loss(), args.build_kl_fn()
+    assert (loss.name, loss.beta, loss.label_smoothing) == ("dpo", 0.1, 0.0) and (kl.name, kl.kl_coef) == ("k2", 0.001)
+    assert DPOConfig(output_dir="unused", kl_coef=0.0, **CPU).build_kl_fn().name == "none"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"loss_type": ["ipo"]}, r"loss_type=\['ipo'\] is a trl.DPOConfig field that trl_ext's DPO trainer"),
+        ({"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5]}, r"loss_type=\['sigmoid', 'sft'\]"),
+        ({"ld_alpha": 0.5}, r"ld_alpha=0.5 .* LD-DPO"),
+        ({"f_divergence_type": "js_divergence"}, r"f_divergence_type='js_divergence' .* reverse-KL"),
+        ({"use_weighting": True}, r"use_weighting=True .* WPO"),
+        ({"discopop_tau": 0.1}, r"discopop_tau=0.1"),
+        ({"label_smoothing": 0.5}, r"label_smoothing=0.5 is not valid; must be in \[0, 0.5\)"),
+        ({"beta": 0.0}, r"beta=0.0 is not valid; must be > 0"),
+        ({"kl_coef": -0.1}, r"kl_coef=-0.1 is not valid; must be >= 0"),
+        ({"kl_loss_fn": "k9"}, r"kl_loss_fn|k9"),
+        ({"kl_loss_fn": "none"}, r"kl_coef=0.001 adds a KL term but kl_loss_fn='none'"),
+        ({"precompute_ref_log_probs": True}, r"precompute_ref_log_probs=True .* set kl_coef=0"),
+    ],
+)
+def test_bad_config(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        DPOConfig(output_dir="unused", **{**CPU, **overrides})
+
+
+def test_wrong_config_class(random_tiny_model, tmp_path):
+    with pytest.raises(TypeError, match=r"args must be a trl_ext.DPOConfig"):
+        DPOTrainer(
+            model=random_tiny_model,
+            args=_config(trl.DPOConfig, tmp_path),
+            train_dataset=toy_preference_dataset(8),
+            processing_class=build_tokenizer(),
+        )
+
+
+@pytest.mark.parametrize("precompute", [False, True])
+def test_first_update_equals_trl_sigmoid_dpo(random_tiny_model, tmp_path, precompute):
+    """Label smoothing 0, KL off: the ported loss is TRL's sigmoid DPO, so one SGD step moves every parameter the
+    same way, with the reference live or precomputed."""
+    common = dict(optim="sgd", learning_rate=1.0, precompute_ref_log_probs=precompute, max_grad_norm=0.0)
+    dataset = toy_preference_dataset(16)
+    theirs = trl.DPOTrainer(
+        model=random_tiny_model,
+        args=_config(trl.DPOConfig, tmp_path / "trl", **common),
+        train_dataset=dataset,
+        processing_class=build_tokenizer(),
+    )
+    before = snapshot(theirs.model)
+    theirs.train()
+    ours = _trainer(random_tiny_model, tmp_path / "ours", dataset=dataset, kl_coef=0.0, **common)
+    ours.train()
+    assert changed(before, theirs.model)
+    for (name, a), b in zip(theirs.model.named_parameters(), ours.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    # The metrics agree too (TRL's names on the left).
+    for theirs_name, ours_name in [
+        ("rewards/chosen", "chosen_reward"),
+        ("rewards/rejected", "rejected_reward"),
+        ("rewards/accuracies", "accuracy_mean"),
+        ("loss", "dpo_loss"),
+        ("rewards/margins", "rewards/margins"),
+        ("logps/chosen", "logps/chosen"),
+    ]:
+        assert logged(ours, ours_name) == pytest.approx(logged(theirs, theirs_name), rel=1e-4, abs=1e-6), ours_name
+
+
+def test_label_smoothing_and_kl_change_the_update(random_tiny_model, tmp_path):
+    dataset = toy_preference_dataset(16)
+    runs = {}
+    variants = {"plain": {"kl_coef": 0.0}, "ls": {"kl_coef": 0.0, "label_smoothing": 0.2}, "kl": {"kl_coef": 5.0}}
+    for name, overrides in variants.items():
+        trainer = _trainer(
+            random_tiny_model, tmp_path / name, dataset=dataset, optim="sgd", learning_rate=1.0, max_steps=2,
+            **overrides,
+        )  # fmt: skip
+        trainer.train()
+        runs[name] = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    assert (runs["plain"] - runs["ls"]).abs().max() > 1e-4 and (runs["plain"] - runs["kl"]).abs().max() > 1e-4
+    assert logged(trainer, "kl")[0] == 0.0 and logged(trainer, "kl")[1] > 0  # step 1 is at the reference
+    assert logged(trainer, "kl_coef") == [5.0, 5.0]
+
+
+def test_gradient_accumulation_is_normalized_per_pair_over_the_window(random_tiny_model, tmp_path):
+    """6 pairs in one optimizer step, as 1 × 6 or as 4 + 2 (accumulation, uneven last micro-batch): the same update
+    with window normalization; TRL's per-micro-batch means weight the 2 pairs like the 4 and differ."""
+    dataset = toy_preference_dataset(6)
+    common = dict(optim="sgd", learning_rate=1.0, max_grad_norm=0.0, kl_coef=1.0, max_steps=1, num_train_epochs=1)
+    one = _trainer(random_tiny_model, tmp_path / "one", dataset=dataset, per_device_train_batch_size=6, **common)
+    one.train()
+    split = _trainer(
+        random_tiny_model, tmp_path / "split", dataset=dataset, per_device_train_batch_size=4,
+        gradient_accumulation_steps=2, **common,
+    )  # fmt: skip
+    split.train()
+    for (name, a), b in zip(one.model.named_parameters(), split.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=name)
+    assert logged(split, "dpo_loss") == pytest.approx(logged(one, "dpo_loss"), rel=1e-5)
+    assert logged(split, "kl") == pytest.approx(logged(one, "kl"), rel=1e-5, abs=1e-9)
+    trl_split = trl.DPOTrainer(
+        model=random_tiny_model,
+        args=_config(trl.DPOConfig, tmp_path / "trl", per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                     optim="sgd", learning_rate=1.0, max_grad_norm=0.0, max_steps=1),
+        train_dataset=dataset,
+        processing_class=build_tokenizer(),
+    )  # fmt: skip
+    trl_split.train()
+    pairs = zip(one.model.parameters(), trl_split.model.parameters(), strict=True)
+    assert any(not torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in pairs)
+
+
+def test_two_processes_match_one(random_tiny_model, tmp_path):
+    """2 processes × 2 pairs per step = 1 process × 4 pairs (torchrun, gloo): same update, same window metrics."""
+    script = os.path.join(HERE, "scripts", "dpo_run.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    outs = {}
+    for name, launcher, batch in [
+        ("1x4", [sys.executable], 4),
+        ("2x2", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"], 2),
+    ]:
+        out = str(tmp_path / f"{name}.pt")
+        result = subprocess.run(
+            [*launcher, script, out, "--model", random_tiny_model, "--batch", str(batch)],
+            capture_output=True, text=True, env=env, timeout=600,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        outs[name] = torch.load(out)
+    assert outs["1x4"]["update"].norm() > 1e-3
+    torch.testing.assert_close(outs["2x2"]["update"], outs["1x4"]["update"], rtol=1e-5, atol=1e-7)
+    for key in ("dpo_loss", "kl", "chosen_reward", "accuracy_mean"):
+        assert outs["2x2"]["logs"][key] == pytest.approx(outs["1x4"]["logs"][key], rel=1e-5, abs=1e-7), key
+
+
+def _preference(model, dataset) -> torch.Tensor:
+    """log π(chosen) − log π(rejected) per pair (plain forward passes, summed over the completion tokens)."""
+    tokenizer = build_tokenizer()
+    margins = []
+    for row in dataset:
+        totals = []
+        for completion in (row["chosen"], row["rejected"]):
+            prompt_ids = tokenizer(row["prompt"])["input_ids"]
+            ids = prompt_ids + tokenizer(completion)["input_ids"] + [tokenizer.eos_token_id]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+            lp = torch.log_softmax(logits.double(), -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
+            totals.append(lp[len(prompt_ids) - 1 :].sum())
+        margins.append(totals[0] - totals[1])
+    return torch.stack(margins)
+
+
+def test_after_training_the_policy_prefers_held_out_chosen_completions(tiny_model, tmp_path):
+    held_out = toy_preference_dataset(64, seed=99)
+    before = _preference(AutoModelForCausalLM.from_pretrained(tiny_model).eval(), held_out)
+    trainer = _trainer(
+        tiny_model, tmp_path, dataset=toy_preference_dataset(512), per_device_train_batch_size=16, max_steps=60,
+        learning_rate=1e-3, warmup_steps=5, max_grad_norm=1.0, logging_steps=10,
+    )  # fmt: skip
+    trainer.train()
+    after = _preference(trainer.model.eval(), held_out)
+    print(f"held-out preference accuracy {(before > 0).float().mean():.2f} -> {(after > 0).float().mean():.2f}")
+    assert (before > 0).float().mean() < 0.7
+    assert (after > 0).float().mean() > 0.9 and after.mean() > before.mean() + 1.0
+    accuracy = logged(trainer, "accuracy_mean")
+    assert accuracy[0] < 0.7 and accuracy[-1] > 0.9
+
+
+def test_lora(tiny_model, tmp_path):
+    from peft import LoraConfig
+
+    trainer = DPOTrainer(
+        model=tiny_model,
+        args=_config(DPOConfig, tmp_path, max_steps=2, learning_rate=1e-2),
+        train_dataset=toy_preference_dataset(16),
+        processing_class=build_tokenizer(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+    )
+    assert trainer.ref_model is None  # the reference is the base model with the adapter disabled
+    before = snapshot(trainer.model)
+    trainer.train()
+    moved = changed(before, trainer.model)
+    assert moved and all("lora_" in name for name in moved)
+    kl = logged(trainer, "kl")
+    assert kl[0] == pytest.approx(0.0, abs=1e-12) and kl[1] > 0  # the disabled adapter is the reference

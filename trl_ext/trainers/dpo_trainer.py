@@ -1,0 +1,151 @@
+"""The DPO trainer: `trl.DPOTrainer` with the ported `dpo` loss and Trinity-RFT's KL term.
+
+Everything but the loss step is TRL's: dataset preparation and tokenization, the preference collator (rows
+[all chosen; all rejected]), the reference model (reloaded, PEFT's disabled adapter, or log-prob sums precomputed
+with `precompute_ref_log_probs`), TR-DPO's `sync_ref_model`, logging, checkpointing. `_compute_loss` (TRL's only
+hook for the loss) runs the policy through TRL's fused log-prob head, takes the reference's per-token log-probs
+(or TRL's precomputed sums), and computes
+
+    loss = dpo(per pair: −(1 − ls)·log σ(βz) − ls·log σ(−βz))  +  kl_coef · token-mean(KL(π‖π_ref))
+
+normalized over the optimizer window: the pair and token counts of every accumulation step, summed over
+processes, are taken when the window starts (`_get_num_items_in_batch`, HF's per-window hook), so the update
+does not depend on how the window is split into micro-batches and processes, even when the last micro-batch of an
+epoch is smaller. Metrics: the loss's `chosen_reward`, `rejected_reward`, `accuracy_mean`, `dpo_loss`, the KL's
+`kl` and `kl_coef`, and TRL's `rewards/margins`, `logps/chosen`, `logps/rejected`, `entropy`, `num_tokens`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar
+
+import torch
+import trl
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import use_adapter
+
+from ..losses import aggregate_loss
+from .dpo_config import DPOConfig
+from .window_metrics import WindowMetrics
+
+_NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
+
+
+class DPOTrainer(WindowMetrics, trl.DPOTrainer):
+    """A `trl.DPOTrainer` whose loss is trl_ext's `dpo` loss plus the KL term (config: `trl_ext.DPOConfig`).
+
+    The constructor takes exactly `trl.DPOTrainer`'s arguments.
+    """
+
+    config_class: ClassVar[type[DPOConfig]] = DPOConfig
+    loss_is_scaled_for_ga = True  # the loss is this micro-batch's share of the window's loss
+    _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "dpo"]
+
+    def __init__(self, model, ref_model=None, args: DPOConfig | None = None, *posargs: Any, **kwargs: Any):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = DPOConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-dpo")
+        elif not isinstance(args, DPOConfig):
+            raise TypeError(
+                f"{type(self).__name__}: args must be a trl_ext.DPOConfig (it accepts every trl.DPOConfig field plus "
+                f"kl_loss_fn and kl_coef), got {type(args).__name__}"
+            )
+        super().__init__(model, ref_model, args, *posargs, **kwargs)
+        self.algorithm = "dpo"
+        self.policy_loss_fn = args.build_policy_loss()
+        self.kl_fn = args.build_kl_fn()
+        self._window: dict[str, torch.Tensor] = {}
+
+    # ---- optimizer-window normalization ----------------------------------------------------------------------
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
+        """Called by the training loop with the window's micro-batches before the first one runs: count their rows
+        (2 per pair) and completion tokens, summed over processes (one collective)."""
+        rows = sum(batch["input_ids"].size(0) for batch in batch_samples)
+        tokens = sum(batch["completion_mask"][..., 1:].sum() for batch in batch_samples)
+        counts = torch.stack([torch.as_tensor(rows, device=device), torch.as_tensor(tokens, device=device)]).float()
+        rows, tokens = self.accelerator.reduce(counts, reduction="sum")
+        self._window = {"global_valid_seqs": rows, "global_valid_toks": tokens}
+        return None
+
+    # ---- the loss --------------------------------------------------------------------------------------------
+
+    def _compute_loss(self, model, inputs, return_outputs):
+        mode = "train" if self.model.training else "eval"
+        model_kwargs = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS}
+        model_kwargs["use_cache"] = False
+        if self.aux_loss_enabled:
+            model_kwargs["output_router_logits"] = True
+        completion_mask = inputs["completion_mask"]
+        labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
+        outputs = model(**model_kwargs, labels=labels, fused_lm_head=True)
+        mask = completion_mask[..., 1:].bool()
+        width = mask.size(1)  # prompt-learning PEFT prepends virtual tokens: keep the real tokens' positions
+        logps = outputs.log_probs[:, -width:]
+        ref = self._reference_logps(inputs, model_kwargs, labels, width)
+
+        pairs = logps.size(0) // 2  # rows are [all chosen; all rejected]; the loss takes (chosen, rejected) pairs
+        interleave = torch.arange(2 * pairs, device=logps.device).view(2, pairs).t().reshape(-1)
+        if mode == "train":
+            window = dict(self._window)
+        else:
+            window = {"global_valid_seqs": mask.new_tensor(mask.size(0)).float(), "global_valid_toks": mask.sum()}
+        loss, metrics = self.policy_loss_fn(
+            logprob=logps[interleave], ref_logprob=ref[interleave], action_mask=mask[interleave], **window
+        )
+        if self.kl_fn.name != "none":
+            kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(logps, ref, mask, "token-mean", **window)
+            loss = loss + kl_loss
+            metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
+        if mode == "train":  # window shares; DDP / DeepSpeed / FSDP average gradients over processes
+            loss = loss * self.accelerator.num_processes
+        if self.aux_loss_enabled:
+            scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * outputs.aux_loss / scale
+            metrics["aux_loss"] = outputs.aux_loss.detach()
+
+        with torch.no_grad():  # TRL's metrics that the loss does not report
+            sums = torch.where(mask, logps, 0).sum(1)
+            chosen, rejected = sums.chunk(2)
+            ref_sums = ref if ref.dim() == 1 else torch.where(mask, ref, 0).sum(1)
+            margins = self.beta * ((chosen - rejected) - (ref_sums[:pairs] - ref_sums[pairs:]))
+            metrics["rewards/margins"] = margins.mean()
+            metrics["logps/chosen"], metrics["logps/rejected"] = chosen.mean(), rejected.mean()
+            if outputs.entropy is not None:
+                metrics["entropy"] = aggregate_loss(
+                    outputs.entropy[:, -width:].detach(),
+                    mask,
+                    "token-mean",
+                    global_valid_toks=window["global_valid_toks"],
+                )
+        self._log_loss_metrics(mode, metrics)
+        if mode == "train":
+            tokens = int(self.accelerator.gather(inputs["attention_mask"].sum()).sum().item())
+            self._total_train_tokens += tokens // getattr(self, "_tp_size", 1)  # TP ranks share their batch
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+
+        if return_outputs:
+            warnings.warn(
+                "`return_outputs=True` recomputes the logits with an extra forward pass (the fused LM head does not "
+                "build them), as trl.DPOTrainer does",
+                FutureWarning,
+                stacklevel=2,
+            )
+            with torch.no_grad():
+                outputs = model(**{k: v for k, v in model_kwargs.items() if k != "output_router_logits"})
+        return (loss, outputs) if return_outputs else loss
+
+    def _reference_logps(self, inputs, model_kwargs, labels, width: int) -> torch.Tensor:
+        """The reference's per-token log-probs `[2B, T]`, or TRL's precomputed per-row sums `[2B]`."""
+        if self.precompute_ref_logps:
+            return torch.cat([inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]])
+        ref_kwargs = {k: v for k, v in model_kwargs.items() if k != "output_router_logits"}
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            if self.ref_model is None:  # PEFT: the adapter disabled (or the initial copy loaded as "ref")
+                unwrapped = self.accelerator.unwrap_model(self.model)
+                with use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None):
+                    outputs = self.model(**ref_kwargs, labels=labels, fused_lm_head=True)
+            else:
+                outputs = self.ref_model(**ref_kwargs, labels=labels, fused_lm_head=True)
+        return outputs.log_probs[:, -width:]

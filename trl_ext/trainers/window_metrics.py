@@ -1,0 +1,42 @@
+"""Loss metrics logged once per optimizer step, as the optimizer window's values (shared by every trl_ext trainer)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..losses.base import is_window_share
+
+
+def _window_metric(name: str) -> bool:
+    """Metrics that a loss returns as this micro-batch's share of the window aggregate."""
+    return name in ("policy_loss", "kl", "entropy") or is_window_share(name)
+
+
+class WindowMetrics:
+    """Mixin for a TRL trainer (it uses `self.accelerator` and `self._metrics[mode]`, TRL's lists averaged at
+    each log) whose losses are normalized over the optimizer window."""
+
+    _window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
+    _window_steps: int = 0
+
+    def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
+        with one collective and one host sync; returns what was logged ({} mid-window).
+
+        Window metrics (`_window_metric`) are micro-batch shares, so their sum over the window's micro-batches
+        and processes is the window's value; the others are averaged over micro-batches and processes."""
+        values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in metrics])
+        steps = 1
+        if mode == "train":
+            self._window_sums = values if self._window_sums is None else self._window_sums + values
+            self._window_steps += 1
+            if not self.accelerator.sync_gradients:
+                return {}
+            values, steps, self._window_sums, self._window_steps = self._window_sums, self._window_steps, None, 0
+        totals = self.accelerator.reduce(values, reduction="sum").tolist()
+        logged = {}
+        for name, total in zip(metrics, totals, strict=True):
+            share = mode == "train" and _window_metric(name)
+            logged[name] = total if share else total / (self.accelerator.num_processes * steps)
+            self._metrics[mode][name].append(logged[name])
+        return logged
