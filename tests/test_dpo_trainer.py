@@ -223,3 +223,30 @@ def test_lora(tiny_model, tmp_path):
     assert moved and all("lora_" in name for name in moved)
     kl = logged(trainer, "kl")
     assert kl[0] == pytest.approx(0.0, abs=1e-12) and kl[1] > 0  # the disabled adapter is the reference
+
+
+def test_conversational_pairs_and_evaluation(tiny_model, tmp_path):
+    """Conversational preference rows go through TRL's chat-template tokenization; evaluation logs the same metrics
+    with the `eval_` prefix, over the evaluation batch's own pairs."""
+    evaluation = dict(eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=8)
+    trainer = DPOTrainer(
+        model=tiny_model,
+        args=_config(DPOConfig, tmp_path, max_steps=2, **evaluation),
+        train_dataset=toy_preference_dataset(16, conversational=True),
+        eval_dataset=toy_preference_dataset(8, seed=5, conversational=True),
+        processing_class=build_tokenizer(),
+    )
+    first = trainer.train_dataset[0]
+    chat_end = build_tokenizer().convert_tokens_to_ids("<|im_end|>")
+    assert chat_end in first["chosen_ids"] and chat_end in first["rejected_ids"]  # the template's end of turn
+    trainer.train()
+    for name in ("eval_dpo_loss", "eval_chosen_reward", "eval_accuracy_mean", "eval_kl"):
+        assert len(logged(trainer, name)) == 1, name
+    assert 0 < logged(trainer, "eval_dpo_loss")[0] < 2
+
+    # Before any training the policy is the reference: every pair's loss is log 2, TRL's value too.
+    fresh = {"model": tiny_model, "train_dataset": toy_preference_dataset(8), "processing_class": build_tokenizer()}
+    fresh["eval_dataset"] = toy_preference_dataset(8, seed=5)
+    ours = DPOTrainer(args=_config(DPOConfig, tmp_path / "a", **evaluation), **fresh).evaluate()
+    theirs = trl.DPOTrainer(args=_config(trl.DPOConfig, tmp_path / "b", **evaluation), **fresh).evaluate()
+    assert ours["eval_dpo_loss"] == pytest.approx(theirs["eval_loss"]) == pytest.approx(0.693147, abs=1e-5)

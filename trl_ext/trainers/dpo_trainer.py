@@ -90,7 +90,8 @@ class DPOTrainer(WindowMetrics, trl.DPOTrainer):
         if mode == "train":
             window = dict(self._window)
         else:
-            window = {"global_valid_seqs": mask.new_tensor(mask.size(0)).float(), "global_valid_toks": mask.sum()}
+            rows = torch.tensor(float(mask.size(0)), device=mask.device)
+            window = {"global_valid_seqs": rows, "global_valid_toks": mask.sum().float()}
         loss, metrics = self.policy_loss_fn(
             logprob=logps[interleave], ref_logprob=ref[interleave], action_mask=mask[interleave], **window
         )
