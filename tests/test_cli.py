@@ -1,0 +1,69 @@
+"""The `trl-ext` command: train (the example scripts' flags), list, env."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from trainer_helpers import logged
+
+import trl_ext
+from trl_ext.cli import main
+
+QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
+QUICK += ["--save_strategy", "no"]
+
+
+def test_list_names_every_algorithm_with_its_loss_defaults_and_paper(capsys):
+    main(["list"])
+    out = capsys.readouterr().out
+    for name, spec in trl_ext.ALGORITHMS.items():
+        assert f"\n{name}  " in f"\n{out}" and spec.paper in out, name
+        if spec.has_trainer:
+            assert f"{spec.trainer_class.__name__} / {spec.config_class.__name__}" in out, name
+    sapo = out.split("\nsapo  ")[1].split("\n", 4)
+    assert "loss: sapo   advantage: grpo" in sapo[2] and "tau_pos=1.0" in sapo[3] and "tau_neg=1.05" in sapo[3]
+    dpo = out.split("\ndpo  ")[1].split("\n", 4)[3]
+    assert "beta=0.1" in dpo and "kl_coef=0.001" in dpo
+    mix = out.split("\nmix  ")[1].split("\n", 4)[3]
+    assert "per_device_train_batch_size=16" in mix  # a TRL default the config changes is listed
+    assert "(no trainer: loss `sft`" in out
+
+
+def test_env_reports_versions_and_devices(capsys):
+    main(["env"])
+    out = capsys.readouterr().out
+    import torch
+    import trl
+
+    assert f"trl_ext: {trl_ext.__version__}" in out and f"trl: {trl.__version__}" in out
+    assert f"torch: {torch.__version__}" in out and "devices: " in out
+
+
+def test_train_runs_the_example_scripts(toy_cache, tiny_model, tmp_path):
+    trainer = main(["train", "--algorithm", "sapo", "--output_dir", str(tmp_path / "sapo"), *QUICK, "--tau_neg", "1.2"])
+    assert type(trainer) is trl_ext.SAPOTrainer and trainer.state.global_step == 2
+    assert trainer.policy_loss_fn.tau_neg == 1.2 and logged(trainer, "sapo_loss")
+    dpo = main(["train", "--algorithm", "dpo", "--output_dir", str(tmp_path / "dpo"), "--max_steps", "2"])
+    assert type(dpo) is trl_ext.DPOTrainer and dpo.state.global_step == 2
+
+
+def test_bad_commands(capsys):
+    with pytest.raises(SystemExit, match=r"--algorithm 'ppo' has no trainer; choose one of grpo, .*dpo"):
+        main(["train", "--algorithm", "ppo"])
+    with pytest.raises(SystemExit):
+        main(["frobnicate"])
+    with pytest.raises(SystemExit):
+        main(["list", "--verbose"])
+    assert "unrecognized arguments: --verbose" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    script = os.path.join(os.path.dirname(sys.executable), "trl-ext")
+    result = subprocess.run([script, "list"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "SAPOTrainer / SAPOConfig" in result.stdout
+    module = subprocess.run([sys.executable, "-m", "trl_ext", "env"], capture_output=True, text=True, timeout=300)
+    assert module.returncode == 0 and "trl_ext: " in module.stdout

@@ -1,0 +1,5 @@
+"""`python -m trl_ext ...` is the `trl-ext` command (see `trl_ext.cli`)."""
+
+from .cli import main
+
+main()
