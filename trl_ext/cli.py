@@ -12,7 +12,6 @@ like them, trains the embedded tiny default offline when no `--model_name_or_pat
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.metadata
 import os
 import platform
@@ -45,7 +44,7 @@ def train(algorithm: str, argv: Sequence[str]):
 def list_algorithms() -> str:
     """Each algorithm: its trainer and config, policy loss, advantage, KL / entropy defaults, its own config fields
     with their defaults, and the paper."""
-    from .trainers import GRPOFamilyConfig
+    from .trainers.model_card import _default, algorithm_fields
 
     lines = []
     for name, spec in ALGORITHMS.items():
@@ -59,25 +58,9 @@ def list_algorithms() -> str:
             f"    loss: {spec.policy_loss_fn}   advantage: {spec.advantage_fn or '-'}   "
             f"KL: {spec.kl_loss_fn}   entropy: {spec.entropy_loss_fn}"
         )
-        # The config's own fields, the base fields whose default it changes, and the TRL fields its loss reads.
-        base = GRPOFamilyConfig if issubclass(config, GRPOFamilyConfig) else config.__mro__[1]
-        inherited = {f.name: _default(f) for f in dataclasses.fields(base)}
-        own = [
-            f
-            for f in dataclasses.fields(config)
-            if f.name not in inherited or inherited[f.name] != _default(f) or f.name in _TRL_LOSS_FIELDS.get(name, ())
-        ]
-        lines.append(f"    defaults: {', '.join(f'{f.name}={_default(f)!r}' for f in own)}")
+        fields = algorithm_fields(config, name)
+        lines.append(f"    defaults: {', '.join(f'{f.name}={_default(f)!r}' for f in fields)}")
     return "\n".join(lines)
-
-
-_TRL_LOSS_FIELDS = {"dpo": ("beta", "label_smoothing")}  # TRL fields that are the ported loss's arguments
-
-
-def _default(f: dataclasses.Field):
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
 
 def environment() -> str:

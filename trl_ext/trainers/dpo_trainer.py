@@ -27,12 +27,13 @@ from trl.trainer.utils import use_adapter
 
 from ..losses import aggregate_loss
 from .dpo_config import DPOConfig
+from .model_card import AlgorithmModelCard
 from .window_metrics import WindowMetrics
 
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
-class DPOTrainer(WindowMetrics, trl.DPOTrainer):
+class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
     """A `trl.DPOTrainer` whose loss is trl_ext's `dpo` loss plus the KL term (config: `trl_ext.DPOConfig`).
 
     The constructor takes exactly `trl.DPOTrainer`'s arguments.

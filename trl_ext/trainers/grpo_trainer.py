@@ -32,6 +32,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..losses import aggregate_loss
 from . import grpo_config as configs
 from .grpo_config import GRPOFamilyConfig
+from .model_card import AlgorithmModelCard
 from .window_metrics import WindowMetrics
 
 _MULTIMODAL_KEYS = (
@@ -49,7 +50,7 @@ _MULTIMODAL_KEYS = (
 _STATE_FILE = "trl_ext_state.json"
 
 
-class GRPOFamilyTrainer(WindowMetrics, trl.GRPOTrainer):
+class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
     Use an algorithm's subclass (`SAPOTrainer`, `GSPOTrainer`, ...) with its config (`SAPOConfig`, ...); the

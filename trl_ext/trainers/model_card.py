@@ -1,0 +1,132 @@
+"""Model cards that name the trl_ext algorithm, its loss settings and the paper to cite.
+
+TRL writes `README.md` (its `lm_model_card.md` template: base model, dataset, framework versions, "This model was
+trained with {name}, a method introduced in {paper}", the BibTeX to cite) when a checkpoint is saved and on
+`push_to_hub`. `AlgorithmModelCard` gives TRL the algorithm's name and paper instead of GRPO's, appends a section
+with the algorithm, its trainer, loss, advantage and every algorithm setting of the run, and also writes the card
+on a user's `trainer.save_model(...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from typing import Any
+
+from ..algorithms import get_algorithm
+
+# Paper of each algorithm with a trainer: (title, arXiv id). BibTeX entries are built from them.
+PAPERS: dict[str, tuple[str, str]] = {
+    "grpo": ("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
+    "gspo": ("Group Sequence Policy Optimization", "2507.18071"),
+    "cispo": ("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", "2506.13585"),
+    "sapo": ("Soft Adaptive Policy Optimization", "2511.20347"),
+    "topr": ("Tapered Off-Policy REINFORCE: Stable and efficient reinforcement learning for LLMs", "2503.14286"),
+    "sppo": ("sPPO", "2108.05828"),
+    "rec": ("Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm", "2509.24203"),
+    "opmd": ("Kimi k1.5: Scaling Reinforcement Learning with LLMs", "2501.12599"),
+    "asymre": ("Asymmetric REINFORCE for off-Policy Reinforcement Learning", "2506.20520"),
+    "reinforceplusplus": ("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models",
+                          "2501.03262"),
+    "rloo": ("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
+             "2402.14740"),
+    "raft": ("RAFT: Reward rAnked FineTuning for Generative Foundation Model Alignment", "2304.06767"),
+    "mix": ("On-Policy RL Meets Off-Policy Experts: Harmonizing Supervised Fine-Tuning and Reinforcement Learning "
+            "via Dynamic Weighting", "2508.11408"),
+    "on_policy_distill": ("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes",
+                          "2306.13649"),
+    "dpo": ("Direct Preference Optimization: Your Language Model is Secretly a Reward Model", "2305.18290"),
+}  # fmt: skip
+PAPERS["mix_chord"] = PAPERS["mix"]
+
+_DISPLAY_NAMES = {"reinforceplusplus": "REINFORCE++", "on_policy_distill": "On-policy distillation",
+                  "mix_chord": "MIX-CHORD", "asymre": "AsymRE", "sppo": "sPPO"}  # fmt: skip
+_TRL_LOSS_FIELDS = {"dpo": ("beta", "label_smoothing")}  # TRL fields that are the ported loss's arguments
+
+
+def paper(algorithm: str) -> dict[str, str]:
+    """TRL's `_paper` dict (title, arXiv id, BibTeX citation) of `algorithm`."""
+    title, arxiv = PAPERS[algorithm]
+    year = 2000 + int(arxiv[:2])
+    citation = (
+        f"@article{{{algorithm}{year},\n    title   = {{{{{title}}}}},\n"
+        f"    journal = {{arXiv preprint arXiv:{arxiv}}},\n    year    = {year},\n}}"
+    )
+    return {"title": title, "id": arxiv, "citation": citation}
+
+
+def display_name(algorithm: str) -> str:
+    return _DISPLAY_NAMES.get(algorithm, algorithm.upper())
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
+def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Field]:
+    """The config's algorithm settings: its own fields, the base fields whose default it changes, and the TRL
+    fields that its loss reads (DPO's `beta` and `label_smoothing`)."""
+    from .grpo_config import GRPOFamilyConfig
+
+    base = GRPOFamilyConfig if issubclass(config_class, GRPOFamilyConfig) else config_class.__mro__[1]
+    inherited = {f.name: _default(f) for f in dataclasses.fields(base)}
+    keep = _TRL_LOSS_FIELDS.get(algorithm, ())
+    return [
+        f
+        for f in dataclasses.fields(config_class)
+        if f.name not in inherited or inherited[f.name] != _default(f) or f.name in keep
+    ]
+
+
+class AlgorithmModelCard:
+    """Mixin for the trl_ext trainers (before the TRL trainer in the bases; needs `self.algorithm`)."""
+
+    @property
+    def _name(self) -> str:
+        return f"{display_name(self.algorithm)} (trl_ext)"
+
+    @property
+    def _paper(self) -> dict[str, str]:
+        return paper(self.algorithm)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        with open(os.path.join(self.args.output_dir, "README.md"), "a") as f:
+            f.write("\n" + self._algorithm_section())
+
+    def _algorithm_section(self) -> str:
+        spec = get_algorithm(self.algorithm)
+        args = self.args
+        title, arxiv = PAPERS[self.algorithm]
+        rows = [
+            ("algorithm", f"`{self.algorithm}`: {spec.description}"),
+            ("trainer / config", f"`trl_ext.{type(self).__name__}` / `trl_ext.{type(args).__name__}`"),
+            ("policy loss", f"`{getattr(args, 'policy_loss_name', spec.policy_loss_fn)}`"),
+            ("advantage", f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"),
+        ]
+        if hasattr(args, "kl_loss_fn"):
+            coefficient = getattr(args, "kl_coef", None) if self.algorithm == "dpo" else args.beta
+            rows.append(("KL term", f"`{args.kl_loss_fn}`, coefficient {coefficient}"))
+        rows += [(f"`{f.name}`", f"`{getattr(args, f.name)!r}`") for f in algorithm_fields(type(args), self.algorithm)]
+        table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+        return (
+            "## trl_ext\n\n"
+            f"Trained with trl_ext's {display_name(self.algorithm)} trainer (Trinity-RFT's algorithm on TRL), "
+            f"from [{title}](https://huggingface.co/papers/{arxiv}) (arXiv {arxiv}); the citation is above.\n\n"
+            "| setting | value |\n|---|---|\n" + table + "\n"
+        )
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call)
+        if _internal_call:  # checkpoints and push_to_hub write the card themselves
+            return
+        target = output_dir or self.args.output_dir
+        self.create_model_card(model_name=os.path.basename(os.path.normpath(target)))
+        card = os.path.join(self.args.output_dir, "README.md")
+        if self.is_world_process_zero() and os.path.abspath(target) != os.path.abspath(self.args.output_dir):
+            shutil.copyfile(card, os.path.join(target, "README.md"))
