@@ -103,6 +103,7 @@ def test_first_update_equals_trl_sigmoid_dpo(random_tiny_model, tmp_path, precom
         ("loss", "dpo_loss"),
         ("rewards/margins", "rewards/margins"),
         ("logps/chosen", "logps/chosen"),
+        ("num_tokens", "num_tokens"),
     ]:
         assert logged(ours, ours_name) == pytest.approx(logged(theirs, theirs_name), rel=1e-4, abs=1e-6), ours_name
 

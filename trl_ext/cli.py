@@ -44,7 +44,7 @@ def train(algorithm: str, argv: Sequence[str]):
 def list_algorithms() -> str:
     """Each algorithm: its trainer and config, policy loss, advantage, KL / entropy defaults, its own config fields
     with their defaults, and the paper."""
-    from .trainers.model_card import _default, algorithm_fields
+    from .trainers.model_card import algorithm_fields, field_default
 
     lines = []
     for name, spec in ALGORITHMS.items():
@@ -59,7 +59,7 @@ def list_algorithms() -> str:
             f"KL: {spec.kl_loss_fn}   entropy: {spec.entropy_loss_fn}"
         )
         fields = algorithm_fields(config, name)
-        lines.append(f"    defaults: {', '.join(f'{f.name}={_default(f)!r}' for f in fields)}")
+        lines.append(f"    defaults: {', '.join(f'{f.name}={field_default(f)!r}' for f in fields)}")
     return "\n".join(lines)
 
 

@@ -51,6 +51,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config,
 
 __all__ = [
     "DEFAULT_TRAINING",
+    "DPO_TRAINING",
     "FAST_TRAINING",
     "LETTERS",
     "MODEL_VERSION",
@@ -114,6 +115,19 @@ DEFAULT_TRAINING: dict[str, Any] = dict(
 
 Warmup and the tight gradient clip matter: without them Adam's first, full-size steps knock the tiny model
 off its format (completions degenerate into random bytes and the reward collapses to ~0) on some seeds."""
+
+DPO_TRAINING: dict[str, Any] = dict(
+    learning_rate=1e-3,
+    warmup_steps=5,
+    max_grad_norm=1.0,
+    per_device_train_batch_size=16,
+    max_steps=60,
+    logging_steps=10,
+    eval_strategy="steps",
+    eval_steps=20,
+)
+"""`DPOConfig` keyword arguments of the DPO toy run on `toy_preference_dataset`: the held-out preference accuracy
+goes from ~0.5 to ~1 in 60 steps."""
 
 FAST_TRAINING: dict[str, Any] = dict(DEFAULT_TRAINING, per_device_train_batch_size=64, max_steps=100, logging_steps=2)
 """`GRPOConfig` keyword arguments of a short run for tests: the reward still rises clearly (~0.11 -> 0.84-0.97)."""

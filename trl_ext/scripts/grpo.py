@@ -24,7 +24,6 @@ Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -32,12 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-import yaml
-from trl import DatasetMixtureConfig, ModelConfig, TrlParser, get_dataset, get_peft_config, get_quantization_config
+from trl import DatasetMixtureConfig, ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..algorithms import get_algorithm
+from ..toy import DEFAULT_TRAINING
+from ._common import load_user_dataset, set_defaults, set_model_init_kwargs, train_and_finish
 
 
 @dataclass
@@ -100,30 +99,11 @@ def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
     return load_dataset(args.expert_dataset_name, name=args.expert_dataset_config, split=args.expert_dataset_split)
 
 
-def _uses_default_model(argv: Sequence[str]) -> bool:
-    """True when neither the command line nor the `--config` file names a model."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--model_name_or_path")
-    pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
-    if known.model_name_or_path:
-        return False
-    if known.config:
-        with open(known.config) as f:
-            return not (yaml.safe_load(f) or {}).get("model_name_or_path")
-    return True
-
-
 def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
     spec = get_algorithm(algorithm)
     expert = (ExpertDataArguments,) if spec.sample_strategy == "mix" else ()
     parser = TrlParser((GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *expert))
-    if not torch.cuda.is_available():
-        parser.set_defaults(use_cpu=True, bf16=False)
-    if _uses_default_model(argv):
-        from ..toy import DEFAULT_TRAINING
-
-        parser.set_defaults(output_dir=f"outputs/{algorithm}-tiny", activation_checkpointing=False, **DEFAULT_TRAINING)
+    set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING)
     return parser
 
 
@@ -141,16 +121,7 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
     if expert:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
         toy_task = not (dataset_args.datasets or script_args.dataset_name)
         extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
-    if dataset_args.datasets:
-        dataset = get_dataset(dataset_args)
-    elif script_args.dataset_name:
-        from datasets import load_dataset
-
-        dataset = load_dataset(
-            script_args.dataset_name, name=script_args.dataset_config, streaming=script_args.dataset_streaming
-        )
-    else:
-        dataset = None
+    dataset = load_user_dataset(script_args, dataset_args)
     if model is None or dataset is None:
         from .. import toy
 
@@ -161,13 +132,7 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
             dataset = {script_args.dataset_train_split: toy.toy_dataset()}
             reward_funcs = reward_funcs or [toy.toy_reward]
 
-    training_args.model_init_kwargs = {
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
-        **(training_args.model_init_kwargs or {}),
-    }
+    set_model_init_kwargs(training_args, model_args)
     trainer = spec.trainer_class(
         model=model,
         reward_funcs=reward_funcs,
@@ -178,18 +143,4 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
         peft_config=get_peft_config(model_args),
         **extra,
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    processes = trainer.accelerator.num_processes
-    trainer.accelerator.print(
-        f"Trained {algorithm} for {trainer.state.global_step} steps on {processes} process(es); "
-        f"model saved to {training_args.output_dir}"
-    )
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    # Every rank reaches the teardown together: a gloo process group torn down while a peer has already exited can
-    # block in its destructor (seen once in 2-process CPU runs).
-    trainer.accelerator.wait_for_everyone()
-    if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers, destroy the process group
-        trainer.end()
-    return trainer
+    return train_and_finish(trainer, algorithm, training_args, script_args)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ClassVar
 
 from trl import DPOConfig as TRLDPOConfig
 
 from ..losses import get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
+from .grpo_config import build_named
 
 _DPO_DEFAULTS = {
     f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -111,17 +113,10 @@ class DPOConfig(TRLDPOConfig):
         self.build_policy_loss()  # a bad beta / label_smoothing / KL argument fails here, naming the field
         self.build_kl_fn()
 
-    def _named(self, build, what: str):
-        try:
-            return build()
-        except ValueError as err:
-            raise ValueError(f"{type(self).__name__} ({what}): {err}") from None
-
     def build_policy_loss(self):
-        return self._named(
-            lambda: get_policy_loss("dpo", beta=self.beta, label_smoothing=self.label_smoothing), "policy loss"
-        )
+        build = partial(get_policy_loss, "dpo", beta=self.beta, label_smoothing=self.label_smoothing)
+        return build_named(type(self).__name__, "policy loss", build)
 
     def build_kl_fn(self):
         name = self.kl_loss_fn if self.kl_coef != 0 else "none"
-        return self._named(lambda: get_kl_fn(name, kl_coef=self.kl_coef), "KL")
+        return build_named(type(self).__name__, "KL", partial(get_kl_fn, name, kl_coef=self.kl_coef))

@@ -62,12 +62,15 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
 
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
         """Called by the training loop with the window's micro-batches before the first one runs: count their rows
-        (2 per pair) and completion tokens, summed over processes (one collective)."""
+        (2 per pair), completion tokens and input tokens (TRL's `num_tokens`), summed over processes (one
+        collective, one host sync per optimizer step)."""
         rows = sum(batch["input_ids"].size(0) for batch in batch_samples)
         tokens = sum(batch["completion_mask"][..., 1:].sum() for batch in batch_samples)
-        counts = torch.stack([torch.as_tensor(rows, device=device), torch.as_tensor(tokens, device=device)]).float()
-        rows, tokens = self.accelerator.reduce(counts, reduction="sum")
+        inputs = sum(batch["attention_mask"].sum() for batch in batch_samples)
+        counts = torch.stack([torch.as_tensor(x, device=device) for x in (rows, tokens, inputs)]).float()
+        rows, tokens, inputs = self.accelerator.reduce(counts, reduction="sum")
         self._window = {"global_valid_seqs": rows, "global_valid_toks": tokens}
+        self._total_train_tokens += int(inputs.item()) // getattr(self, "_tp_size", 1)  # TP ranks share a batch
         return None
 
     # ---- the loss --------------------------------------------------------------------------------------------
@@ -122,10 +125,7 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
                     global_valid_toks=window["global_valid_toks"],
                 )
         self._log_loss_metrics(mode, metrics)
-        if mode == "train":
-            tokens = int(self.accelerator.gather(inputs["attention_mask"].sum()).sum().item())
-            self._total_train_tokens += tokens // getattr(self, "_tp_size", 1)  # TP ranks share their batch
-        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]  # counted with the window (training)
 
         if return_outputs:
             warnings.warn(

@@ -40,6 +40,18 @@ _AGG_HELP = (
 )
 
 
+def build_named(owner: str, what: str, build, renames: dict[str, str] | None = None):
+    """`build()`, with a component's ValueError re-raised naming the config class (`owner`) and the config's field
+    names (`renames`: config field -> component argument)."""
+    try:
+        return build()
+    except ValueError as err:
+        message = str(err)
+        for config_name, argument in (renames or {}).items():
+            message = message.replace(f" {argument}=", f" {config_name}=")
+        raise ValueError(f"{owner} ({what}): {message}") from None
+
+
 def _help(text: str, **extra: Any) -> dict[str, Any]:
     return {"help": text, **extra}
 
@@ -674,14 +686,7 @@ class GRPOFamilyConfig(GRPOConfig):
         return {renames.get(name, name): getattr(self, name) for name in names}
 
     def _named(self, build, what: str, renames: dict[str, str] | None = None):
-        """Re-raise a component's ValueError with the config class in front and the config's field names."""
-        try:
-            return build()
-        except ValueError as err:
-            message = str(err)
-            for config_name, argument in (renames or {}).items():
-                message = message.replace(f" {argument}=", f" {config_name}=")
-            raise ValueError(f"{type(self).__name__} ({what}): {message}") from None
+        return build_named(type(self).__name__, what, build, renames)
 
     def policy_loss_kwargs(self) -> dict[str, Any]:
         return self._kwargs(self.loss_argument_names(), self.loss_renames)

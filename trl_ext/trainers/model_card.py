@@ -60,7 +60,7 @@ def display_name(algorithm: str) -> str:
     return _DISPLAY_NAMES.get(algorithm, algorithm.upper())
 
 
-def _default(f: dataclasses.Field) -> Any:
+def field_default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
@@ -72,12 +72,12 @@ def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Fie
     from .grpo_config import GRPOFamilyConfig
 
     base = GRPOFamilyConfig if issubclass(config_class, GRPOFamilyConfig) else config_class.__mro__[1]
-    inherited = {f.name: _default(f) for f in dataclasses.fields(base)}
+    inherited = {f.name: field_default(f) for f in dataclasses.fields(base)}
     keep = _TRL_LOSS_FIELDS.get(algorithm, ())
     return [
         f
         for f in dataclasses.fields(config_class)
-        if f.name not in inherited or inherited[f.name] != _default(f) or f.name in keep
+        if f.name not in inherited or inherited[f.name] != field_default(f) or f.name in keep
     ]
 
 
