@@ -55,13 +55,25 @@ def test_registry_names():
 @pytest.mark.parametrize(
     ("name", "defaults"),
     [
-        ("grpo", {"epsilon": 1e-6, "std_threshold": None, "rank_penalty": None, "std_cal_level": "group"}),
+        (
+            "grpo",
+            {
+                "epsilon": 1e-6,
+                "std_threshold": None,
+                "duplicate_experiences": False,
+                "rank_penalty": None,
+                "std_cal_level": "group",
+            },
+        ),
         ("rloo", {}),
         ("reinforce", {}),
         ("opmd", {"opmd_baseline": "mean", "tau": 1.0}),
         ("asymre", {"baseline_shift": -0.1}),
         ("rec", {"epsilon": 1e-6, "std_normalize": False, "drop": None}),
-        ("step_wise_grpo", {"epsilon": 1e-6}),
+        (
+            "step_wise_grpo",
+            {"epsilon": 1e-6, "enable_step_norm": False, "std_cal_level": "group", "std_threshold": None},
+        ),
         ("reinforceplusplus", {"gamma": 1.0}),
         ("on_policy_distill", {"kl_coef": 1.0, "distill_baseline": "none"}),
     ],
@@ -77,7 +89,8 @@ def test_default_args(name, defaults):
 
 def test_repr_shows_hyperparams():
     assert repr(get_advantage_fn("grpo", epsilon=0.01)) == (
-        "GRPOAdvantage(epsilon=0.01, std_threshold=None, rank_penalty=None, std_cal_level='group')"
+        "GRPOAdvantage(epsilon=0.01, std_threshold=None, duplicate_experiences=False, rank_penalty=None, "
+        "std_cal_level='group')"
     )
 
 
@@ -115,7 +128,28 @@ def test_unknown_kwarg_is_named_and_valid_ones_listed():
         ("rec", {"epsilon": -1e-3}, r"rec: epsilon=-0.001 is not valid; must be > 0"),
         ("rec", {"std_normalize": 1}, r"rec: std_normalize=1 is not valid; must be True or False"),
         ("rec", {"drop": "random"}, r"rec: drop='random' is not valid; must be one of None, 'balance'"),
+        ("grpo", {"duplicate_experiences": 1}, r"grpo: duplicate_experiences=1 is not valid; must be True or False"),
+        (
+            "grpo",
+            {"duplicate_experiences": True},
+            r"grpo: duplicate_experiences=True has no effect without std_threshold",
+        ),
         ("step_wise_grpo", {"epsilon": 0}, r"step_wise_grpo: epsilon=0 is not valid; must be > 0"),
+        (
+            "step_wise_grpo",
+            {"enable_step_norm": "yes"},
+            r"step_wise_grpo: enable_step_norm='yes' is not valid; must be True or False",
+        ),
+        (
+            "step_wise_grpo",
+            {"std_cal_level": "run"},
+            r"step_wise_grpo: std_cal_level='run' is not valid; must be one of 'group', 'batch'",
+        ),
+        (
+            "step_wise_grpo",
+            {"std_threshold": -1.0},
+            r"step_wise_grpo: std_threshold=-1.0 is not valid; must be >= 0 or None",
+        ),
         (
             "reinforceplusplus",
             {"gamma": 1.1},
@@ -220,20 +254,34 @@ def test_grpo_matches_python_reference():
 def test_grpo_std_threshold():
     fn = get_advantage_fn("grpo", std_threshold=0.5)
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 2.0])
-    groups = ["a", "a", "a", "b", "b", "c"]  # std: a=0, b=sqrt(.5), c=1 (group of one)
+    groups = ["a", "a", "a", "b", "b", "c"]  # std: a=0, b=sqrt(.5), c is a group of one
     res = fn.compute(rewards, groups)
     assert isinstance(res, AdvantageResult)
-    assert res.keep.tolist() == [False, False, False, True, True, True]
+    assert res.source is None
+    assert res.keep.tolist() == [False, False, False, True, True, False]
     b = 0.5 / (math.sqrt(0.5) + EPS)
-    close(fn(rewards, groups), [0.0, 0.0, 0.0, -b, b, 2 / (1 + EPS)])
+    close(fn(rewards, groups), [0.0, 0.0, 0.0, -b, b, 0.0])
 
     res = get_advantage_fn("grpo", std_threshold=1.0).compute(rewards, groups)
-    assert res.keep.tolist() == [False] * 6  # b: 0.707 <= 1, c: 1 <= 1
+    assert res.keep.tolist() == [False] * 6  # b: 0.707 <= 1, c: a group of one
     close(res.advantages, [0.0, 0.0, 0.0, -b, b, 2 / (1 + EPS)])  # compute keeps the raw advantages
     assert get_advantage_fn("grpo", std_threshold=1.0)(rewards, groups).abs().sum() == 0
 
     res = get_advantage_fn("grpo", std_threshold=0.0).compute(rewards, groups)
-    assert res.keep.tolist() == [False, False, False, True, True, True]
+    assert res.keep.tolist() == [False, False, False, True, True, False]
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.5, 0.999, 1.0, 100.0])
+def test_grpo_std_threshold_drops_every_group_of_one(threshold):
+    # Trinity-RFT skips a group of one whenever std_threshold is set, whatever its value (its std would be 1).
+    rewards = torch.tensor([1.0, 0.0, 7.0, -3.0])
+    groups = ["a", "a", "b", "c"]  # a: std sqrt(.5); b, c: groups of one
+    res = get_advantage_fn("grpo", std_threshold=threshold).compute(rewards, groups)
+    assert res.keep.tolist() == [math.sqrt(0.5) > threshold] * 2 + [False, False]
+    assert get_advantage_fn("grpo").compute(rewards, groups).keep.all()  # no threshold: all kept
+    # With the batch std too.
+    res = get_advantage_fn("grpo", std_threshold=threshold, std_cal_level="batch").compute(rewards, groups)
+    assert res.keep.tolist()[2:] == [False, False]
 
 
 def test_grpo_batch_std():
@@ -273,6 +321,117 @@ def test_grpo_rank_penalty_ties_and_zero():
     rewards = torch.tensor([1.0, 0.0, 1.0])
     base = get_advantage_fn("grpo")(rewards, [0, 0, 0], seq_logprobs=torch.tensor([1.0, 2.0, 3.0]))
     close(get_advantage_fn("grpo", rank_penalty=0.0)(rewards, [0, 0, 0], seq_logprobs=[1.0, 2.0, 3.0]), base)
+
+
+def paper_unlikeliness_rewards(rewards: list[float], logps: list[float], penalty: float) -> list[float]:
+    """He et al. 2025 (arXiv 2506.02355) unlikeliness reward of ONE group, plain Python: the correct samples
+    (R > 0) are ranked by descending log-prob (rank 0 = the most likely; ties by position) and get
+    R * (1 - penalty * (G - rank) / G); the others keep R."""
+    g = len(rewards)
+    positives = sorted((i for i in range(g) if rewards[i] > 0), key=lambda i: -logps[i])  # stable
+    rank = {i: k for k, i in enumerate(positives)}
+    return [r * (1 - penalty * (g - rank[i]) / g) if i in rank else r for i, r in enumerate(rewards)]
+
+
+def trinity_rank_penalty_advantages(
+    rewards: list[float], mean_logps: list[float], penalty: float, eps: float = EPS
+) -> list[float]:
+    """Trinity-RFT 0.6.0 GRPOGroupedAdvantage's rank_penalty for ONE group (n > 1), plain Python: rank =
+    ascending position of the mean token log-prob / n; EVERY reward is scaled by (1 - rank * penalty); the
+    scaled rewards give the mean / unbiased std, but the numerator is the unscaled reward."""
+    n = len(rewards)
+    rank = [0.0] * n
+    for k, i in enumerate(sorted(range(n), key=lambda i: mean_logps[i])):
+        rank[i] = k / n
+    scaled = [r * (1 - rank[i] * penalty) for i, r in enumerate(rewards)]
+    mean, std = statistics.mean(scaled), statistics.stdev(scaled)
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
+def test_grpo_rank_penalty_is_the_papers_not_trinitys():
+    # One group of four; seq_logprobs of equal-length completions, so summed and mean log-probs rank alike.
+    rewards = [1.0, 1.0, 0.0, 1.0]
+    logps = [-1.0, -3.0, -0.5, -2.0]
+    penalty = 0.5
+    ours = get_advantage_fn("grpo", rank_penalty=penalty)(
+        torch.tensor(rewards, dtype=torch.float64), [0] * 4, seq_logprobs=torch.tensor(logps, dtype=torch.float64)
+    )
+    shaped = paper_unlikeliness_rewards(rewards, logps, penalty)
+    assert shaped == [0.5, 0.75, 0.0, 0.625]
+    close(ours, py_grpo(shaped, [0] * 4), atol=1e-12)
+    trinity = torch.tensor(trinity_rank_penalty_advantages(rewards, logps, penalty), dtype=torch.float64)
+    assert (ours - trinity).abs().max() > 0.1  # a deliberate difference (README, "Deliberate differences")
+    # Ours ranks the correct samples: the least likely (idx 1) gets the largest advantage, the most likely
+    # (idx 0) the smallest.  Trinity's unscaled numerator gives every correct sample the same advantage: its
+    # penalty moves only the group mean / std.
+    assert ours[1] > ours[3] > ours[0] > 0 > ours[2]
+    assert trinity[0] == trinity[1] == trinity[3]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GRPO: duplicate_experiences
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_grpo_duplicate_experiences_single_valid_group():
+    fn = get_advantage_fn("grpo", std_threshold=0.0, duplicate_experiences=True)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 4.0, 4.0])
+    groups = [0, 0, 1, 1, 2, 2, 3, 3]  # only group 0 has a std > 0
+    res = fn.compute(rewards, groups)
+    a = 0.5 / (math.sqrt(0.5) + EPS)
+    assert res.source.tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert res.keep.tolist() == [True] * 8
+    close(res.advantages, [a, -a, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # each sample's own advantage
+    close(fn(rewards, groups), [a, -a] * 4)  # per output row: the advantage of its source
+
+
+def test_grpo_duplicate_experiences_random_choice():
+    fn = get_advantage_fn("grpo", std_threshold=0.1, duplicate_experiences=True)
+    # Interleaved groups of three: rows of group g are g, g + 4, g + 8; groups 1 and 3 have std 0.
+    groups = torch.tensor([0, 1, 2, 3] * 3)
+    rewards = torch.tensor([1.0, 5.0, 0.0, -1.0, 0.0, 5.0, 2.0, -1.0, 0.5, 5.0, 1.0, -1.0])
+    members = {g: [g, g + 4, g + 8] for g in range(4)}
+    plain = get_advantage_fn("grpo")(rewards, groups)
+    seen = set()
+    for seed in range(16):
+        res = fn.compute(rewards, groups, generator=torch.Generator().manual_seed(seed))
+        pick = torch.randint(0, 2, (2,), generator=torch.Generator().manual_seed(seed)).tolist()
+        chosen = [[0, 2][k] for k in pick]  # valid groups in order; skipped groups 1, 3 in order
+        expected = list(range(12))
+        for skipped, valid in zip((1, 3), chosen, strict=True):
+            for row, src in zip(members[skipped], members[valid], strict=True):
+                expected[row] = src
+        assert res.source.tolist() == expected
+        assert res.keep.all()
+        close(res.advantages, plain)
+        close(fn(rewards, groups, generator=torch.Generator().manual_seed(seed)), plain[res.source])
+        seen.add(tuple(chosen))
+    assert len(seen) > 1
+
+
+def test_grpo_duplicate_experiences_edge_cases():
+    fn = get_advantage_fn("grpo", std_threshold=0.0, duplicate_experiences=True)
+    # Nothing skipped: identity (source None).
+    res = fn.compute(torch.tensor([1.0, 0.0, 0.0, 2.0]), [0, 0, 1, 1])
+    assert res.source is None and res.keep.all()
+    # Every group skipped: nothing kept, nothing to copy.
+    res = fn.compute(torch.tensor([1.0, 1.0, 3.0, 3.0, 5.0]), [0, 0, 1, 1, 2])
+    assert res.source is None and not res.keep.any()
+    assert fn(torch.tensor([1.0, 1.0, 3.0, 3.0, 5.0]), [0, 0, 1, 1, 2]).abs().sum() == 0
+    # Unequal group sizes cannot be duplicated row for row.
+    with pytest.raises(ValueError, match=r"grpo: duplicate_experiences needs groups of equal size.*\[1, 2, 3\]"):
+        fn.compute(torch.tensor([1.0, 0.0, 2.0, 2.0, 0.0, 1.0]), [0, 0, 1, 1, 1, 2])
+    # ... but unequal sizes are fine when nothing is duplicated.
+    assert fn.compute(torch.tensor([1.0, 0.0, 2.0, 0.0, 1.0]), [0, 0, 1, 1, 1]).source is None
+    # Without duplicate_experiences a skipped group is just dropped.
+    res = get_advantage_fn("grpo", std_threshold=0.0).compute(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1])
+    assert res.source is None and res.keep.tolist() == [True, True, False, False]
+
+
+def test_advantage_result_source_default():
+    res = AdvantageResult(torch.zeros(2), torch.ones(2, dtype=torch.bool))
+    assert res.source is None and len(res) == 3
+    assert res[2] is None and AdvantageResult(*res).source is None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -319,9 +478,16 @@ def test_opmd_mean_and_logavgexp():
 
 def test_asymre_shift():
     fn = get_advantage_fn("asymre")  # baseline_shift = -0.1
-    # Group [1, 0]: mean .5 -> baseline .4; group of one: mean 0 -> baseline -0.1.
-    close(fn(torch.tensor([1.0, 0.0, 1.0]), [0, 0, 1]), [0.6, -0.4, 1.1])
+    # Group [1, 0]: mean .5 -> baseline .4.
+    close(fn(torch.tensor([1.0, 0.0, 3.0, 1.0]), [0, 0, 1, 1]), [0.6, -0.4, 1.1, -0.9])
     close(get_advantage_fn("asymre", baseline_shift=0.25)(torch.tensor([2.0, 0.0]), [0, 0]), [0.75, -1.25])
+
+
+@pytest.mark.parametrize("shift", [-0.1, 0.0, 0.25])
+def test_asymre_group_of_one_is_the_reward(shift):
+    # Trinity-RFT: a group of one has baseline 0 (no shift), so A = R.
+    fn = get_advantage_fn("asymre", baseline_shift=shift)
+    close(fn(torch.tensor([1.0, 0.0, 1.0, -2.0]), [0, 0, 1, 2]), [0.5 - shift, -0.5 - shift, 1.0, -2.0])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -333,15 +499,75 @@ def test_rec_values():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 2.0])
     groups = [0, 0, 0, 0, 1]
     close(get_advantage_fn("rec")(rewards, groups), [0.75, -0.25, -0.25, -0.25, 2.0])
-    std = statistics.stdev([1.0, 0.0, 0.0, 0.0])  # 0.5
+    std = statistics.pstdev([1.0, 0.0, 0.0, 0.0])  # population std: sqrt(3) / 4
     expected = [0.75 / (std + EPS)] + [-0.25 / (std + EPS)] * 3 + [2.0 / (1 + EPS)]
     close(get_advantage_fn("rec", std_normalize=True)(rewards, groups), expected)
     assert get_advantage_fn("rec").compute(rewards, groups).keep.all()
 
 
+def test_rec_std_normalize_uses_the_population_std():
+    # Trinity-RFT normalizes by sel_rewards.std(unbiased=False), also when nothing is dropped.
+    rewards = torch.tensor([3.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    std = math.sqrt((4 + 0 + 1 + 1) / 4)  # mean 1; the unbiased std would be sqrt(6 / 3)
+    out = get_advantage_fn("rec", std_normalize=True, epsilon=1e-3)(rewards, [0] * 4)
+    close(out, [2 / (std + 1e-3), 0.0, -1 / (std + 1e-3), -1 / (std + 1e-3)], atol=1e-12)
+
+
+@pytest.mark.parametrize("std_normalize", [False, True])
+def test_rec_balance_recomputes_mean_and_std_over_the_kept_samples(std_normalize):
+    # [1, 0, 0, 0]: mean .25, one positive, three negatives -> two random negatives dropped.  The two kept
+    # samples [1, 0] have mean .5 and population std .5: A = +-.5 (or +-.5 / (.5 + eps)); dropped: A = 0.
+    fn = get_advantage_fn("rec", drop="balance", std_normalize=std_normalize)
+    a = 0.5 / (0.5 + EPS) if std_normalize else 0.5
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 5.0, 5.0])
+    groups = [0, 0, 0, 0, 1, 1]
+    kept_negatives = set()
+    for seed in range(12):
+        res = fn.compute(rewards, groups, generator=torch.Generator().manual_seed(seed))
+        keep = res.keep.tolist()
+        assert keep[0] and sum(keep[1:4]) == 1 and keep[4] and keep[5]
+        j = 1 + keep[1:4].index(True)
+        kept_negatives.add(j)
+        expected = [a, 0.0, 0.0, 0.0, 0.0, 0.0]
+        expected[j] = -a
+        close(res.advantages, expected)
+    assert len(kept_negatives) > 1
+
+
+def test_rec_balance_ties_at_the_mean_count_as_positive():
+    fn = get_advantage_fn("rec", drop="balance")
+    # [3, 1, 0, 0]: mean 1; 3 and 1 (= mean) are positive, so 2 positives vs 2 negatives: nothing dropped.
+    res = fn.compute(torch.tensor([3.0, 1.0, 0.0, 0.0]), [0] * 4, generator=torch.Generator().manual_seed(0))
+    assert res.keep.all()
+    close(res.advantages, [2.0, 0.0, -1.0, -1.0])
+    # [5, 1, 0, 0, 0, 0]: mean 1 -> 2 positives, 4 negatives -> 2 negatives dropped; the kept [5, 1, 0, 0] have
+    # mean 1.5 and population std sqrt(17) / 2.
+    fn_std = get_advantage_fn("rec", drop="balance", std_normalize=True)
+    rewards = torch.tensor([5.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    std = math.sqrt(17) / 2
+    for seed in range(6):
+        res = fn_std.compute(rewards, [0] * 6, generator=torch.Generator().manual_seed(seed))
+        assert res.keep[:2].all() and int(res.keep[2:].sum()) == 2
+        expected = torch.tensor([3.5, -0.5, -1.5, -1.5, -1.5, -1.5], dtype=torch.float64) / (std + EPS)
+        close(res.advantages, torch.where(res.keep, expected, 0.0), atol=1e-12)
+
+
+@pytest.mark.parametrize("drop", [None, "balance"])
+def test_rec_group_of_one(drop):
+    # The reference crashes on a group of one; here it gets mean 0 / std 1 and is kept.
+    rewards = torch.tensor([2.0, -1.0, 1.0, 0.0])
+    groups = [0, 1, 2, 2]
+    res = get_advantage_fn("rec", drop=drop).compute(rewards, groups)
+    assert res.keep.all()
+    close(res.advantages, [2.0, -1.0, 0.5, -0.5])
+    out = get_advantage_fn("rec", drop=drop, std_normalize=True)(rewards, groups)
+    close(out, [2.0 / (1 + EPS), -1.0 / (1 + EPS), 0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS)])
+
+
 def test_rec_drop_balance():
     fn = get_advantage_fn("rec", drop="balance")
-    # g0: 1 positive, 4 negatives; g1: 3 positives, 1 negative; g2: all equal (A = 0); g3: 2 pos, 3 neg.
+    # g0: 1 positive, 4 negatives; g1: 3 positives, 1 negative; g2: all equal (at the mean: positive);
+    # g3: 2 pos, 3 neg.
     rewards = torch.tensor([1, 0, 0, 0, 0, 1, 1, 1, 0, 0.5, 0.5, 1, 1, 0, 0, 0], dtype=torch.float64)
     groups = ["g0"] * 5 + ["g1"] * 4 + ["g2"] * 2 + ["g3"] * 5
     seen = set()
@@ -350,12 +576,13 @@ def test_rec_drop_balance():
         keep = res.keep.tolist()
         assert keep[0] and sum(keep[1:5]) == 1  # g0: positive kept, one negative kept
         assert all(keep[5:9])  # g1: fewer negatives than positives -> all kept
-        assert all(keep[9:11])  # g2: zero advantages are kept
+        assert all(keep[9:11])  # g2: samples at the mean are positive
         assert keep[11] and keep[12] and sum(keep[13:16]) == 2  # g3
         seen.add(tuple(keep))
         out = fn(rewards, groups, generator=torch.Generator().manual_seed(seed))
         close(out, torch.where(res.keep, res.advantages, 0.0))
-        assert (out[~res.keep] == 0).all()
+        assert (out[~res.keep] == 0).all() and (res.advantages[~res.keep] == 0).all()
+        close(out[:5][res.keep[:5]], [0.5, -0.5])  # g0 recomputed over the two kept samples
     assert len(seen) > 1  # the kept negatives are random
     a = fn.compute(rewards, groups, generator=torch.Generator().manual_seed(3)).keep
     b = fn.compute(rewards, groups, generator=torch.Generator().manual_seed(3)).keep
@@ -393,23 +620,64 @@ def test_step_wise_grpo_broadcast():
     assert fn(torch.zeros(0), [], run_ids=[]).shape == (0,)
 
 
+def test_step_wise_grpo_enable_step_norm():
+    fn = get_advantage_fn("step_wise_grpo", enable_step_norm=True)
+    rewards = torch.tensor([0.0, 9.0, 0.0, 0.0, 1.0, 0.0, 3.0])
+    groups = ["q1", "q1", "q1", "q1", "q1", "q2", "q2"]
+    runs = ["r0", "r1", "r0", "r1", "r0", "r2", "r2"]  # r0: 3 steps, r1: 2 steps, r2: 2 steps
+    a = 0.5 / (math.sqrt(0.5) + EPS)
+    close(fn(rewards, groups, run_ids=runs), [a / 3, -a / 2, a / 3, -a / 2, a / 3, 1.5 / (1 + EPS), 1.5 / (1 + EPS)])
+
+
+def test_step_wise_grpo_batch_std():
+    fn = get_advantage_fn("step_wise_grpo", std_cal_level="batch")
+    rewards = torch.tensor([0.0, 9.0, 0.0, 0.0, 1.0, 0.0, 3.0], dtype=torch.float64)
+    groups = ["q1", "q1", "q1", "q1", "q1", "q2", "q2"]
+    runs = ["r0", "r1", "r0", "r1", "r0", "r2", "r2"]
+    # Last-step rewards of all runs: [1, 0, 3] -> unbiased std sqrt(7 / 3); the means stay per group
+    # (q1: .5; q2, a single run: 0).
+    s = math.sqrt(7 / 3)
+    a = 0.5 / (s + EPS)
+    close(fn(rewards, groups, run_ids=runs), [a, -a, a, -a, a, 3 / (s + EPS), 3 / (s + EPS)], atol=1e-12)
+    # A single run in the batch: std 1.
+    close(fn(torch.tensor([0.0, 2.0]), [0, 0], run_ids=[5, 5]), [2 / (1 + EPS)] * 2)
+
+
+def test_step_wise_grpo_std_threshold():
+    rewards = torch.tensor([0.0, 9.0, 0.0, 0.0, 1.0, 0.0, 3.0, 2.0, 2.0])
+    groups = ["q1", "q1", "q1", "q1", "q1", "q2", "q2", "q3", "q3"]
+    runs = ["r0", "r1", "r0", "r1", "r0", "r2", "r2", "r3", "r4"]
+    # q1: runs [1, 0] -> std sqrt(.5); q2: a single run -> always skipped; q3: runs [2, 2] -> std 0.
+    for threshold, q1_kept in ((0.0, True), (0.5, True), (0.75, False)):
+        res = get_advantage_fn("step_wise_grpo", std_threshold=threshold).compute(rewards, groups, run_ids=runs)
+        assert res.keep.tolist() == [q1_kept] * 5 + [False] * 4
+    res = get_advantage_fn("step_wise_grpo").compute(rewards, groups, run_ids=runs)
+    assert res.keep.all()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # REINFORCE++
 # ---------------------------------------------------------------------------------------------------------
 
 
-def py_reinforce_pp(token_rewards: list[list[float]], mask: list[list[int]], gamma: float) -> list[list[float]]:
-    """Plain-Python REINFORCE++ reference (verl): discounted returns, then masked whitening."""
+def py_reinforce_pp(
+    token_rewards: list[list[float]], mask: list[list[int]], gamma: float, reward_mask: list[list[int]] | None = None
+) -> list[list[float]]:
+    """Plain-Python REINFORCE++ reference (Trinity-RFT / verl): returns_t = r_t + gamma * returns_{t+1} over ALL
+    positions (never reset; rewards outside ``reward_mask``, default ``mask``, count as 0), then whitened with the
+    mean / unbiased variance over the valid tokens (masked_mean divides by count + 1e-8) and masked."""
+    reward_mask = mask if reward_mask is None else reward_mask
     returns = []
-    for rewards_row, mask_row in zip(token_rewards, mask, strict=True):
+    for rewards_row, r_mask_row in zip(token_rewards, reward_mask, strict=True):
         running, row = 0.0, [0.0] * len(rewards_row)
         for t in reversed(range(len(rewards_row))):
-            running = rewards_row[t] + gamma * running
+            running = (rewards_row[t] if r_mask_row[t] else 0.0) + gamma * running
             row[t] = running
-            running *= mask_row[t]
         returns.append(row)
     valid = [x for row, m_row in zip(returns, mask, strict=True) for x, m in zip(row, m_row, strict=True) if m]
-    mean, var = statistics.mean(valid), statistics.variance(valid)  # unbiased variance
+    n = len(valid)
+    mean = sum(valid) / (n + 1e-8)
+    var = sum((x - mean) ** 2 for x in valid) / (n + 1e-8) * n / (n - 1)
     return [
         [(x - mean) / math.sqrt(var + 1e-8) * m for x, m in zip(row, m_row, strict=True)]
         for row, m_row in zip(returns, mask, strict=True)
@@ -471,6 +739,77 @@ def test_reinforce_pp_errors_and_edge_cases():
     out = fn(torch.tensor([1.0, 0.0, 5.0]), response_mask=torch.tensor([[1, 1], [1, 0], [0, 0]]))
     close(out[2], [0.0, 0.0])
     close(out[:2], py_reinforce_pp([[0, 1.0], [0.0, 0]], [[1, 1], [1, 0]], 1.0), atol=1e-5)
+
+
+# A TRL multi-turn tool rollout: completion_mask is 1 over the whole completion (then right padding), tool_mask
+# 0 on the tool output spliced between two model turns; the loss mask is completion_mask * tool_mask.
+TOOL_COMPLETION_MASK = [[1, 1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]]
+TOOL_MASK = [[1, 1, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1]]
+
+
+def _product(a: list[list[int]], b: list[list[int]]) -> list[list[int]]:
+    return [[x * y for x, y in zip(ra, rb, strict=True)] for ra, rb in zip(a, b, strict=True)]
+
+
+def test_reinforce_pp_carries_the_return_across_a_tool_output_gamma_one():
+    loss_mask = torch.tensor(_product(TOOL_COMPLETION_MASK, TOOL_MASK))  # row 0: [1, 1, 0, 0, 1, 1, 0, 0]
+    out = get_advantage_fn("reinforceplusplus")(torch.tensor([1.0, -1.0], dtype=torch.float64), response_mask=loss_mask)
+    # gamma = 1: every valid token's return is its row's reward, the first turn's included: four 1s and three
+    # -1s, mean 1/7, unbiased variance 8/7.
+    pos, neg = (1 - 1 / 7) / math.sqrt(8 / 7 + 1e-8), (-1 - 1 / 7) / math.sqrt(8 / 7 + 1e-8)
+    close(out, [[pos, pos, 0, 0, pos, pos, 0, 0], [neg, neg, neg, 0, 0, 0, 0, 0]], atol=1e-9)
+
+
+def test_reinforce_pp_discounts_across_a_tool_output():
+    loss_mask = torch.tensor(_product(TOOL_COMPLETION_MASK, TOOL_MASK))
+    out = get_advantage_fn("reinforceplusplus", gamma=0.5)(
+        torch.tensor([1.0, -1.0], dtype=torch.float64), response_mask=loss_mask
+    )
+    # Row 0: reward 1 on position 5; the return halves at every position, the tool positions 2, 3 included:
+    # [1/32, 1/16, (1/8), (1/4), 1/2, 1].  Row 1: reward -1 on position 2: [-1/4, -1/2, -1].
+    returns = [[1 / 32, 1 / 16, 0, 0, 1 / 2, 1, 0, 0], [-1 / 4, -1 / 2, -1, 0, 0, 0, 0, 0]]
+    valid = [1 / 32, 1 / 16, 1 / 2, 1, -1 / 4, -1 / 2, -1]
+    mean, std = statistics.mean(valid), statistics.stdev(valid)
+    rows = zip(returns, loss_mask.tolist(), strict=True)
+    expected = [[(x - mean) / std * m for x, m in zip(r, mr, strict=True)] for r, mr in rows]
+    close(out, expected, atol=1e-7)
+    close(out, py_reinforce_pp([[0, 0, 0, 0, 0, 1.0, 0, 0], [0, 0, -1.0, 0, 0, 0, 0, 0]], loss_mask.tolist(), 0.5))
+
+
+def test_reinforce_pp_reward_on_the_last_completion_token():
+    # Row 0 ends with a tool output (the tool-call iteration limit was hit): the loss mask ends at position 3,
+    # the completion at position 5.  Trinity-RFT puts the reward on the last attended token: pass completion_mask.
+    completion = [[1, 1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]]
+    tool = [[1, 1, 1, 1, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1]]
+    loss_mask = _product(completion, tool)  # row 0: [1, 1, 1, 1, 0, 0, 0, 0]
+    rewards = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    fn = get_advantage_fn("reinforceplusplus", gamma=0.5)
+    on_completion = fn(rewards, response_mask=torch.tensor(loss_mask), completion_mask=torch.tensor(completion))
+    valid = [1 / 32, 1 / 16, 1 / 8, 1 / 4, -1 / 4, -1 / 2, -1]  # row 0: 1 on position 5, two halvings to 3
+    mean, std = statistics.mean(valid), statistics.stdev(valid)
+    row0 = [(x - mean) / std for x in valid[:4]] + [0.0] * 4
+    row1 = [(x - mean) / std for x in valid[4:]] + [0.0] * 5
+    close(on_completion, [row0, row1], atol=1e-7)
+    # Without completion_mask the reward sits on the loss mask's last token (position 3).
+    on_loss = fn(rewards, response_mask=torch.tensor(loss_mask))
+    token = [[0, 0, 0, 1.0, 0, 0, 0, 0], [0, 0, -1.0, 0, 0, 0, 0, 0]]
+    close(on_loss, py_reinforce_pp(token, loss_mask, 0.5), atol=1e-9)
+    # gamma = 1: where the reward sits after the last valid token does not matter.
+    close(
+        get_advantage_fn("reinforceplusplus")(
+            rewards, response_mask=torch.tensor(loss_mask), completion_mask=torch.tensor(completion)
+        ),
+        get_advantage_fn("reinforceplusplus")(rewards, response_mask=torch.tensor(loss_mask)),
+    )
+    # Token-level rewards count wherever completion_mask is 1 (tool positions included), as in the reference.
+    token_rewards = torch.tensor([[0, 0, 0, 0, 0.5, 1.0, 0, 0], [0, 0, -1.0, 0, 0, 0, 0, 0]], dtype=torch.float64)
+    out = fn(token_rewards, response_mask=torch.tensor(loss_mask), completion_mask=torch.tensor(completion))
+    close(out, py_reinforce_pp(token_rewards.tolist(), loss_mask, 0.5, reward_mask=completion), atol=1e-9)
+    # The loss mask must lie inside the completion mask.
+    with pytest.raises(ValueError, match=r"reinforceplusplus: response_mask is 1 where completion_mask is 0"):
+        fn(rewards, response_mask=torch.tensor(completion), completion_mask=torch.tensor(loss_mask))
+    with pytest.raises(ValueError, match=r"completion_mask must have shape \(2, 8\)"):
+        fn(rewards, response_mask=torch.tensor(loss_mask), completion_mask=torch.ones(2, 7))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -6,11 +6,14 @@ Usage::
 
     fn = get_advantage_fn("grpo", epsilon=1e-6)
     advantages = fn(rewards, group_ids)             # [N]
-    result = fn.compute(rewards, group_ids)         # AdvantageResult(advantages, keep)
+    result = fn.compute(rewards, group_ids)         # AdvantageResult(advantages, keep, source)
 
 Registered names (``ADVANTAGE_FNS``): ``grpo``, ``rloo``, ``reinforce``, ``opmd``, ``asymre``, ``rec``,
 ``step_wise_grpo``, ``raft`` (RAFT's best-of-group selection) (group estimators, ``[N]``) and
 ``reinforceplusplus``, ``on_policy_distill`` (token-level, ``[N, T]``).
+
+``keep`` marks the rows an estimator keeps; ``source`` (None unless GRPO's ``duplicate_experiences`` copied
+groups) maps each output row to the input sample it is a copy of (see ``AdvantageResult``).
 """
 
 from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn, register_advantage

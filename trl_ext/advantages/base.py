@@ -9,6 +9,10 @@ Group statistics are computed vectorized: group ids are mapped to ``0..G-1`` (``
 a dict for Python sequences) and per-group sums are accumulated with ``index_add_``.  Following verl
 (``verl/trainer/ppo/core_algos.py``) and Trinity-RFT (``trinity/algorithm/advantage_fn``), a group with a
 single sample uses mean 0 and standard deviation 1.
+
+Trinity-RFT drops or duplicates experiences by editing its list of experiences; here the rows stay fixed
+(row ``i`` of every output is sample ``i`` of the input unless ``AdvantageResult.source`` says otherwise) and
+``AdvantageResult.keep`` / ``.source`` describe the edit.
 """
 
 from __future__ import annotations
@@ -29,13 +33,21 @@ class AdvantageResult(NamedTuple):
     """Output of ``AdvantageFn.compute``.
 
     ``advantages``: ``[N]`` (group estimators) or ``[N, T]`` (token-level estimators), in the rewards'
-    float dtype.  ``keep``: bool ``[N]``; ``False`` marks samples the estimator drops (they should not
-    contribute to the loss).
-    ``advantages`` holds the raw values even for dropped samples; ``AdvantageFn.__call__`` zeroes them.
+    float dtype, one per INPUT sample.  ``advantages`` holds the raw values even for samples an estimator
+    drops (except REC, whose dropped samples get 0 as in the reference); ``AdvantageFn.__call__`` zeroes them.
+
+    ``keep``: bool ``[N]``, one per OUTPUT row; ``False`` marks rows that must not contribute to the loss.
+
+    ``source``: ``None`` (the identity) or long ``[N]``: output row ``i`` is a copy of input sample
+    ``source[i]``, its data (completion, masks, log-probs) AND its advantage ``advantages[source[i]]``.  Only
+    GRPO's ``duplicate_experiences`` sets it (a skipped group's rows become copies of a valid group's); rows
+    that are not copies have ``source[i] = i``.  A consumer must gather its per-row tensors with ``source``
+    (across processes when the batch was gathered), then apply ``keep`` to the gathered rows.
     """
 
     advantages: torch.Tensor
     keep: torch.Tensor
+    source: torch.Tensor | None = None
 
 
 ADVANTAGE_FNS: dict[str, type[AdvantageFn]] = {}
@@ -93,10 +105,12 @@ class AdvantageFn:
         raise NotImplementedError
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Same arguments as ``compute``; returns the advantages with dropped samples set to 0."""
+        """Same arguments as ``compute``; returns one advantage per output row: ``advantages[source]`` (when
+        ``source`` is set), with the rows ``keep`` drops set to 0."""
         res = self.compute(*args, **kwargs)
-        keep = res.keep.reshape(res.keep.shape + (1,) * (res.advantages.dim() - 1))
-        return res.advantages.masked_fill(~keep, 0.0)
+        advantages = res.advantages if res.source is None else res.advantages[res.source]
+        keep = res.keep.reshape(res.keep.shape + (1,) * (advantages.dim() - 1))
+        return advantages.masked_fill(~keep, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -213,14 +227,38 @@ def group_sum(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> tor
 
 
 def group_stats(
-    values: torch.Tensor, index: torch.Tensor, num_groups: int
+    values: torch.Tensor,
+    index: torch.Tensor,
+    num_groups: int,
+    member: torch.Tensor | None = None,
+    unbiased: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-group ``(count, mean, unbiased std)``, each ``[G]``; a group of one gets mean 0, std 1 (verl)."""
-    counts = group_sum(torch.ones_like(values), index, num_groups)
-    mean = group_sum(values, index, num_groups) / counts
-    var = group_sum((values - mean[index]) ** 2, index, num_groups) / (counts - 1).clamp(min=1)
+    """Per-group ``(count, mean, std)`` over the ``member`` samples (default all), each ``[G]``.
+
+    ``std`` is the unbiased (``unbiased=True``, Bessel-corrected) or population standard deviation; a group
+    with at most one member gets mean 0 and std 1 (verl / Trinity-RFT).
+    """
+    weight = torch.ones_like(values) if member is None else member.to(values.dtype)
+    values = values if member is None else torch.where(member, values, torch.zeros_like(values))
+    counts = group_sum(weight, index, num_groups)
+    mean = group_sum(values, index, num_groups) / counts.clamp(min=1)
+    squares = group_sum((values - mean[index]) ** 2 * weight, index, num_groups)
+    var = squares / ((counts - 1) if unbiased else counts).clamp(min=1)
     single = counts <= 1
     return counts, mean.masked_fill(single, 0.0), var.sqrt().masked_fill(single, 1.0)
+
+
+def group_positions(index: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(position, order, starts)``: each sample's position within its group (0-based, in index order),
+    the samples sorted by group (stable), and where each group starts in ``order``; the ``k``-th sample of
+    group ``g`` is ``order[starts[g] + k]``."""
+    n = index.numel()
+    order = torch.argsort(index, stable=True)
+    counts = torch.bincount(index, minlength=num_groups)
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.empty_like(order)
+    position[order] = torch.arange(n, device=index.device) - starts[index[order]]
+    return position, order, starts
 
 
 def rank_within_groups(index: torch.Tensor, num_groups: int, score: torch.Tensor, member: torch.Tensor) -> torch.Tensor:

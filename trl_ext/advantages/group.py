@@ -1,9 +1,13 @@
 """Group-relative outcome advantage estimators (one scalar advantage per sample).
 
 All estimators here take ``rewards`` ``[N]`` and ``group_ids`` (``[N]`` int tensor or sequence of hashables)
-and return ``AdvantageResult(advantages [N], keep [N])``.  Notation: ``R`` the sample's reward, ``mean`` /
-``std`` the mean / unbiased standard deviation of the rewards of its group (of size ``n``); a group of one
-uses ``mean = 0`` and ``std = 1`` (verl / Trinity-RFT convention).
+and return ``AdvantageResult(advantages [N], keep [N], source)``.  Notation: ``R`` the sample's reward,
+``mean`` / ``std`` the mean / unbiased (Bessel-corrected, ``torch.std``) standard deviation of the rewards of
+its group (of size ``n``); a group of one uses ``mean = 0`` and ``std = 1`` (verl / Trinity-RFT convention).
+REC is the exception: it uses the population std (see ``RECAdvantage``).
+
+Each estimator follows Trinity-RFT 0.6.0 (``trinity/algorithm/advantage_fn``) exactly, groups of one
+included, except where a docstring says otherwise (GRPO's ``rank_penalty``, REC's group of one).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from .base import (
     check_per_sample,
     check_rewards,
     group_index,
+    group_positions,
     group_stats,
     group_sum,
     rank_within_groups,
@@ -35,16 +40,66 @@ def _all_kept(rewards: torch.Tensor) -> torch.Tensor:
 
 
 def _grpo(
-    rewards: torch.Tensor, index: torch.Tensor, num_groups: int, epsilon: float, std_cal_level: str = "group"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """GRPO advantages ``(R - mean) / (std + epsilon)`` and each sample's group std (both ``[N]``)."""
-    _, mean, std = group_stats(rewards, index, num_groups)
-    group_std = std[index]
+    rewards: torch.Tensor,
+    index: torch.Tensor,
+    num_groups: int,
+    epsilon: float,
+    std_cal_level: str = "group",
+    std_threshold: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GRPO advantages ``(R - mean) / (std + epsilon)`` ``[N]``, the per-group sizes ``[G]`` and which groups
+    pass ``std_threshold`` ``[G]`` (all when it is None; else more than one sample and group std > threshold).
+
+    ``std_cal_level="batch"``: ``std`` is the unbiased std of all ``rewards`` (1 when there are at most one).
+    """
+    counts, mean, std = group_stats(rewards, index, num_groups)
     if std_cal_level == "batch":
         scale = rewards.std() if rewards.numel() > 1 else rewards.new_ones(())
     else:
-        scale = group_std
-    return (rewards - mean[index]) / (scale + epsilon), group_std
+        scale = std[index]
+    valid = torch.ones_like(counts, dtype=torch.bool)
+    if std_threshold is not None:
+        valid = (counts > 1) & (std > std_threshold)
+    return (rewards - mean[index]) / (scale + epsilon), counts, valid
+
+
+def _random_device(generator: torch.Generator | None, like: torch.Tensor) -> torch.device:
+    return generator.device if generator is not None else like.device
+
+
+def duplicate_groups(
+    owner: str,
+    index: torch.Tensor,
+    num_groups: int,
+    counts: torch.Tensor,
+    valid: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(keep [N], source [N] or None)`` for Trinity-RFT's ``duplicate_experiences``.
+
+    Each skipped (not ``valid``) group, in group order, is replaced by a copy of a valid group drawn uniformly
+    with replacement (``torch.randint`` over the valid groups, in group order): its ``k``-th sample (in index
+    order) becomes a copy of the chosen group's ``k``-th sample.  Needs groups of equal size.  With no skipped
+    group, or no valid one, nothing is copied (``source`` None) and ``keep`` marks the valid groups' samples.
+    """
+    skipped = (~valid).nonzero().flatten()
+    kept_groups = valid.nonzero().flatten()
+    if skipped.numel() == 0 or kept_groups.numel() == 0:
+        return valid[index], None
+    sizes = counts.long()
+    if bool((sizes != sizes[0]).any()):
+        raise ValueError(
+            f"{owner}: duplicate_experiences needs groups of equal size (a skipped group is replaced row for row "
+            f"by a copy of a valid group), got group sizes {sorted(set(sizes.tolist()))}"
+        )
+    pick = torch.randint(
+        0, kept_groups.numel(), (skipped.numel(),), generator=generator, device=_random_device(generator, index)
+    ).to(index.device)
+    replacement = torch.arange(num_groups, device=index.device)
+    replacement[skipped] = kept_groups[pick]
+    position, order, starts = group_positions(index, num_groups)
+    source = order[starts[replacement[index]] + position]
+    return torch.ones_like(index, dtype=torch.bool), source
 
 
 def unlikeliness_rewards(
@@ -79,16 +134,27 @@ class _GroupAdvantageFn(AdvantageFn):
 class GRPOAdvantage(AdvantageFn):
     """GRPO: ``A = (R - mean) / (std + epsilon)`` (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
 
-    Ports verl ``compute_grpo_outcome_advantage`` and Trinity-RFT ``GRPOGroupedAdvantage``:
+    Ports verl ``compute_grpo_outcome_advantage`` and Trinity-RFT ``GRPOGroupedAdvantage``: ``mean`` / ``std``
+    are the group's mean and unbiased std; a group of one gets mean 0 and std 1 (``A = R / (1 + epsilon)``).
 
-    * ``std_cal_level="batch"``: ``std`` is the unbiased std of all rewards of the batch (1 if N == 1);
-      the mean stays per group.
-    * ``std_threshold``: groups whose (group) std is ``<= std_threshold`` are dropped (``keep=False``);
-      a group of one has std 1.
+    * ``std_cal_level="batch"``: ``std`` is the unbiased std of ALL rewards of the batch (1 if N <= 1); the
+      mean stays per group (0 for a group of one).
+    * ``std_threshold``: a group is skipped (``keep=False`` for its samples) when it has a single sample —
+      whatever the threshold — or its group std (unbiased, also with ``std_cal_level="batch"``) is
+      ``<= std_threshold``.
+    * ``duplicate_experiences`` (only with ``std_threshold``; POLARIS, hkunlp.github.io/blog/2025/Polaris):
+      instead of shrinking the batch, every skipped group is replaced by a copy of a valid group drawn
+      uniformly with replacement (``compute(..., generator=)`` seeds the draw): ``AdvantageResult.source``
+      maps each row of a skipped group to the same-position sample of the chosen group (``keep=True``, that
+      sample's advantage); see ``duplicate_groups``.  Needs groups of equal size; when every group is
+      skipped nothing is kept.
     * ``rank_penalty``: the unlikeliness reward of He et al. 2025, "Rewarding the Unlikely: Lifting GRPO
       Beyond Distribution Sharpening" (arXiv 2506.02355); needs ``seq_logprobs`` [N] (summed token log-probs
       under the sampling policy).  Positive rewards are rescaled by ``1 - rank_penalty * (G - rank) / G``
-      (see ``unlikeliness_rewards``) before the group statistics are computed.
+      (see ``unlikeliness_rewards``) and the rescaled rewards replace ``R`` everywhere (numerator, group and
+      batch statistics).  Deliberately NOT Trinity-RFT's version, which scales every reward by
+      ``1 - rank_penalty * rank / n`` (rank of the mean token log-prob, ascending) for the group statistics
+      only and keeps the unscaled reward in the numerator (README, "Deliberate differences").
     """
 
     def __init__(
@@ -96,19 +162,32 @@ class GRPOAdvantage(AdvantageFn):
         *,
         epsilon: float = 1e-6,
         std_threshold: float | None = None,
+        duplicate_experiences: bool = False,
         rank_penalty: float | None = None,
         std_cal_level: str = "group",
     ) -> None:
         self.epsilon = check_number(self.name, "epsilon", epsilon, gt=0)
         self.std_threshold = check_number(self.name, "std_threshold", std_threshold, ge=0, allow_none=True)
+        self.duplicate_experiences = check_bool(self.name, "duplicate_experiences", duplicate_experiences)
+        if duplicate_experiences and std_threshold is None:
+            raise ValueError(
+                f"{self.name}: duplicate_experiences=True has no effect without std_threshold (only groups skipped "
+                "by std_threshold are duplicated); set std_threshold or duplicate_experiences=False"
+            )
         self.rank_penalty = check_number(self.name, "rank_penalty", rank_penalty, ge=0, le=1, allow_none=True)
         self.std_cal_level = check_choice(self.name, "std_cal_level", std_cal_level, ("group", "batch"))
 
     @torch.no_grad()
     def compute(
-        self, rewards: torch.Tensor, group_ids: GroupIds, *, seq_logprobs: torch.Tensor | None = None
+        self,
+        rewards: torch.Tensor,
+        group_ids: GroupIds,
+        *,
+        seq_logprobs: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
     ) -> AdvantageResult:
-        """``seq_logprobs`` is required when ``rank_penalty`` is set (and ignored otherwise)."""
+        """``seq_logprobs`` is required when ``rank_penalty`` is set (and ignored otherwise); ``generator``
+        seeds the random choice of ``duplicate_experiences``."""
         rewards = check_rewards(self.name, rewards)
         index, num_groups = group_index(self.name, group_ids, rewards.numel(), rewards.device)
         if self.rank_penalty is not None:
@@ -116,9 +195,13 @@ class GRPOAdvantage(AdvantageFn):
                 raise ValueError(f"{self.name}: rank_penalty is set, so compute() needs seq_logprobs [N]")
             seq_logprobs = check_per_sample(self.name, "seq_logprobs", seq_logprobs, rewards)
             rewards = unlikeliness_rewards(rewards, seq_logprobs, index, num_groups, self.rank_penalty)
-        advantages, group_std = _grpo(rewards, index, num_groups, self.epsilon, self.std_cal_level)
-        keep = _all_kept(rewards) if self.std_threshold is None else group_std > self.std_threshold
-        return AdvantageResult(advantages, keep)
+        advantages, counts, valid = _grpo(
+            rewards, index, num_groups, self.epsilon, self.std_cal_level, self.std_threshold
+        )
+        if self.duplicate_experiences:
+            keep, source = duplicate_groups(self.name, index, num_groups, counts, valid, generator)
+            return AdvantageResult(advantages, keep, source)
+        return AdvantageResult(advantages, valid[index])
 
 
 @register_advantage("rloo")
@@ -177,7 +260,7 @@ class OPMDAdvantage(_GroupAdvantageFn):
 
 @register_advantage("asymre")
 class AsymREAdvantage(_GroupAdvantageFn):
-    """AsymRE: ``A = R - (mean + baseline_shift)``; a group of one uses ``mean = 0``.
+    """AsymRE: ``A = R - (mean + baseline_shift)``; a group of one has baseline 0 (no shift): ``A = R``.
 
     Arnal et al. 2025, "Asymmetric REINFORCE for off-Policy Reinforcement Learning" (arXiv 2506.20520);
     ports Trinity-RFT ``ASYMREGroupAdvantage``.  A negative shift favours positive samples.
@@ -187,8 +270,9 @@ class AsymREAdvantage(_GroupAdvantageFn):
         self.baseline_shift = check_number(self.name, "baseline_shift", baseline_shift)
 
     def _advantages(self, rewards: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
-        _, mean, _ = group_stats(rewards, index, num_groups)
-        return rewards - (mean[index] + self.baseline_shift)
+        counts, mean, _ = group_stats(rewards, index, num_groups)
+        baseline = torch.where(counts > 1, mean + self.baseline_shift, torch.zeros_like(mean))
+        return rewards - baseline[index]
 
 
 @register_advantage("rec")
@@ -196,9 +280,18 @@ class RECAdvantage(AdvantageFn):
     """REC: ``A = R - mean``, or ``(R - mean) / (std + epsilon)`` with ``std_normalize``.
 
     Yao, Chen et al. 2025, "Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm" (arXiv 2509.24203);
-    ports Trinity-RFT ``RECGroupedAdvantage``.  ``drop="balance"`` (RED-Drop): in each group with more
-    negative-advantage than positive-advantage samples, only as many randomly chosen negatives as there are
-    positives are kept (``keep=False`` for the others); positive and zero-advantage samples are always kept.
+    ports Trinity-RFT ``RECGroupedAdvantage``:
+
+    1. A sample is *positive* when ``R >= mean`` of its FULL group (ties count as positive), else negative.
+    2. ``drop="balance"`` (RED-Drop): in a group with more negatives than positives, ``neg - pos`` randomly
+       chosen negatives (a uniform subset; ``compute(..., generator=)`` seeds it) are dropped: ``keep=False``
+       and ``A = 0``.  Positives, ties included, are never dropped.
+    3. ``mean`` and ``std`` are then computed over the KEPT samples of the group, ``std`` being the
+       POPULATION std (``unbiased=False``) — also without ``drop``, where every sample is kept.  A group with
+       at most one kept sample uses mean 0 and std 1.
+
+    A group of one is kept and gets ``A = R`` (``R / (1 + epsilon)`` with ``std_normalize``); Trinity-RFT
+    0.6.0 crashes on it (README, "Deliberate differences").
     """
 
     def __init__(self, *, epsilon: float = 1e-6, std_normalize: bool = False, drop: str | None = None) -> None:
@@ -213,33 +306,53 @@ class RECAdvantage(AdvantageFn):
         """``generator`` seeds the random choice of ``drop="balance"``."""
         rewards = check_rewards(self.name, rewards)
         index, num_groups = group_index(self.name, group_ids, rewards.numel(), rewards.device)
-        _, mean, std = group_stats(rewards, index, num_groups)
+        keep = _all_kept(rewards)
+        if self.drop == "balance":
+            counts = group_sum(torch.ones_like(rewards), index, num_groups)
+            full_mean = group_sum(rewards, index, num_groups) / counts.clamp(min=1)  # a group of one: R itself
+            positive = rewards >= full_mean[index]
+            num_positive = group_sum(positive.to(rewards.dtype), index, num_groups)
+            noise = torch.rand(rewards.numel(), generator=generator, device=_random_device(generator, rewards))
+            # Keep the num_positive negatives with the largest noise (a uniformly random subset), i.e. drop
+            # neg - pos of them when neg > pos; keep every negative otherwise.
+            rank = rank_within_groups(index, num_groups, noise.to(rewards.device), ~positive)
+            keep = positive | (rank < num_positive[index])
+        _, mean, std = group_stats(rewards, index, num_groups, member=keep, unbiased=False)
         advantages = rewards - mean[index]
         if self.std_normalize:
             advantages = advantages / (std[index] + self.epsilon)
-        keep = _all_kept(rewards)
-        if self.drop == "balance":
-            negative = advantages < 0
-            num_positive = group_sum((advantages > 0).to(rewards.dtype), index, num_groups)
-            device = generator.device if generator is not None else rewards.device
-            noise = torch.rand(rewards.numel(), generator=generator, device=device).to(rewards.device)
-            # Keep the num_positive negatives with the largest noise: a uniformly random subset.
-            rank = rank_within_groups(index, num_groups, noise, negative)
-            keep = ~negative | (rank < num_positive[index])
-        return AdvantageResult(advantages, keep)
+        return AdvantageResult(advantages.masked_fill(~keep, 0.0), keep)
 
 
 @register_advantage("step_wise_grpo")
 class StepWiseGRPOAdvantage(AdvantageFn):
-    """Step-wise GRPO for multi-turn runs (Trinity-RFT ``StepWiseGRPOAdvantage``).
+    """Step-wise GRPO for multi-turn runs (Trinity-RFT ``StepWiseGRPOAdvantageFn``, after rLLM).
 
     Each sample is one step of a run (``run_ids``); the run's reward is the reward of its last step (highest
     index).  GRPO advantages ``(R_run - mean) / (std + epsilon)`` are computed over the runs of each group
-    (mean / unbiased std over runs; a group of one run uses mean 0, std 1) and broadcast to every step.
+    (the task) and broadcast to every step of the run:
+
+    * ``mean`` / ``std``: mean / unbiased std over the group's runs; a group of a single run uses mean 0 and
+      std 1.
+    * ``std_cal_level="batch"``: ``std`` is the unbiased std of the last-step rewards of ALL runs of the batch
+      (1 when there is at most one run); the mean stays per group.
+    * ``enable_step_norm``: each step's advantage is divided by its run's number of steps.
+    * ``std_threshold``: a group is skipped (``keep=False`` for all its steps) when it has a single run or its
+      std over runs (the group std, also with ``std_cal_level="batch"``) is ``<= std_threshold``.
     """
 
-    def __init__(self, *, epsilon: float = 1e-6) -> None:
+    def __init__(
+        self,
+        *,
+        epsilon: float = 1e-6,
+        enable_step_norm: bool = False,
+        std_cal_level: str = "group",
+        std_threshold: float | None = None,
+    ) -> None:
         self.epsilon = check_number(self.name, "epsilon", epsilon, gt=0)
+        self.enable_step_norm = check_bool(self.name, "enable_step_norm", enable_step_norm)
+        self.std_cal_level = check_choice(self.name, "std_cal_level", std_cal_level, ("group", "batch"))
+        self.std_threshold = check_number(self.name, "std_threshold", std_threshold, ge=0, allow_none=True)
 
     @torch.no_grad()
     def compute(
@@ -259,8 +372,12 @@ class StepWiseGRPOAdvantage(AdvantageFn):
                 f"{self.name}: sample {i} has a different group id than the last step ({int(last[run[i]])}) "
                 "of its run; every run must belong to a single group"
             )
-        run_advantages, _ = _grpo(rewards[last], run_group, num_groups, self.epsilon)
-        return AdvantageResult(run_advantages[run], _all_kept(rewards))
+        run_advantages, _, valid = _grpo(
+            rewards[last], run_group, num_groups, self.epsilon, self.std_cal_level, self.std_threshold
+        )
+        if self.enable_step_norm:
+            run_advantages = run_advantages / torch.bincount(run, minlength=num_runs).to(rewards.dtype)
+        return AdvantageResult(run_advantages[run], valid[index])
 
 
 @register_advantage("raft")

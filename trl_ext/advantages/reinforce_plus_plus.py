@@ -1,12 +1,19 @@
 """REINFORCE++ token-level advantages (Hu 2025, "REINFORCE++", arXiv 2501.03262).
 
-Ports verl ``compute_reinforce_plus_plus_outcome_advantage`` (``verl/trainer/ppo/core_algos.py``)::
+Ports Trinity-RFT ``REINFORCEPLUSPLUSAdvantageFn`` / verl ``compute_reinforce_plus_plus_outcome_advantage``::
 
-    returns_t = r_t + gamma * returns_{t+1}     (the running return is reset to 0 after masked-out tokens)
+    returns_t = r_t + gamma * returns_{t+1}     over ALL positions t of the row (never reset)
     A = masked_whiten(returns, response_mask) * response_mask
 
-where ``masked_whiten(x, m) = (x - mean) / sqrt(var + 1e-8)`` with the masked mean / unbiased masked variance
-over ALL valid tokens of the batch (no grouping).
+``r_t`` is the outcome reward on the row's last token (see ``ReinforcePlusPlusAdvantage``) or the given token
+rewards, and 0 elsewhere.  The running return is carried across masked positions inside a response — the tool
+outputs spliced between model turns of a multi-turn rollout (TRL's loss mask ``completion_mask * tool_mask``)
+— so earlier turns get the discounted return of the whole rollout; with ``gamma < 1`` the masked positions
+count in the discount too, as in the reference.
+
+``masked_whiten(x, m) = (x - mean) * rsqrt(var + 1e-8)`` with Trinity-RFT's masked statistics over ALL valid
+tokens of the batch (no grouping): ``mean = sum(x m) / (sum(m) + 1e-8)``, ``var = sum((x - mean)^2 m) /
+(sum(m) + 1e-8) * sum(m) / (sum(m) - 1)`` (unbiased); fewer than two valid tokens is an error.
 """
 
 from __future__ import annotations
@@ -27,15 +34,17 @@ from .base import (
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) * rsqrt(var + eps)`` with masked mean and unbiased (Bessel-corrected) masked variance."""
+    """``(x - mean) * rsqrt(var + eps)``: Trinity-RFT's ``masked_whiten`` (masked mean, unbiased masked variance,
+    both dividing by ``sum(mask) + 1e-8``); values outside ``mask`` are ignored."""
     n = mask.sum()
     if n <= 1:
         raise ValueError(f"masked_whiten needs at least 2 valid tokens, got {int(n)}")
     m = mask.to(values.dtype)
     values = torch.where(mask, values, torch.zeros_like(values))
-    mean = (values * m).sum() / n
-    var = ((values - mean) ** 2 * m).sum() / n
-    var = var * n / (n - 1)
+    count = n.to(values.dtype)
+    mean = (values * m).sum() / (count + 1e-8)
+    var = ((values - mean) ** 2 * m).sum() / (count + 1e-8)
+    var = var * count / (count - 1)
     return (values - mean) * torch.rsqrt(var + eps)
 
 
@@ -43,8 +52,15 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
 class ReinforcePlusPlusAdvantage(AdvantageFn):
     """REINFORCE++: discounted token returns whitened over the batch's valid tokens (see module docstring).
 
-    ``rewards`` is either ``[N]`` (each placed on the row's last valid token of ``response_mask``) or
-    token-level ``[N, T]``; returns ``[N, T]`` advantages, 0 at masked positions.  ``group_ids`` is unused.
+    ``rewards`` is either ``[N]`` or token-level ``[N, T]``; returns ``[N, T]`` advantages, 0 where
+    ``response_mask`` (the loss mask, may have gaps) is 0.  ``group_ids`` is unused.
+
+    ``completion_mask`` (optional, ``[N, T]``, must contain ``response_mask``): the tokens of the completion,
+    masked tool outputs included (TRL's ``completion_mask``; Trinity-RFT's attention mask over the response).
+    A scalar reward sits on the row's last ``completion_mask`` token — where Trinity-RFT puts it — and token
+    rewards count wherever ``completion_mask`` is 1.  Without it, ``response_mask`` plays that role: the reward
+    sits on the last loss token.  The two differ only with ``gamma < 1`` for a completion that ends with masked
+    tokens (a rollout stopped after a tool output).
     """
 
     token_level = True
@@ -53,7 +69,14 @@ class ReinforcePlusPlusAdvantage(AdvantageFn):
         self.gamma = check_number(self.name, "gamma", gamma, ge=0, le=1)
 
     @torch.no_grad()
-    def compute(self, rewards: torch.Tensor, group_ids: Any = None, *, response_mask: torch.Tensor) -> AdvantageResult:
+    def compute(
+        self,
+        rewards: torch.Tensor,
+        group_ids: Any = None,
+        *,
+        response_mask: torch.Tensor,
+        completion_mask: torch.Tensor | None = None,
+    ) -> AdvantageResult:
         rewards = as_float_tensor(self.name, "rewards", rewards)
         if not isinstance(response_mask, torch.Tensor) or response_mask.dim() != 2:
             shape = tuple(response_mask.shape) if isinstance(response_mask, torch.Tensor) else None
@@ -65,6 +88,16 @@ class ReinforcePlusPlusAdvantage(AdvantageFn):
                 f"{(n, t)}, got {tuple(rewards.shape)}"
             )
         mask = check_mask(self.name, "response_mask", response_mask, response_mask.shape, rewards.device)
+        reward_mask = mask
+        if completion_mask is not None:
+            reward_mask = check_mask(self.name, "completion_mask", completion_mask, mask.shape, rewards.device)
+            outside = mask & ~reward_mask
+            if bool(outside.any()):
+                row, col = (int(i) for i in outside.nonzero()[0])
+                raise ValueError(
+                    f"{self.name}: response_mask is 1 where completion_mask is 0 (at [{row}, {col}]); the loss mask "
+                    "must lie inside the completion"
+                )
         keep = torch.ones(n, dtype=torch.bool, device=rewards.device)
         if n == 0:
             return AdvantageResult(rewards.new_zeros((0, t)), keep)
@@ -74,25 +107,24 @@ class ReinforcePlusPlusAdvantage(AdvantageFn):
             if msg:
                 raise ValueError(f"{self.name}: {msg}; all rewards must be finite")
             positions = torch.arange(t, device=rewards.device).expand(n, t)
-            last = torch.where(mask, positions, -1).amax(dim=1)  # -1 for rows without a valid token
+            last = torch.where(reward_mask, positions, -1).amax(dim=1)  # -1 for rows without a valid token
             rows = (last >= 0).nonzero().flatten()
             token_rewards = rewards.new_zeros((n, t))
             token_rewards[rows, last[rows]] = rewards[rows]
         else:
-            msg = nonfinite_message("rewards", rewards, where=mask)
+            where = "completion_mask" if completion_mask is not None else "response_mask"
+            msg = nonfinite_message("rewards", rewards, where=reward_mask)
             if msg:
-                raise ValueError(f"{self.name}: {msg}; rewards must be finite where response_mask is 1")
-            token_rewards = torch.where(mask, rewards, torch.zeros_like(rewards))
+                raise ValueError(f"{self.name}: {msg}; rewards must be finite where {where} is 1")
+            token_rewards = torch.where(reward_mask, rewards, torch.zeros_like(rewards))
 
-        m = mask.to(rewards.dtype)
         returns = torch.zeros_like(token_rewards)
         running = token_rewards.new_zeros(n)
         for i in reversed(range(t)):  # loop over time only, vectorized over the batch
             running = token_rewards[:, i] + self.gamma * running
             returns[:, i] = running
-            running = running * m[:, i]
         try:
-            advantages = masked_whiten(returns, mask) * m
+            advantages = masked_whiten(returns, mask) * mask.to(returns.dtype)
         except ValueError as e:
             raise ValueError(f"{self.name}: {e} in response_mask") from None
         return AdvantageResult(advantages, keep)
