@@ -308,6 +308,13 @@ def plain_entropy(entropy, action_mask, entropy_coef=0.01, **_):
 # ==================================================================================================
 
 
+def ours_loss(name: str, **kwargs: Any) -> Callable:
+    """The policy loss `name`, handed the batch inputs it declares (`inputs()`), as the trainers do."""
+    loss_fn = get_policy_loss(name, **kwargs)
+    reads = loss_fn.inputs()
+    return lambda **batch: loss_fn(**{k: v for k, v in batch.items() if k in reads})
+
+
 def ours_kl(name: str) -> Callable:
     kl_fn = get_kl_fn(name)
     return lambda logprob, ref_logprob, action_mask, **_: kl_fn.calculate_kl_loss(logprob, ref_logprob, action_mask)
@@ -319,22 +326,22 @@ def ours_entropy() -> Callable:
 
 
 CASES: dict[str, tuple[Callable[[], Callable], Callable]] = {
-    "ppo": (partial(get_policy_loss, "ppo"), plain_ppo),
-    "gspo": (partial(get_policy_loss, "gspo"), plain_gspo),
-    "cispo": (partial(get_policy_loss, "cispo"), plain_cispo),
-    "sapo": (partial(get_policy_loss, "sapo"), plain_sapo),
-    "topr": (partial(get_policy_loss, "topr"), plain_topr),
-    "sppo": (partial(get_policy_loss, "sppo"), plain_sppo),
-    "rec": (partial(get_policy_loss, "rec"), plain_rec),
-    "rec/one-side": (partial(get_policy_loss, "rec", clip_mode="one-side"), partial(plain_rec, clip_mode="one-side")),
-    "opmd": (partial(get_policy_loss, "opmd"), plain_opmd),
-    "importance_sampling": (partial(get_policy_loss, "importance_sampling"), plain_importance_sampling),
-    "sft": (partial(get_policy_loss, "sft"), plain_sft),
-    "sft_is": (partial(get_policy_loss, "sft_is"), plain_sft_is),
-    "sft_phi": (partial(get_policy_loss, "sft_phi"), plain_sft_phi),
-    "mix": (partial(get_policy_loss, "mix"), plain_mix),
-    "mix_chord": (partial(get_policy_loss, "mix_chord"), partial(plain_mix, sft=plain_sft_phi, chord=True)),
-    "dpo": (partial(get_policy_loss, "dpo"), plain_dpo),
+    "ppo": (partial(ours_loss, "ppo"), plain_ppo),
+    "gspo": (partial(ours_loss, "gspo"), plain_gspo),
+    "cispo": (partial(ours_loss, "cispo"), plain_cispo),
+    "sapo": (partial(ours_loss, "sapo"), plain_sapo),
+    "topr": (partial(ours_loss, "topr"), plain_topr),
+    "sppo": (partial(ours_loss, "sppo"), plain_sppo),
+    "rec": (partial(ours_loss, "rec"), plain_rec),
+    "rec/one-side": (partial(ours_loss, "rec", clip_mode="one-side"), partial(plain_rec, clip_mode="one-side")),
+    "opmd": (partial(ours_loss, "opmd"), plain_opmd),
+    "importance_sampling": (partial(ours_loss, "importance_sampling"), plain_importance_sampling),
+    "sft": (partial(ours_loss, "sft"), plain_sft),
+    "sft_is": (partial(ours_loss, "sft_is"), plain_sft_is),
+    "sft_phi": (partial(ours_loss, "sft_phi"), plain_sft_phi),
+    "mix": (partial(ours_loss, "mix"), plain_mix),
+    "mix_chord": (partial(ours_loss, "mix_chord"), partial(plain_mix, sft=plain_sft_phi, chord=True)),
+    "dpo": (partial(ours_loss, "dpo"), plain_dpo),
     "kl/k2": (partial(ours_kl, "k2"), partial(plain_kl_loss, estimator=plain_k2)),
     "kl/low_var_kl": (partial(ours_kl, "low_var_kl"), partial(plain_kl_loss, estimator=plain_low_var_kl)),
     "entropy": (ours_entropy, plain_entropy),

@@ -5,13 +5,18 @@ Pure torch: importing this package needs nothing but torch.
     from trl_ext.losses import get_policy_loss, POLICY_LOSSES, aggregate_loss, get_kl_fn
     fn = get_policy_loss("sapo", tau_neg=1.1)
     loss, metrics = fn(logprob=lp, old_logprob=olp, action_mask=m, advantages=adv)
+
+`fn.inputs()` lists the keywords a loss reads; the input rules (unknown keywords, masks, empty batches,
+non-finite values) are in `trl_ext.losses.base`.
 """
 
 from . import cispo, dpo, gspo, importance_sampling, mix, opmd, ppo, rec, sapo, sft, sppo, topr  # noqa: F401
 from .base import (
+    BATCH_INPUTS,
     EPS,
     LOSS_AGG_MODES,
     POLICY_LOSSES,
+    WINDOW_INPUTS,
     MaskedBatch,
     PolicyLoss,
     aggregate_loss,
@@ -34,11 +39,13 @@ from .sppo import SPPOPolicyLoss
 from .topr import TOPRPolicyLoss
 
 __all__ = [
+    "BATCH_INPUTS",
     "ENTROPY_FNS",
     "EPS",
     "KL_FNS",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
+    "WINDOW_INPUTS",
     "CISPOPolicyLoss",
     "DPOLoss",
     "EntropyFn",

@@ -4,9 +4,31 @@ Every loss in this package follows one calling convention (Trinity-RFT's `policy
 
     loss, metrics = fn(logprob=lp, old_logprob=olp, action_mask=m, advantages=adv, **other_batch_keys)
 
-Per-token tensors are `[B, T]`; unused keys are ignored so that a trainer can hand one batch dict to
-any loss. `metrics` holds detached 0-dim tensors: nothing here calls `.item()` or otherwise waits for
-the device.
+Per-token tensors are `[B, T]`. `metrics` holds detached 0-dim tensors: nothing here calls `.item()` or
+otherwise waits for the device (except the one check of a non-bool mask, below).
+
+Rules every loss (and `aggregate_loss`, the KL and entropy terms) follows:
+
+1. **Inputs are declared.** A loss reads the named parameters of its `__call__` plus the window inputs of
+   its class attribute `window_inputs`; `PolicyLoss.inputs()` lists them, so a trainer can hand a loss
+   exactly what it reads: `fn(**{k: batch[k] for k in fn.inputs() if k in batch})`. A key the loss does
+   not read but that is one of the documented batch keys (`BATCH_INPUTS`) is ignored, so one batch dict
+   fits every loss; any other key is a ValueError naming it (a typo such as `global_valid_tok` would
+   otherwise silently fall back to micro-batch normalization).
+2. **Types, shapes and dtypes are checked.** Values (`logprob`, `old_logprob`, `ref_logprob`,
+   `advantages`, `entropy`, `values`) are floating-point tensors of the documented shapes; window counts
+   are numbers >= 0 or 0-dim real tensors. Anything else is a ValueError naming the input.
+3. **Masks are masks.** A mask is bool, or a number tensor holding only 0 and 1; any other value (0.5,
+   2, NaN) is a ValueError naming the mask and the first offending position. That check costs one device
+   sync, so it only runs for non-bool masks: pass a bool mask (as the trl_ext trainers do) to skip it.
+4. **An empty batch (B = 0 or T = 0) gives a finite 0 loss** with a zero (or empty) gradient and finite
+   (0) metrics, under every aggregation mode.
+5. **Non-finite values propagate, masked ones never do.** NaN or ±inf in an input the loss reads, at a
+   *valid* position, makes the loss NaN — even where a clamp (the ±20 log-ratio clamp of ppo, sapo,
+   importance_sampling, ...) would otherwise turn it into a finite number. The guard is
+   `Σ_valid (x − x)` over every input read (`MaskedBatch.guard`), detached: exactly 0 for finite inputs
+   (the loss and its gradient are unchanged) and NaN otherwise, with no device sync. At *masked* positions
+   NaN / ±inf reach neither the loss, nor the gradient, nor the metrics.
 
 Masked positions never reach the loss or the gradient: a loss first *selects* its inputs with
 `torch.where(mask, x, 0)` (`MaskedBatch.select`) and only then computes. Selecting before any
@@ -16,7 +38,12 @@ into `x`, while `exp(where(m, x, 0))` does not.
 
 from __future__ import annotations
 
-from functools import cached_property
+import difflib
+import inspect
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from functools import cache, cached_property
 from typing import Any, ClassVar
 
 import torch
@@ -38,6 +65,26 @@ EPS = 1e-8
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 Metrics = dict[str, torch.Tensor]
+
+WINDOW_INPUTS = ("global_valid_toks", "global_valid_seqs", "normalizer")
+"""The optimizer window's counts that a loss may take (`MaskedBatch`, `aggregate_loss`)."""
+
+EXPERT_WINDOW_INPUTS = ("expert_valid_toks", "expert_valid_seqs")
+"""The window's counts over the expert rows (MIX / MIX-CHORD and the `mix` entropy term)."""
+
+BATCH_INPUTS = (
+    "logprob",
+    "old_logprob",
+    "ref_logprob",
+    "action_mask",
+    "advantages",
+    "expert_mask",
+    "step",
+    *WINDOW_INPUTS,
+    *EXPERT_WINDOW_INPUTS,
+)
+"""The documented batch keys (Trinity-RFT's names plus the window counts). A loss ignores those of them it does
+not read, so that a trainer can hand one batch dict to any loss; any other unknown key is an error."""
 
 
 def part_windows(
@@ -72,16 +119,6 @@ def part_windows(
     }
 
 
-def is_window_share(metric: str) -> bool:
-    """Whether a loss metric is, under window normalization, this micro-batch's *share* of the window's value
-    (summed over the window's micro-batches and processes) rather than a micro-batch mean (averaged).
-
-    Loss values are shares (`loss`, `pg_loss`, `sft_loss`, `kl_loss`, `entropy_loss`, every `*_loss`), and so
-    are the per-part metrics of MIX (`usual/*`, `expert/*`), which that loss weights by each micro-batch's
-    share of the part's window."""
-    return metric == "loss" or metric.endswith("_loss") or metric.startswith(("usual/", "expert/"))
-
-
 # --------------------------------------------------------------------------------------------------
 # Argument checks (the generic ones live in trl_ext._validation)
 # --------------------------------------------------------------------------------------------------
@@ -105,12 +142,96 @@ def resolve_clip_range(
 
 
 # --------------------------------------------------------------------------------------------------
-# The masked batch view
+# Input checks (rules 1-3 of the module docstring)
 # --------------------------------------------------------------------------------------------------
 
 
-def _shape(x: Any) -> tuple:
+@cache
+def declared_inputs(func: Any, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The named parameters of `func` (a method: `self` dropped; `*args` / `**kwargs` left out), then `extra`."""
+    params = list(inspect.signature(func).parameters.values())
+    if params and params[0].name in ("self", "cls"):
+        params = params[1:]
+    named = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    return tuple(dict.fromkeys([*(p.name for p in params if p.kind in named), *extra]))
+
+
+def check_inputs(
+    owner: str, accepted: tuple[str, ...], given: Iterable[str], ignored: Iterable[str] = BATCH_INPUTS
+) -> None:
+    """Raise ValueError for the keys of `given` that are neither `accepted` (what `owner` reads) nor `ignored`
+    (by default the documented batch keys, `BATCH_INPUTS`), naming them, what `owner` reads and the closest
+    valid names."""
+    ignored = tuple(ignored)
+    unknown = [key for key in given if key not in accepted and key not in ignored]
+    if not unknown:
+        return
+    known = [*accepted, *(key for key in ignored if key not in accepted)]
+    hints: list[str] = []
+    for key in unknown:
+        hints += [repr(c) for c in difflib.get_close_matches(str(key), known, n=1) if repr(c) not in hints]
+    plural = "s" if len(unknown) > 1 else ""
+    message = f"{owner}: unknown input{plural} {', '.join(map(repr, unknown))}; {owner} reads {', '.join(accepted)}"
+    if hints:
+        message += f" (did you mean {' or '.join(hints)}?)"
+    raise ValueError(message)
+
+
+def _shape(x: Any) -> tuple | str:
     return tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def check_float(owner: str, name: str, x: torch.Tensor) -> torch.Tensor:
+    """`x` (a tensor) must hold floating-point values."""
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{owner}: {name} must be a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def check_window_input(owner: str, name: str, value: Any) -> None:
+    """A window count (`global_valid_toks`, ..., `normalizer`): None, a finite number >= 0 or a 0-dim real tensor."""
+    if value is None:
+        return
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or value.dtype == torch.bool or value.dtype.is_complex:
+            raise ValueError(
+                f"{owner}: {name} must be a number or a 0-dim real tensor, got shape {tuple(value.shape)} "
+                f"and dtype {value.dtype}"
+            )
+        return
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return
+    raise ValueError(f"{owner}: {name}={value!r} is not valid; must be a finite number >= 0 or a 0-dim tensor")
+
+
+def check_window_inputs(owner: str, **values: Any) -> None:
+    """`check_window_input` for each keyword."""
+    for name, value in values.items():
+        check_window_input(owner, name, value)
+
+
+def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
+    """A mask as bool. A bool mask is returned as is (no check, no sync); a number mask must hold only 0 and 1,
+    which costs one device sync (pass a bool mask to skip it)."""
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.dtype.is_complex:
+        raise ValueError(f"{owner}: {name} must be a bool tensor or hold only 0 and 1, got dtype {mask.dtype}")
+    bad = (mask != 0) & (mask != 1)  # NaN included
+    if bool(bad.any()):  # the one sync of a non-bool mask
+        position = [int(i) for i in bad.nonzero()[0]]
+        value = mask[tuple(position)].item()
+        raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1; found {value!r} at {position}")
+    return mask != 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The masked batch view
+# --------------------------------------------------------------------------------------------------
 
 
 class MaskedBatch:
@@ -118,13 +239,20 @@ class MaskedBatch:
 
     Args:
         owner: name used in error messages.
-        logprob: `[B, T]`, fixes the batch shape that every other per-token input must match.
-        action_mask: `[B, T]`, bool or 0/1 of any dtype.
+        logprob: `[B, T]` floating-point values; fixes the batch shape that every other per-token input must
+            match (named `value_name` in messages: `entropy` for the entropy terms, `values` for
+            `aggregate_loss`).
+        action_mask: `[B, T]`, bool or 0/1 of any real dtype (named `mask_name` in messages). A non-bool mask
+            is checked to hold only 0 and 1, at the cost of one device sync; a bool mask is not.
         global_valid_toks / global_valid_seqs: the optimizer window's token count and sequence
             (row) count (NeMo-RL's names). When given, the aggregate of this micro-batch is its share
             of the window's aggregate (see `aggregate`), so summing the shares of all micro-batches of
-            a window gives the window's loss whatever the split. Tensors or numbers.
+            a window gives the window's loss whatever the split. Numbers or 0-dim tensors.
         normalizer: the constant of `seq-mean-token-sum-norm` (default: T).
+
+    The inputs a loss reads through `check`, `advantages` and `row_values` (and `logprob`) are remembered:
+    `aggregate` (and `guard`) makes the loss NaN when any of them is NaN or ±inf at a valid position.
+    Build it with `masked_batch` (or `PolicyLoss.masked_batch`), which first checks the unknown keywords.
     """
 
     def __init__(
@@ -136,33 +264,50 @@ class MaskedBatch:
         global_valid_toks: torch.Tensor | float | None = None,
         global_valid_seqs: torch.Tensor | float | None = None,
         normalizer: torch.Tensor | float | None = None,
-        **_: Any,
+        value_name: str = "logprob",
+        mask_name: str = "action_mask",
     ) -> None:
         self.owner = owner
+        self.value_name = value_name
         if not isinstance(logprob, torch.Tensor) or logprob.dim() != 2:
-            raise ValueError(f"{owner}: logprob must be a [B, T] tensor, got shape {_shape(logprob)}")
+            raise ValueError(f"{owner}: {value_name} must be a [B, T] tensor, got shape {_shape(logprob)}")
+        check_float(owner, value_name, logprob)
         self.shape = tuple(logprob.shape)
-        self.check("action_mask", action_mask)
-        self.mask = action_mask if action_mask.dtype == torch.bool else action_mask != 0
+        self._check_shape(mask_name, action_mask)
+        self.mask = bool_mask(owner, mask_name, action_mask)
         # Counts in the values' precision (at least float32), so that "+ ε" is not rounded away.
         self.count_dtype = torch.promote_types(logprob.dtype, torch.float32)
+        check_window_inputs(
+            owner, global_valid_toks=global_valid_toks, global_valid_seqs=global_valid_seqs, normalizer=normalizer
+        )
         self.global_valid_toks = global_valid_toks
         self.global_valid_seqs = global_valid_seqs
         self.normalizer = normalizer
+        self._reads: list[torch.Tensor] = [logprob]  # the inputs `guard` watches (see `read`)
 
     # ---- input checks and selection ----------------------------------------------------------------
 
-    def check(self, name: str, x: Any) -> torch.Tensor:
+    def _check_shape(self, name: str, x: Any) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != self.shape:
             raise ValueError(
-                f"{self.owner}: {name} has shape {_shape(x)} but logprob has shape {self.shape}; "
+                f"{self.owner}: {name} has shape {_shape(x)} but {self.value_name} has shape {self.shape}; "
                 "all per-token inputs must be [B, T]"
             )
         return x
 
+    def read(self, x: torch.Tensor) -> torch.Tensor:
+        """Remember `x` (an input, `[B, T]` or `[B, 1]`) for `guard`; return it."""
+        if not any(x is seen for seen in self._reads):
+            self._reads.append(x)
+        return x
+
+    def check(self, name: str, x: Any) -> torch.Tensor:
+        """A per-token input `[B, T]` of floating-point values that the loss reads (remembered for `guard`)."""
+        return self.read(check_float(self.owner, name, self._check_shape(name, x)))
+
     def select(self, x: torch.Tensor, name: str = "input") -> torch.Tensor:
         """`x` at valid positions, 0 elsewhere (NaN / inf at masked positions are dropped)."""
-        return torch.where(self.mask, self.check(name, x), 0)
+        return torch.where(self.mask, self._check_shape(name, x), 0)
 
     def advantages(self, adv: Any, name: str = "advantages") -> torch.Tensor:
         """Advantages, NaN-safe: a per-token `[B, T]` input is selected (0 at masked positions); a
@@ -170,9 +315,13 @@ class MaskedBatch:
         no valid token set to 0. Per-token losses built from the column are not 0 at padding, so a loss
         using it selects its per-token loss before aggregating."""
         full = self.broadcast_rows(adv, name)
+        check_float(self.owner, name, adv)
         if adv.dim() == 2 and adv.shape[1] == self.shape[1] != 1:
+            self.read(adv)
             return torch.where(self.mask, full, 0)
-        return torch.where(self.row_tok.unsqueeze(-1) > 0, adv.reshape(-1, 1), 0)
+        column = adv.reshape(-1, 1)
+        self.read(column)
+        return torch.where(self.row_tok.unsqueeze(-1) > 0, column, 0)
 
     def bound(self, like: torch.Tensor, condition: torch.Tensor, if_true: float, if_false: float) -> torch.Tensor:
         """`where(condition, if_true, if_false)` in `like`'s dtype (python scalars would give float32)."""
@@ -192,18 +341,27 @@ class MaskedBatch:
         )
 
     def row_values(self, x: Any, name: str) -> torch.Tensor:
-        """A per-sequence `[B]` tensor of finite values (e.g. DPO's precomputed reference sums)."""
+        """A per-sequence `[B]` floating-point input (e.g. DPO's precomputed reference sums), remembered for
+        `guard` (a row without valid tokens is masked)."""
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != (self.shape[0],):
             raise ValueError(f"{self.owner}: {name} must be [B, T] or [B] with B={self.shape[0]}, got {_shape(x)}")
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{self.owner}: {name} has non-finite values")
+        self.read(check_float(self.owner, name, x).unsqueeze(-1))
         return x
 
     def row_flags(self, x: Any, name: str) -> torch.Tensor:
-        """A per-sequence boolean `[B]` tensor (e.g. `expert_mask`)."""
+        """A per-sequence boolean `[B]` mask (e.g. `expert_mask`): bool, or 0/1 (checked, one sync)."""
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != (self.shape[0],):
             raise ValueError(f"{self.owner}: {name} must be a [B] tensor with B={self.shape[0]}, got {_shape(x)}")
-        return x if x.dtype == torch.bool else x != 0
+        return bool_mask(self.owner, name, x)
+
+    def guard(self, loss: torch.Tensor) -> torch.Tensor:
+        """`loss` + Σ over valid positions of (x − x) for every input read: exactly `loss` (value and gradient)
+        when they are finite there, NaN when any of them is NaN or ±inf at a valid position. Detached, no sync."""
+        poison = None
+        for x in self._reads:
+            x = x.detach()
+            poison = x - x if poison is None else poison + (x - x)
+        return loss + torch.where(self.mask, poison, 0).sum().to(loss.dtype)
 
     # ---- counts and means ----------------------------------------------------------------------------
 
@@ -234,29 +392,52 @@ class MaskedBatch:
         """Per-row (`[B]`) mean over the mask of an `x` that is already 0 at masked positions."""
         return x.sum(-1) / (self.row_tok + EPS)
 
+    @staticmethod
+    def mean_over_rows(rows: torch.Tensor) -> torch.Tensor:
+        """The mean of a per-row tensor, 0 (not NaN) when there are no rows."""
+        return rows.mean() if rows.shape[0] else rows.sum()
+
     # ---- aggregation ---------------------------------------------------------------------------------
 
     def aggregate(self, x: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
-        """Aggregate an `x` that is already 0 at masked positions (see `aggregate_loss`)."""
+        """Aggregate an `x` that is already 0 at masked positions (see `aggregate_loss`), guarded (`guard`)."""
         if loss_agg_mode == "token-mean":
             count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
-            return x.sum() / (count + EPS)
+            return self.guard(x.sum() / (count + EPS))
         if loss_agg_mode == "seq-mean-token-mean":
-            return self._seq_mean(self.row_mean(x))
+            return self.guard(self._seq_mean(self.row_mean(x)))
         if loss_agg_mode == "seq-mean-token-sum":
-            return self._seq_mean(x.sum(-1))
+            return self.guard(self._seq_mean(x.sum(-1)))
         if loss_agg_mode == "seq-mean-token-sum-norm":
             normalizer = self.shape[1] if self.normalizer is None else self.normalizer
-            return x.sum() / (normalizer + EPS)
+            return self.guard(x.sum() / (normalizer + EPS))
         check_loss_agg_mode(self.owner, loss_agg_mode)
         raise AssertionError  # unreachable
 
     def _seq_mean(self, rows: torch.Tensor) -> torch.Tensor:
         if self.global_valid_seqs is None:
-            return rows.mean()
+            return self.mean_over_rows(rows)
         count = self._window_count(self.global_valid_seqs)
         count = count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1.0)
         return rows.sum() / count
+
+
+def masked_batch(
+    owner: str,
+    inputs: tuple[str, ...],
+    logprob: torch.Tensor,
+    action_mask: torch.Tensor,
+    extra: Mapping[str, Any],
+    *,
+    value_name: str = "logprob",
+    mask_name: str = "action_mask",
+) -> MaskedBatch:
+    """The `MaskedBatch` of a loss (or term) that reads `inputs`, given the keywords its signature did not bind
+    (`extra`): unknown ones are an error (`check_inputs`), documented batch keys it does not read are ignored,
+    and the window inputs it reads are passed on."""
+    check_inputs(owner, inputs, extra)
+    window = {key: extra[key] for key in WINDOW_INPUTS if key in extra and key in inputs}
+    return MaskedBatch(owner, logprob, action_mask, value_name=value_name, mask_name=mask_name, **window)
 
 
 def aggregate_loss(
@@ -267,6 +448,7 @@ def aggregate_loss(
     *,
     global_valid_toks: torch.Tensor | float | None = None,
     global_valid_seqs: torch.Tensor | float | None = None,
+    **unknown: Any,
 ) -> torch.Tensor:
     """Reduce a `[B, T]` loss matrix to a scalar over the valid positions of `mask`.
 
@@ -281,8 +463,11 @@ def aggregate_loss(
                                 `normalizer = T·B` for Dr. GRPO's Σ/(B·T))
     =========================== ==================================================================
 
-    "Rows" are all B rows, empty ones included, as in the reference. Masked positions are selected
-    away before the sum, so NaN / inf there reach neither the value nor the gradient.
+    "Rows" are all B rows, empty ones included, as in the reference; no rows (B = 0) give 0. Masked
+    positions are selected away before the sum, so NaN / inf there reach neither the value nor the
+    gradient; NaN / ±inf at a valid position make the result NaN. `values` must be floating-point; `mask`
+    bool or 0/1 (a non-bool mask is checked, one device sync: pass a bool mask to skip it). Any other
+    keyword is a ValueError.
 
     Window normalization (DESIGN §2.6): pass the optimizer window's counts and the result is this
     micro-batch's *share* of the window aggregate: Σ m·x / (`global_valid_toks` + ε) for
@@ -290,6 +475,8 @@ def aggregate_loss(
     the local mean does), and the unchanged Σ m·x / normalizer for `seq-mean-token-sum-norm`. The
     shares of all micro-batches of a window add up to the window's aggregate.
     """
+    check_inputs("aggregate_loss", declared_inputs(aggregate_loss), unknown, ignored=())
+    check_loss_agg_mode("aggregate_loss", loss_agg_mode)
     batch = MaskedBatch(
         "aggregate_loss",
         values,
@@ -297,9 +484,10 @@ def aggregate_loss(
         global_valid_toks=global_valid_toks,
         global_valid_seqs=global_valid_seqs,
         normalizer=normalizer,
+        value_name="values",
+        mask_name="mask",
     )
-    check_loss_agg_mode("aggregate_loss", loss_agg_mode)
-    return batch.aggregate(batch.select(values, "values"), loss_agg_mode)
+    return batch.aggregate(batch.select(values), loss_agg_mode)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -314,9 +502,20 @@ class PolicyLoss:
     names and defaults) and implement `__call__(logprob, ..., **kwargs) -> (loss, metrics)`.
     `default_args()` is read off the `__init__` signature, so the documented defaults and the
     constructor's cannot drift apart; the tests pin both against the reference's values.
+
+    The inputs a loss reads are the named parameters of its `__call__` plus `window_inputs` (the window
+    counts it takes through `**kwargs`): `inputs()` lists them. `__call__` builds its `MaskedBatch` with
+    `self.masked_batch(logprob, action_mask, kwargs)`, which rejects any other keyword that is not one of
+    the documented `BATCH_INPUTS`.
     """
 
     name: ClassVar[str] = ""
+    window_inputs: ClassVar[tuple[str, ...]] = WINDOW_INPUTS
+    """The keyword-only window inputs the loss reads through `**kwargs` (beyond its named parameters)."""
+    window_shares: ClassVar[tuple[str, ...]] = ()
+    """The metrics that, given the window counts, are this micro-batch's *share* of the window's value (the loss
+    value): a trainer sums them over the window's micro-batches and processes. Every other metric is a value of
+    the micro-batch (a ratio, a clip fraction, a mean reward), which a trainer averages."""
 
     def __init__(self, backend: str = "verl") -> None:
         # Trinity-RFT maps batch keys per training backend; here every key has Trinity's name, so
@@ -326,6 +525,20 @@ class PolicyLoss:
     @classmethod
     def default_args(cls) -> dict[str, Any]:
         return signature_defaults(cls.__init__)
+
+    @classmethod
+    def inputs(cls) -> tuple[str, ...]:
+        """The keywords this loss reads: its `__call__`'s named parameters, then its `window_inputs`. A trainer
+        hands it exactly these: `fn(**{k: batch[k] for k in fn.inputs() if k in batch})`."""
+        return declared_inputs(cls.__call__, cls.window_inputs)
+
+    def masked_batch(self, logprob: Any, action_mask: Any, kwargs: Mapping[str, Any]) -> MaskedBatch:
+        """The loss's `MaskedBatch`; `kwargs` are the keywords `__call__` did not bind (checked: rule 1)."""
+        return masked_batch(self.name, self.inputs(), logprob, action_mask, kwargs)
+
+    def is_window_share(self, metric: str) -> bool:
+        """Whether `metric` (a key of the metrics this loss returns) is a window share (`window_shares`)."""
+        return metric in self.window_shares
 
     @property
     def args(self) -> dict[str, Any]:

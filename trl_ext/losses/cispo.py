@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_bool,
@@ -29,7 +28,14 @@ from .base import (
 
 @register_policy_loss("cispo")
 class CISPOPolicyLoss(PolicyLoss):
-    """CISPO. Metrics: `cispo_loss`, `ppo_kl`, `unmasked_frac` (share of valid tokens with M = 1)."""
+    """CISPO. Metrics: `cispo_loss`, `ppo_kl`, `unmasked_frac` (share of valid tokens with M = 1).
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
+    in `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN; at masked positions they
+    are ignored.
+    """
+
+    window_shares = ("cispo_loss",)
 
     def __init__(
         self,
@@ -66,11 +72,11 @@ class CISPOPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         lp = b.select(logprob)
         with torch.no_grad():
             adv = b.advantages(advantages)
-            delta = lp - b.select(old_logprob, "old_logprob")
+            delta = lp - b.select(b.check("old_logprob", old_logprob))
             ratio = torch.exp(delta)
             coef = -adv * ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)
             if self.enable_mask_clip:

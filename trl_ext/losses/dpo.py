@@ -20,13 +20,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import MaskedBatch, Metrics, PolicyLoss, check_number, register_policy_loss
+from .base import Metrics, PolicyLoss, check_number, register_policy_loss
 
 
 @register_policy_loss("dpo")
 class DPOLoss(PolicyLoss):
     """Sigmoid DPO. Metrics: `chosen_reward` (β·mean(S_c − S_c,ref)), `rejected_reward`,
-    `accuracy_mean` (share of pairs with z > 0), `dpo_loss`."""
+    `accuracy_mean` (share of pairs with z > 0), `dpo_loss`.
+
+    Inputs (`inputs()`): `logprob`, `ref_logprob` (`[N, T]` or the per-row sums `[N]`), `action_mask` and the
+    window's `global_valid_seqs`. NaN / ±inf in `logprob` or `ref_logprob` at a valid position (for `[N]` sums:
+    in a row with a valid token) make the loss NaN; at masked positions they are ignored. No pairs give 0."""
+
+    window_shares = ("dpo_loss",)
+
+    window_inputs = ("global_valid_seqs",)
 
     def __init__(self, backend: str = "verl", beta: float = 0.1, label_smoothing: float = 0.0) -> None:
         super().__init__(backend)
@@ -38,16 +46,16 @@ class DPOLoss(PolicyLoss):
     def __call__(
         self, logprob: torch.Tensor, ref_logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         if b.shape[0] % 2:
             raise ValueError(
                 f"dpo: logprob has {b.shape[0]} rows; expected an even number (chosen, rejected interleaved)"
             )
         ref = ref_logprob.detach() if isinstance(ref_logprob, torch.Tensor) else ref_logprob
         if isinstance(ref, torch.Tensor) and ref.dim() == 1:
-            ref_sum = b.row_values(ref, "ref_logprob")
+            ref_sum = torch.where(b.row_tok > 0, b.row_values(ref, "ref_logprob"), 0)
         else:
-            ref_sum = b.select(ref, "ref_logprob").sum(-1)
+            ref_sum = b.select(b.check("ref_logprob", ref)).sum(-1)
         log_ratio = b.select(logprob).sum(-1) - ref_sum
         chosen, rejected = log_ratio[0::2], log_ratio[1::2]
         z = self.beta * (chosen - rejected)
@@ -55,14 +63,17 @@ class DPOLoss(PolicyLoss):
         if self.label_smoothing:
             losses = losses - self.label_smoothing * F.logsigmoid(-z)
         if b.global_valid_seqs is None:
-            loss = losses.mean()
+            loss = b.mean_over_rows(losses)
         else:
-            loss = losses.sum() / (b.global_valid_seqs / 2)
+            rows = b.global_valid_seqs  # the window's rows: 2 per pair (at least one pair, so that 0 rows give 0)
+            rows = rows.clamp(min=2) if isinstance(rows, torch.Tensor) else max(rows, 2)
+            loss = losses.sum() / (rows / 2)
+        loss = b.guard(loss)
         with torch.no_grad():
             metrics = {
-                "chosen_reward": self.beta * chosen.mean(),
-                "rejected_reward": self.beta * rejected.mean(),
-                "accuracy_mean": (chosen > rejected).float().mean(),
+                "chosen_reward": self.beta * b.mean_over_rows(chosen),
+                "rejected_reward": self.beta * b.mean_over_rows(rejected),
+                "accuracy_mean": b.mean_over_rows((chosen > rejected).float()),
                 "dpo_loss": loss.detach(),
             }
         return loss, metrics

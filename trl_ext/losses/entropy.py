@@ -9,6 +9,11 @@ the bonus from the loss (maximizing entropy for a positive coefficient), as the 
 * `none`:    0.
 
 Metric: `entropy_loss` = agg(entropy) (unscaled).
+
+Inputs follow the losses' rules (`trl_ext.losses.base`): `inputs()` lists what a term reads, the other
+documented batch keys are ignored and any other keyword is a ValueError; a non-bool `action_mask` must hold
+only 0 and 1 (one device sync: pass a bool mask to skip the check); NaN / ±inf in `entropy` at a valid
+position make the bonus NaN, at masked positions they are ignored.
 """
 
 from __future__ import annotations
@@ -18,17 +23,22 @@ from typing import Any
 import torch
 
 from .base import (
-    MaskedBatch,
+    WINDOW_INPUTS,
     Metrics,
     build_from_registry,
+    check_inputs,
     check_loss_agg_mode,
     check_number,
+    check_window_inputs,
+    declared_inputs,
+    masked_batch,
     part_windows,
 )
 
 
 class EntropyFn:
     name = "default"
+    window_inputs: tuple[str, ...] = WINDOW_INPUTS
 
     def __init__(self, entropy_coef: float = 0.0) -> None:
         check_number(self.name, "entropy_coef", entropy_coef)
@@ -41,6 +51,15 @@ class EntropyFn:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(entropy_coef={self.entropy_coef!r})"
 
+    @classmethod
+    def inputs(cls) -> tuple[str, ...]:
+        """The keywords `__call__` reads: its named parameters, then `window_inputs`."""
+        return declared_inputs(cls.__call__, cls.window_inputs)
+
+    @property
+    def owner(self) -> str:
+        return f"{self.name} entropy"
+
     def __call__(
         self,
         entropy: torch.Tensor,
@@ -49,8 +68,8 @@ class EntropyFn:
         **kwargs: Any,
     ) -> tuple[torch.Tensor, Metrics]:
         check_loss_agg_mode(self.name, loss_agg_mode)
-        b = MaskedBatch(self.name, entropy, action_mask, **kwargs)
-        entropy_loss = b.aggregate(b.select(entropy, "entropy"), loss_agg_mode)
+        b = masked_batch(self.owner, self.inputs(), entropy, action_mask, kwargs, value_name="entropy")
+        entropy_loss = b.aggregate(b.select(entropy), loss_agg_mode)
         return entropy_loss * self.entropy_coef, {"entropy_loss": entropy_loss.detach()}
 
 
@@ -60,6 +79,7 @@ class MixEntropyFn(EntropyFn):
     `expert_valid_seqs`), the non-expert rows are normalized over their own part of the window."""
 
     name = "mix"
+    window_inputs = ()  # named parameters of __call__
 
     def __call__(
         self,
@@ -76,7 +96,15 @@ class MixEntropyFn(EntropyFn):
     ) -> tuple[torch.Tensor, Metrics]:
         if expert_mask is None:
             raise ValueError("mix entropy: expert_mask ([B] bool) is required")
-        b = MaskedBatch(self.name, entropy, action_mask)
+        b = masked_batch(self.owner, self.inputs(), entropy, action_mask, kwargs, value_name="entropy")
+        check_window_inputs(
+            self.owner,
+            global_valid_toks=global_valid_toks,
+            global_valid_seqs=global_valid_seqs,
+            expert_valid_toks=expert_valid_toks,
+            expert_valid_seqs=expert_valid_seqs,
+            normalizer=normalizer,
+        )
         usual = ~b.row_flags(expert_mask, "expert_mask")
         tokens = b.mask & usual.unsqueeze(-1)
         if global_valid_toks is None:  # this batch is the window
@@ -92,6 +120,7 @@ class NoEntropy(EntropyFn):
     name = "none"
 
     def __call__(self, entropy: torch.Tensor, action_mask: torch.Tensor, loss_agg_mode: str = "token-mean", **kwargs):
+        check_inputs(self.owner, self.inputs(), kwargs)
         return entropy.new_zeros(()), {}
 
 

@@ -21,7 +21,6 @@ import warnings
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_loss_agg_mode,
@@ -29,31 +28,46 @@ from .base import (
     resolve_clip_range,
 )
 
+PAPER_CLIP_RANGE_LOW = 3e-4
+PAPER_CLIP_RANGE_HIGH = 4e-4
+"""The GSPO paper's ε (v2, §5.1), used where no clip value is given (the reference's `default_args()`)."""
+
 
 @register_policy_loss("gspo")
 class GSPOPolicyLoss(PolicyLoss):
     """GSPO-token. Metrics: `pg_clipfrac`, `ppo_kl` (token mean of −(lp − old)), `ppo_kl_seq`
     (mean over rows of −s), `pg_loss`.
 
-    `clip_range` (symmetric) only applies where `clip_range_low` / `clip_range_high` is None: passing
-    it while both are set is an error rather than a silently ignored value.
+    ε as in the reference constructor: `clip_range_low` / `clip_range_high` fall back to the symmetric
+    `clip_range` (`clip_range=0.2` clips both sides at 0.2), and to the paper's 3e-4 / 4e-4 when that is None
+    too (`default_args()` reports these, as the reference's does). Passing `clip_range` while both bounds are
+    set is an error rather than a silently ignored value.
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
+    in `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN; at masked positions they
+    are ignored.
     """
+
+    window_shares = ("pg_loss",)
 
     def __init__(
         self,
         backend: str = "verl",
         clip_range: float | None = None,
-        clip_range_low: float | None = 3e-4,
-        clip_range_high: float | None = 4e-4,
+        clip_range_low: float | None = None,
+        clip_range_high: float | None = None,
         loss_agg_mode: str = "seq-mean-token-mean",
     ) -> None:
         super().__init__(backend)
         if clip_range is not None and clip_range_low is not None and clip_range_high is not None:
             raise ValueError(
                 f"gspo: clip_range={clip_range!r} would be ignored because clip_range_low and clip_range_high "
-                "are set (defaults 3e-4 / 4e-4); set clip_range_low and clip_range_high instead"
+                "are both set; set either clip_range (both sides) or clip_range_low and clip_range_high"
             )
         self.clip_range = clip_range
+        if clip_range is None:  # the paper's ε for the bounds not given
+            clip_range_low = PAPER_CLIP_RANGE_LOW if clip_range_low is None else clip_range_low
+            clip_range_high = PAPER_CLIP_RANGE_HIGH if clip_range_high is None else clip_range_high
         self.clip_range_low, self.clip_range_high = resolve_clip_range(
             self.name, clip_range, clip_range_low, clip_range_high
         )
@@ -65,6 +79,15 @@ class GSPOPolicyLoss(PolicyLoss):
             )
         self.loss_agg_mode = loss_agg_mode
 
+    @classmethod
+    def default_args(cls) -> dict:
+        # The signature's None bounds resolve to the paper's ε; report those, as the reference's default_args().
+        return {
+            **super().default_args(),
+            "clip_range_low": PAPER_CLIP_RANGE_LOW,
+            "clip_range_high": PAPER_CLIP_RANGE_HIGH,
+        }
+
     def __call__(
         self,
         logprob: torch.Tensor,
@@ -73,7 +96,7 @@ class GSPOPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         adv = b.advantages(advantages)
         lp = b.select(logprob)
         delta = b.select(logprob.detach() - b.check("old_logprob", old_logprob))
@@ -90,7 +113,7 @@ class GSPOPolicyLoss(PolicyLoss):
             metrics = {
                 "pg_clipfrac": b.valid_mean(clipped & (adv != 0)),
                 "ppo_kl": -b.mean(delta),
-                "ppo_kl_seq": -seq_log_ratio.mean(),
+                "ppo_kl_seq": -b.mean_over_rows(seq_log_ratio),
                 "pg_loss": loss.detach(),
             }
         return loss, metrics

@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import torch
 
-from .base import MaskedBatch, Metrics, PolicyLoss, check_loss_agg_mode, register_policy_loss
+from .base import Metrics, PolicyLoss, check_loss_agg_mode, register_policy_loss
 
 
 @register_policy_loss("importance_sampling")
 class ImportanceSamplingLoss(PolicyLoss):
-    """IS-REINFORCE. Metrics: `pg_loss`, `ratio/mean`, `approx_kl` (token mean of −Δ)."""
+    """IS-REINFORCE. Metrics: `pg_loss`, `ratio/mean`, `approx_kl` (token mean of −Δ).
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
+    in `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN, also where the ±20 log-
+    ratio clamp would make it finite; at masked positions they are ignored.
+    """
+
+    window_shares = ("pg_loss",)
 
     def __init__(self, backend: str = "verl", loss_agg_mode: str = "token-mean") -> None:
         super().__init__(backend)
@@ -33,7 +40,7 @@ class ImportanceSamplingLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
         ratio = torch.exp(delta)
         loss = b.aggregate(b.select(-b.advantages(advantages) * ratio), self.loss_agg_mode)

@@ -29,19 +29,24 @@ import torch
 
 from .base import (
     LOSS_AGG_MODES,
+    WINDOW_INPUTS,
     MaskedBatch,
     Metrics,
     build_from_registry,
     check_bool,
+    check_inputs,
     check_loss_agg_mode,
     check_number,
+    declared_inputs,
+    masked_batch,
 )
 
 
 class KLFn:
-    """Base class: subclasses implement `calculate_kl(logprob, ref_logprob, old_logprob=None)`."""
+    """Base class: subclasses implement `kl_from_log_ratio(d, log_ratio_old=None)`."""
 
     name = ""
+    uses_old_logprob = False  # corrected_k3: the estimator reads old_logprob
 
     def __init__(
         self,
@@ -66,6 +71,11 @@ class KLFn:
     def default_args(cls) -> dict[str, Any]:
         return {"kl_coef": 0.001, "adaptive": False, "target_kl": None, "horizon": None}
 
+    @classmethod
+    def inputs(cls) -> tuple[str, ...]:
+        """The keywords `calculate_kl_loss` reads: its named parameters and the window counts."""
+        return declared_inputs(cls.calculate_kl_loss, WINDOW_INPUTS)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kl_coef={self.kl_coef!r}, adaptive={self.adaptive!r})"
 
@@ -89,11 +99,18 @@ class KLFn:
         **window: Any,
     ) -> tuple[torch.Tensor, Metrics]:
         """`(kl_coef · agg(KL), {"kl_loss": agg(KL), "kl_coef": kl_coef})`; `window` takes the
-        optional `global_valid_toks` / `global_valid_seqs` / `normalizer` of `aggregate_loss`."""
+        optional `global_valid_toks` / `global_valid_seqs` / `normalizer` of `aggregate_loss` (the other
+        documented batch keys are ignored, any other keyword is a ValueError).
+
+        NaN / ±inf in `logprob`, `ref_logprob` (or, for `corrected_k3`, `old_logprob`) at a valid position make
+        the loss NaN — also where `low_var_kl`'s clamps would make it finite; at masked positions they are
+        ignored. A non-bool `response_mask` must hold only 0 and 1 (checked: one device sync)."""
         check_loss_agg_mode(self.name, loss_agg_mode)
-        b = MaskedBatch(self.name, logprob, response_mask, **window)
+        b = masked_batch(self.name, self.inputs(), logprob, response_mask, window, mask_name="response_mask")
         d = b.select(b.check("ref_logprob", ref_logprob) - logprob)
-        log_ratio = None if old_logprob is None else b.select(logprob - b.check("old_logprob", old_logprob))
+        log_ratio = None
+        if old_logprob is not None and self.uses_old_logprob:
+            log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
         kl_loss = b.aggregate(self.kl_from_log_ratio(d, log_ratio), loss_agg_mode)  # 0 at masked positions
         metrics = {
             "kl_loss": kl_loss.detach(),
@@ -110,11 +127,11 @@ class KLFn:
     ) -> tuple[torch.Tensor, Metrics]:
         """Token rewards − kl_coef·KL; updates an adaptive coefficient with the batch's mean KL
         (mean over rows of the per-row token mean). Runs once per batch, outside the loss."""
-        b = MaskedBatch(self.name, logprob, response_mask)
+        b = MaskedBatch(self.name, logprob, response_mask, mask_name="response_mask")
         with torch.no_grad():
             kl = self.kl_from_log_ratio(b.select(b.check("ref_logprob", ref_logprob) - logprob))
             rewards = b.check("token_level_scores", token_level_scores) - self.kl_coef * kl
-            current_kl = b.row_mean(kl).mean()
+            current_kl = b.mean_over_rows(b.row_mean(kl))
         metrics = {"kl": current_kl, "kl_coef": torch.tensor(self.kl_coef)}
         if self.adaptive:
             self.update_kl_coef(current_kl, batch_size=b.shape[0])
@@ -138,6 +155,7 @@ class NoKL(KLFn):
         self, logprob, ref_logprob, response_mask, loss_agg_mode="token-mean", old_logprob=None, **window
     ):
         check_loss_agg_mode(self.name, loss_agg_mode)
+        check_inputs(self.name, self.inputs(), window)
         return logprob.new_zeros(()), {}
 
 
@@ -179,6 +197,7 @@ class AbsKL(KLFn):
 
 class CorrectedK3(KLFn):
     name = "corrected_k3"
+    uses_old_logprob = True
 
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         k3 = torch.exp(d) - 1.0 - d

@@ -37,18 +37,19 @@ are always present (0 for an empty part): omitting them would need a host sync.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 from .base import (
     EPS,
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_bool,
+    check_float,
     check_loss_agg_mode,
     check_number,
-    is_window_share,
+    check_window_inputs,
     part_windows,
     register_policy_loss,
     resolve_clip_range,
@@ -69,9 +70,22 @@ class MIXPolicyLoss(PolicyLoss):
             the per-micro-batch weights (module docstring).
         loss_agg_mode: aggregation of both parts; `sft_loss_agg_mode` / `grpo_loss_agg_mode`
             override it per part.
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages`, `expert_mask` (`[B]`, bool or
+    0/1), `step` (read by `mix_chord`), the window counts `global_valid_toks` / `global_valid_seqs` /
+    `normalizer` and `expert_valid_toks` / `expert_valid_seqs`. NaN / ±inf at a valid position of `logprob`, or
+    of `old_logprob` / `advantages` in a rollout row (expert rows do not read them), make the loss NaN; at
+    masked positions they are ignored. An empty batch, or an empty part, contributes 0.
     """
 
     schedules_mu = False  # mix_chord: mu follows the step and is logged as `mu`
+    window_inputs = ()  # the window counts are named parameters of __call__
+
+    def is_window_share(self, metric: str) -> bool:
+        """`loss` and every per-part metric (`usual/*`, `expert/*`): each part's metrics are weighted by the
+        micro-batch's share of that part's window (or by the reference's per-micro-batch weight), so they add up
+        over the window like the loss. `mu` is not."""
+        return metric == "loss" or metric.startswith(("usual/", "expert/"))
 
     def __init__(
         self,
@@ -166,8 +180,18 @@ class MIXPolicyLoss(PolicyLoss):
         normalizer: torch.Tensor | float | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask)
+        b = self.masked_batch(logprob, action_mask, kwargs)
+        check_window_inputs(
+            self.name,
+            global_valid_toks=global_valid_toks,
+            global_valid_seqs=global_valid_seqs,
+            expert_valid_toks=expert_valid_toks,
+            expert_valid_seqs=expert_valid_seqs,
+            normalizer=normalizer,
+        )
         expert = b.row_flags(expert_mask, "expert_mask")
+        b.check("old_logprob", old_logprob)  # checked here so that errors name this loss, not its PPO part
+        check_float(self.name, "advantages", b.broadcast_rows(advantages, "advantages"))
         usual_tokens = b.mask & ~expert.unsqueeze(-1)
         expert_tokens = b.mask & expert.unsqueeze(-1)
         windowed = global_valid_toks is not None
@@ -192,7 +216,7 @@ class MIXPolicyLoss(PolicyLoss):
         if windowed:  # the parts are already window shares
             scale_usual = scale_expert = 1.0
         else:
-            per_row = 1.0 / expert.shape[0] if self.use_dynamic_bsz else 1.0
+            per_row = 1.0 / max(expert.shape[0], 1) if self.use_dynamic_bsz else 1.0
             scale_usual = windows["usual"]["global_valid_seqs"] * (self._weight_usual * per_row)
             scale_expert = windows["expert"]["global_valid_seqs"] * (self._weight_expert * per_row)
         mu = self.current_mu(step)
@@ -202,15 +226,15 @@ class MIXPolicyLoss(PolicyLoss):
 
         with torch.no_grad():
             metrics = {"loss": loss.detach()}
-            for part, part_metrics, scale, tokens in (
-                ("usual", ppo_metrics, scale_usual, usual_tokens),
-                ("expert", sft_metrics, scale_expert, expert_tokens),
+            for part, part_fn, part_metrics, scale, tokens in (
+                ("usual", self.grpo_loss_fn, ppo_metrics, scale_usual, usual_tokens),
+                ("expert", self.sft_loss_fn, sft_metrics, scale_expert, expert_tokens),
             ):
                 if windowed:  # means over this micro-batch's part tokens -> shares of the window's token mean
                     share = torch.count_nonzero(tokens).to(b.count_dtype) / (windows[part]["global_valid_toks"] + EPS)
                 for name, value in part_metrics.items():
                     if windowed:
-                        metrics[f"{part}/{name}"] = value if is_window_share(name) else value * share
+                        metrics[f"{part}/{name}"] = value if part_fn.is_window_share(name) else value * share
                     else:
                         metrics[f"{part}/{name}"] = value * scale
             if self.schedules_mu:
@@ -306,7 +330,11 @@ class MIXCHORDPolicyLoss(MIXPolicyLoss):
         if isinstance(step, torch.Tensor):
             if step.dim() > 1 or step.numel() == 0:
                 raise ValueError(f"mix_chord: step must be an int or a [B] tensor, got shape {tuple(step.shape)}")
+            if step.dtype == torch.bool or step.dtype.is_complex:
+                raise ValueError(f"mix_chord: step must be an int or a [B] tensor of numbers, got dtype {step.dtype}")
             if step.dim() == 1:
                 torch._assert_async((step == step[0]).all(), "mix_chord: step differs within the batch")
                 step = step[0]
+        elif not isinstance(step, numbers.Integral) or isinstance(step, bool):
+            raise ValueError(f"mix_chord: step must be an int or a [B] tensor, got {step!r}")
         return mu_schedule(step, self.mu_warmup_steps, self.mu_decay_steps, self.mu_peak, self.mu_valley)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_loss_agg_mode,
@@ -26,7 +25,13 @@ from .base import (
 
 @register_policy_loss("opmd")
 class OPMDPolicyLoss(PolicyLoss):
-    """OPMD. Metric: `opmd_loss`."""
+    """OPMD. Metric: `opmd_loss`.
+
+    Inputs (`inputs()`): `logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf in `logprob`
+    or `advantages` at a valid position make the loss NaN; at masked positions they are ignored.
+    """
+
+    window_shares = ("opmd_loss",)
 
     def __init__(self, backend: str = "verl", tau: float = 1.0, loss_agg_mode: str = "token-mean") -> None:
         super().__init__(backend)
@@ -38,7 +43,7 @@ class OPMDPolicyLoss(PolicyLoss):
     def __call__(
         self, logprob: torch.Tensor, action_mask: torch.Tensor, advantages: torch.Tensor, **kwargs
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         coef = -b.advantages(advantages)  # [B, 1] or [B, T]; the selected log-prob is 0 at masked positions
         loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode) / (1.0 + self.tau)
         return loss, {"opmd_loss": loss.detach()}

@@ -22,7 +22,6 @@ import math
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_bool,
@@ -44,7 +43,14 @@ class PPOPolicyLoss(PolicyLoss):
         loss_agg_mode: one of `LOSS_AGG_MODES`.
         enable_sequence_masking, delta_sequence_masking: see the module docstring.
         fallback_to_policy_gradient: ignore `old_logprob` and take r = 1 (plain policy gradient).
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
+    in `logprob`, `old_logprob` or `advantages` (`old_logprob` only where read: not with
+    `fallback_to_policy_gradient`) at a valid position make the loss NaN, also where the ±20 log-ratio clamp
+    would make it finite; at masked positions they are ignored.
     """
+
+    window_shares = ("pg_loss",)
 
     def __init__(
         self,
@@ -82,7 +88,7 @@ class PPOPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         adv = b.advantages(advantages)
         if self.fallback_to_policy_gradient:
             lp = b.select(logprob)
@@ -106,7 +112,7 @@ class PPOPolicyLoss(PolicyLoss):
                 # included (a per-sequence advantage is negative at padding too).
                 raw_negative = b.broadcast_rows(advantages, "advantages") < 0
                 metrics["seq_mask/masked_tokens"] = b.mean(masked_rows & raw_negative)
-                metrics["seq_mask/mean_sequence_kl"] = seq_kl.mean()
+                metrics["seq_mask/mean_sequence_kl"] = b.mean_over_rows(seq_kl)
             pg_losses = torch.where(masked_rows & negative, 0.0, pg_losses)
 
         loss = b.aggregate(pg_losses, self.loss_agg_mode)

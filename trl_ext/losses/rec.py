@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_choice,
@@ -42,7 +41,17 @@ REGULARIZERS = ("none", "k2", "forward-kl")
 
 @register_policy_loss("rec")
 class RECPolicyLoss(PolicyLoss):
-    """REC. Metrics: `pg_clipfrac` (share of valid tokens not kept), `pg_loss`."""
+    """REC. Metrics: `pg_clipfrac` (share of valid tokens not kept), `pg_loss`.
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window's
+    `global_valid_toks` / `global_valid_seqs` (REC aggregates by token mean, or sequence mean for
+    `gspo-one-side`: no `normalizer`). NaN / ±inf in `logprob`, `old_logprob` or `advantages` at a valid
+    position make the loss NaN; at masked positions they are ignored.
+    """
+
+    window_shares = ("pg_loss",)
+
+    window_inputs = ("global_valid_toks", "global_valid_seqs")
 
     def __init__(
         self,
@@ -107,7 +116,7 @@ class RECPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         old = b.check("old_logprob", old_logprob)
         lp = b.select(logprob)
         with torch.no_grad():

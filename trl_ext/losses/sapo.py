@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_bool,
@@ -33,7 +32,14 @@ from .base import (
 
 @register_policy_loss("sapo")
 class SAPOPolicyLoss(PolicyLoss):
-    """SAPO. Metrics: `sapo_loss`, `ppo_kl`, `avg_soft_gate`, `avg_ratio`, `pos_adv_frac`."""
+    """SAPO. Metrics: `sapo_loss`, `ppo_kl`, `avg_soft_gate`, `avg_ratio`, `pos_adv_frac`.
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
+    in `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN, also where the ±20 log-
+    ratio clamp would make it finite; at masked positions they are ignored.
+    """
+
+    window_shares = ("sapo_loss",)
 
     def __init__(
         self,
@@ -70,7 +76,7 @@ class SAPOPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         adv = b.advantages(advantages)
         old = b.check("old_logprob", old_logprob)
         if self.detach_gate:

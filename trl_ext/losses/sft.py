@@ -16,10 +16,16 @@ import math
 
 import torch
 
-from .base import MaskedBatch, Metrics, PolicyLoss, check_loss_agg_mode, check_number, register_policy_loss
+from .base import Metrics, PolicyLoss, check_loss_agg_mode, check_number, register_policy_loss
 
 
 class _SFTBase(PolicyLoss):
+    """The SFT family.
+
+    Inputs (`inputs()`): `logprob`, `action_mask` and the window counts. NaN / ±inf in `logprob` at a valid
+    position make the loss NaN; at masked positions they are ignored.
+    """
+
     metric = ""
 
     def __init__(self, backend: str = "verl", loss_agg_mode: str = "token-mean") -> None:
@@ -30,8 +36,11 @@ class _SFTBase(PolicyLoss):
     def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def is_window_share(self, metric: str) -> bool:
+        return metric == self.metric  # the loss value, its only metric
+
     def __call__(self, logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         loss = b.aggregate(self.token_losses(b.select(logprob)), self.loss_agg_mode)
         return loss, {self.metric: loss.detach()}
 

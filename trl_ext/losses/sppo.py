@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_loss_agg_mode,
@@ -24,7 +23,14 @@ from .base import (
 
 @register_policy_loss("sppo")
 class SPPOPolicyLoss(PolicyLoss):
-    """sPPO. Metrics: `pg_clipfrac` (share of valid tokens outside the band), `pg_loss`."""
+    """sPPO. Metrics: `pg_clipfrac` (share of valid tokens outside the band), `pg_loss`.
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
+    in `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN; at masked positions they
+    are ignored.
+    """
+
+    window_shares = ("pg_loss",)
 
     def __init__(self, backend: str = "verl", epsilon: float = 0.3, loss_agg_mode: str = "token-mean") -> None:
         super().__init__(backend)
@@ -41,7 +47,7 @@ class SPPOPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         delta = b.select(logprob - b.check("old_logprob", old_logprob))
         with torch.no_grad():
             ratio = torch.exp(delta)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 
 from .base import (
-    MaskedBatch,
     Metrics,
     PolicyLoss,
     check_loss_agg_mode,
@@ -27,7 +26,14 @@ from .base import (
 
 @register_policy_loss("topr")
 class TOPRPolicyLoss(PolicyLoss):
-    """TOPR. Metrics: `topr_loss`, `avg_alpha`, `avg_ratio`."""
+    """TOPR. Metrics: `topr_loss`, `avg_alpha`, `avg_ratio`.
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
+    in `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN; at masked positions they
+    are ignored.
+    """
+
+    window_shares = ("topr_loss",)
 
     def __init__(
         self, backend: str = "verl", advantage_threshold: float = 0.0, loss_agg_mode: str = "token-mean"
@@ -46,7 +52,7 @@ class TOPRPolicyLoss(PolicyLoss):
         advantages: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
-        b = MaskedBatch(self.name, logprob, action_mask, **kwargs)
+        b = self.masked_batch(logprob, action_mask, kwargs)
         with torch.no_grad():
             adv = b.advantages(advantages)
             ratio = torch.exp(b.select(logprob.detach() - b.check("old_logprob", old_logprob)))
