@@ -191,7 +191,7 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
 
     # ---- advantages --------------------------------------------------------------------------------------------
 
-    def _compute_advantages(self, rewards, group_ids, loss_mask):
+    def _compute_advantages(self, rewards, group_ids, output):
         """The reward term reward_weight·Â (per sample); the token-level distillation term is added once the
         teacher has scored the batch (`_generate_and_score_completions`)."""
         weight = self.args.reward_weight

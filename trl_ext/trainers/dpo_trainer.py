@@ -124,7 +124,8 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
                     "token-mean",
                     global_valid_toks=window["global_valid_toks"],
                 )
-        self._log_loss_metrics(mode, metrics)
+        shares = {"kl", "entropy", *filter(self.policy_loss_fn.is_window_share, metrics)}
+        self._log_loss_metrics(mode, metrics, shares)
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]  # counted with the window (training)
 
         if return_outputs:

@@ -143,13 +143,22 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         group_ids = torch.arange(rewards.numel(), device=device) // group_size
 
-        completion_mask = output["completion_mask"]
-        result, response_mask = self._compute_advantages(rewards, group_ids, _loss_mask(output))
+        result, response_mask = self._compute_advantages(rewards, group_ids, output)
+        # The completions table shows each completion's own advantage: 0 for a row replaced by a duplicate.
+        table = _zero_dropped(result.advantages, result.keep)
+        row_advantages = result.advantages  # the advantage of each row of the batch that trains
+        if result.source is not None:  # `duplicate_experiences`: dropped groups' rows become copies of kept ones
+            copied = result.source != torch.arange(rewards.numel(), device=device)
+            self._metrics[mode]["advantages/duplicated_frac"].append(copied.float().mean().item())
+            table = table.masked_fill(copied, 0.0)
+            output = self._take_rows(output, result.source)
+            row_advantages = result.advantages[result.source]
 
+        completion_mask = output["completion_mask"]
         n_local = completion_mask.size(0)
         local = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
         keep = result.keep[local]
-        advantages = _zero_dropped(result.advantages[local], keep)
+        advantages = _zero_dropped(row_advantages[local], keep)
         if advantages.dim() == 2:
             advantages = advantages[:, : completion_mask.size(1)]
         output["advantages"] = advantages.float()
@@ -158,11 +167,47 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         if dropped_frac > 0:
             output["completion_mask"] = completion_mask * keep.unsqueeze(1).to(completion_mask.dtype)
         # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
-        table = _zero_dropped(result.advantages, result.keep)
         if table.dim() == 2:
             table = table.sum(1) / response_mask.sum(1).clamp(min=1)
         self._show_advantages(table)
         return output
+
+    def _take_rows(self, output: dict[str, Any], source: torch.Tensor) -> dict[str, Any]:
+        """`output` with row i of the generation batch (all processes) replaced by row `source[i]`.
+
+        Each process's row-aligned tensors are padded to a common width (prompts on the left, completions on the
+        right), gathered, indexed with its slice of `source`, and cropped back to the width its rows need, so a
+        process that receives no longer row keeps its tensors' shapes."""
+        images = [key for key in _MULTIMODAL_KEYS if key in output]
+        if images:
+            raise ValueError(
+                f"{type(self).__name__}: duplicate_experiences cannot copy the rows of a multimodal batch "
+                f"({', '.join(images)}); set duplicate_experiences=False"
+            )
+        n_local = output["completion_mask"].size(0)
+        rows = source[self.accelerator.process_index * n_local : (self.accelerator.process_index + 1) * n_local]
+        taken = dict(output)
+        for key, value in output.items():
+            if key == "advantages" or not isinstance(value, torch.Tensor) or value.dim() == 0:
+                continue
+            fill = self._tokenizer.pad_token_id if key.endswith("_ids") else 1 if key == "importance_sampling_ratio" else 0
+            if value.dim() > 1:
+                value = self.accelerator.pad_across_processes(
+                    value, dim=1, pad_index=fill, pad_first=key.startswith("prompt")
+                )
+            taken[key] = self.accelerator.gather(value)[rows]
+        used = taken["prompt_mask"].any(0).nonzero()
+        start = int(used[0]) if used.numel() else taken["prompt_mask"].size(1)
+        used = taken["completion_mask"].any(0).nonzero()
+        end = int(used[-1]) + 1 if used.numel() else 0
+        width = taken["completion_mask"].size(1)
+        for key, value in taken.items():
+            if key in ("prompt_ids", "prompt_mask"):
+                taken[key] = value[:, start:]
+            elif isinstance(value, torch.Tensor) and value.dim() == 2 and value.size(1) == width:
+                taken[key] = value[:, :end]
+        taken["num_items_in_batch"] = self.accelerator.gather(_loss_mask(taken).sum()).sum()
+        return taken
 
     def _show_advantages(self, values: torch.Tensor) -> None:
         """Put one advantage per sample of the generation batch (all processes, `[N]`) in the completions table,
@@ -173,16 +218,20 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
                 logged[i] = value
 
     def _compute_advantages(
-        self, rewards: torch.Tensor, group_ids: torch.Tensor, loss_mask: torch.Tensor
+        self, rewards: torch.Tensor, group_ids: torch.Tensor, output: dict[str, Any]
     ) -> tuple[Any, torch.Tensor | None]:
         """The advantage function on the generation batch's summed rewards (every process's samples, `[N]`), and
         the gathered response mask of token-level advantages (`[N, T]`; None for `[N]` advantages)."""
         kwargs: dict[str, Any] = {}
         if self.advantage_fn.name == "reinforceplusplus":
-            # Token-level returns need every sample's mask: pad to a common width and gather.
-            padded = self.accelerator.pad_across_processes(loss_mask, dim=1, pad_index=0)
-            kwargs["response_mask"] = self.accelerator.gather(padded).bool()
-        elif self.advantage_fn.name == "rec" and self.advantage_fn.drop is not None:
+            # Token-level returns need every sample's masks: pad to a common width and gather. The loss mask has
+            # gaps where tool outputs sit inside a completion; the reward sits on the completion's last token.
+            for name, mask in (("response_mask", _loss_mask(output)), ("completion_mask", output["completion_mask"])):
+                padded = self.accelerator.pad_across_processes(mask, dim=1, pad_index=0)
+                kwargs[name] = self.accelerator.gather(padded).bool()
+        elif (self.advantage_fn.name == "rec" and self.advantage_fn.drop is not None) or getattr(
+            self.advantage_fn, "duplicate_experiences", False
+        ):
             generator = torch.Generator(device="cpu").manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
             kwargs["generator"] = generator
         return self.advantage_fn.compute(rewards, group_ids, **kwargs), kwargs.get("response_mask")
@@ -245,7 +294,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
             ]
         window = self._window_kwargs(inputs, mode)
 
-        # Every loss ignores the inputs it does not use (`expert_mask` and `step` are MIX's).
+        # The batch in the losses' vocabulary; `_policy_loss` hands the loss the inputs it declares (`inputs()`).
         batch_inputs = {"expert_mask": inputs.get("expert_mask"), "step": self.state.global_step}
         policy_loss, loss_metrics = self._policy_loss(
             mode,
@@ -283,7 +332,9 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / scale
             metrics["aux_loss"] = aux_loss.detach()
-        logged = self._log_loss_metrics(mode, metrics)
+        # The window shares: the loss terms (as the policy loss declares its own), not e.g. the router's aux_loss.
+        shares = {"policy_loss", "kl", "entropy", "entropy_loss", *filter(self.policy_loss_fn.is_window_share, metrics)}
+        logged = self._log_loss_metrics(mode, metrics, shares)
         if logged and mode == "train" and self.kl_fn.adaptive:  # the optimizer step: update beta from the window's KL
             self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
             self.beta = self.kl_fn.kl_coef
@@ -291,7 +342,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
 
     def _policy_loss(self, mode: str, **inputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The algorithm's policy loss on one micro-batch: its share of the window's loss, and its metrics."""
-        return self.policy_loss_fn(**inputs)
+        return self.policy_loss_fn(**_read_by(self.policy_loss_fn, inputs))
 
     # ---- checkpoints: the state trl_ext adds to TRL's (`trl_ext_state.json`) ---------------------------------------
 
@@ -319,6 +370,11 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         if path is not None and os.path.exists(path):
             with open(path) as f:
                 self._restore_checkpoint_state(json.load(f))
+
+
+def _read_by(loss_fn: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The `inputs` that `loss_fn` declares it reads (`inputs()`)."""
+    return {name: inputs[name] for name in loss_fn.inputs() if name in inputs}
 
 
 def _zero_dropped(advantages: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

@@ -29,10 +29,9 @@ from datasets import Dataset, IterableDataset
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import RepeatSampler, pad, repeat_iterable_dataset, use_adapter
 
-from ..losses.base import is_window_share
 from . import grpo_config as configs
 from .expert_data import ExpertStream, is_messages, load_expert_examples, logger
-from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
+from .grpo_trainer import GRPOFamilyTrainer, _loss_mask, _read_by
 
 
 class MIXFamilyTrainer(GRPOFamilyTrainer):
@@ -269,9 +268,10 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         # their number in `_compute_loss`) it is also divided by the number of processes.
         inputs = {k: v for k, v in inputs.items() if not k.startswith(("global_valid_", "expert_valid_"))}
         inputs.pop("normalizer", None)
-        loss, metrics = self.policy_loss_fn(**inputs)
+        loss, metrics = self.policy_loss_fn(**_read_by(self.policy_loss_fn, inputs))
         scale = 1.0 / (self.current_gradient_accumulation_steps * self.accelerator.num_processes)
-        return loss * scale, {k: v * scale if is_window_share(k) else v for k, v in metrics.items()}
+        share = self.policy_loss_fn.is_window_share
+        return loss * scale, {k: v * scale if share(k) else v for k, v in metrics.items()}
 
     # ---- checkpoints: the position in the expert stream ------------------------------------------------------------
 

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
-
-from ..losses.base import is_window_share
-
-
-def _window_metric(name: str) -> bool:
-    """Metrics that a loss returns as this micro-batch's share of the window aggregate."""
-    return name in ("policy_loss", "kl", "entropy") or is_window_share(name)
 
 
 class WindowMetrics:
@@ -19,12 +14,16 @@ class WindowMetrics:
     _window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
     _window_steps: int = 0
 
-    def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    def _log_loss_metrics(
+        self, mode: str, metrics: dict[str, torch.Tensor], shares: Collection[str]
+    ) -> dict[str, float]:
         """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
         with one collective and one host sync; returns what was logged ({} mid-window).
 
-        Window metrics (`_window_metric`) are micro-batch shares, so their sum over the window's micro-batches
-        and processes is the window's value; the others are averaged over micro-batches and processes."""
+        `shares` names the metrics that are this micro-batch's share of the window's value (the loss terms under
+        window normalization, as each loss declares them): in training their sum over the window's micro-batches
+        and processes is logged. Every other metric (ratios, clip fractions, the MoE router's `aux_loss`, ...) is
+        averaged over the micro-batches and processes, as TRL averages what it logs per micro-batch."""
         values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in metrics])
         steps = 1
         if mode == "train":
@@ -36,7 +35,7 @@ class WindowMetrics:
         totals = self.accelerator.reduce(values, reduction="sum").tolist()
         logged = {}
         for name, total in zip(metrics, totals, strict=True):
-            share = mode == "train" and _window_metric(name)
+            share = mode == "train" and name in shares
             logged[name] = total if share else total / (self.accelerator.num_processes * steps)
             self._metrics[mode][name].append(logged[name])
         return logged
