@@ -57,7 +57,7 @@ def test_attached_to_the_algorithm_table():
         ({"beta": 0.0}, r"beta=0.0 is not valid; must be > 0"),
         ({"kl_coef": -0.1}, r"kl_coef=-0.1 is not valid; must be >= 0"),
         ({"kl_loss_fn": "k9"}, r"kl_loss_fn|k9"),
-        ({"kl_loss_fn": "none"}, r"kl_coef=0.001 adds a KL term but kl_loss_fn='none'"),
+        ({"kl_loss_fn": "none", "kl_coef": 0.001}, r"kl_coef=0.001 adds a KL term but kl_loss_fn='none'"),
         ({"precompute_ref_log_probs": True}, r"precompute_ref_log_probs=True .* set kl_coef=0"),
     ],
 )

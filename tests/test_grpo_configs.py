@@ -15,6 +15,7 @@ import trl_ext
 from trl_ext.advantages import ADVANTAGE_FNS
 from trl_ext.losses import POLICY_LOSSES
 from trl_ext.trainers import GRPO_FAMILY_CONFIGS, TRAINER_CONFIGS, GRPOFamilyConfig
+from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = list(GRPO_FAMILY_CONFIGS)
@@ -81,7 +82,12 @@ def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value
     with pytest.raises(ValueError, match=rf"{config_class.__name__}: {field}=") as err:
         make(config_class, **{field: value})
     assert hint in str(err.value)
-    make(config_class, **{field: trl.GRPOConfig.__dataclass_fields__[field].default})  # the default is fine
+    default = trl.GRPOConfig.__dataclass_fields__[field].default
+    if field in _TRL_LOSS_FIELDS and default is not None:  # TRL's own loss parameters: an error even at the default
+        with pytest.raises(ValueError, match=rf"{config_class.__name__}: {field}=.*even at TRL's default"):
+            make(config_class, **{field: default})
+    else:  # a switch at its "off" default is harmless
+        make(config_class, **{field: default})
 
 
 def test_clip_hints_name_the_algorithms_own_fields():
@@ -106,10 +112,14 @@ def test_clip_hints_name_the_algorithms_own_fields():
         (trl_ext.GRPOConfig, {"clip_ratio_c": 1.0}, r"clip_ratio_c=1.0 is not valid"),
         (trl_ext.GRPOConfig, {"advantage_epsilon": 0.0}, r"advantage function.*advantage_epsilon=0.0"),
         (trl_ext.OPMDConfig, {"opmd_baseline": "max"}, r"opmd_baseline='max' is not valid"),
-        (trl_ext.GRPOConfig, {"kl_loss_fn": "k9", "beta": 0.1}, r"unknown KL .*'k9'"),
+        (
+            trl_ext.GRPOConfig,
+            {"kl_loss_fn": "k9", "beta": 0.1},
+            r"GRPOConfig: kl_loss_fn='k9' is not valid; must be one of",
+        ),
         (trl_ext.GRPOConfig, {"beta": 0.1, "kl_loss_fn": "none"}, r"beta=0.1 adds a KL term but kl_loss_fn='none'"),
         (trl_ext.GRPOConfig, {"entropy_coef": 0.01, "entropy_loss_fn": "none"}, r"entropy_loss_fn='none'"),
-        (trl_ext.GRPOConfig, {"beta": 0.1, "adaptive_kl": True}, r"adaptive=True needs target_kl and horizon"),
+        (trl_ext.GRPOConfig, {"beta": 0.1, "adaptive_kl": True}, r"adaptive_kl=True needs target_kl and kl_horizon"),
         (
             trl_ext.GRPOConfig,
             {"gradient_accumulation_steps": 2, "steps_per_generation": 3},

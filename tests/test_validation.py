@@ -39,7 +39,11 @@ BAD_ARGS = [
     ("ppo", {"clip_range": True}, r"clip_range=True .*must be >= 0"),
     ("ppo", {"clip_range": "0.2"}, r"clip_range='0\.2' .*must be >= 0"),
     # gspo
-    ("gspo", {"clip_range": 0.2}, r"clip_range=0\.2 would be ignored.*set clip_range_low and clip_range_high"),
+    (
+        "gspo",
+        {"clip_range": 0.2, "clip_range_low": 1e-3, "clip_range_high": 2e-3},
+        r"clip_range=0\.2 would be ignored because clip_range_low and clip_range_high are both set",
+    ),
     ("gspo", {"clip_range_low": -1e-4}, r"clip_range_low=-0\.0001 .*must be >= 0"),
     ("gspo", {"loss_agg_mode": "seq-mean"}, r"loss_agg_mode='seq-mean' .*must be one of " + VALID_MODES_RE),
     # cispo

@@ -2,9 +2,11 @@
 
 TRL's fields keep TRL's meaning: `beta` is DPO's temperature (as in TRL and Trinity-RFT), `label_smoothing`
 the probability that a preference label is flipped. The KL term of Trinity-RFT's DPO algorithm gets its own
-fields, `kl_loss_fn` and `kl_coef`. TRL options that select or reshape TRL's own DPO loss (`loss_type`,
-`loss_weights`, `ld_alpha`, `f_divergence_type`, `use_weighting`, ...) set to non-default values are rejected,
-naming the field.
+fields, `kl_loss_fn` and `kl_coef` (`kl_loss_fn="none"` turns it off, whatever the default coefficient). TRL
+options that select or reshape TRL's own DPO loss are rejected, naming the field: a value other than the one that
+describes the ported loss (`loss_type`, `loss_weights`, `ld_alpha`, `f_divergence_type`), any value at all for
+the parameters of TRL losses the port never computes (`f_alpha_divergence_coef`, `discopop_tau`), and the
+switches `use_weighting` / `use_liger_kernel` turned on.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from trl import DPOConfig as TRLDPOConfig
 
+from .._validation import check_choice, check_number
 from ..losses import get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
-from .grpo_config import build_named
+from .grpo_config import (
+    DocumentedDefault,
+    build_named,
+    documented_default,
+    is_documented_default,
+    resolve_kl_coefficient,
+)
 
 _DPO_DEFAULTS = {
     f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -26,22 +35,72 @@ _DPO_DEFAULTS = {
     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 }
 
-# TRL fields that configure TRL's own DPO loss, with why they do not apply.
-_UNUSED_TRL_FIELDS: dict[str, str] = {
-    "loss_type": "the trl_ext DPO trainer computes the ported sigmoid `dpo` loss (label_smoothing gives cDPO); use "
-    "trl.DPOTrainer for TRL's other loss types",
-    "loss_weights": "there is one loss; add the KL term with `kl_coef`",
-    "ld_alpha": "LD-DPO length desensitization is TRL's; the ported loss sums every completion token",
-    "f_divergence_type": "the ported loss is the reverse-KL (standard) DPO",
-    "f_alpha_divergence_coef": "the ported loss is the reverse-KL (standard) DPO",
+# TRL fields that configure TRL's own DPO loss: (the values that describe the ported loss, why the others do not
+# apply). An explicit value equal to what the port computes is accepted (`loss_type="sigmoid"` is exactly the
+# ported loss, `ld_alpha=1.0` is TRL's "no length weighting"), any other is an error.
+_PORTED_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
+    "loss_type": (
+        ("sigmoid", ["sigmoid"]),
+        "the trl_ext DPO trainer computes the ported sigmoid `dpo` loss (label_smoothing gives cDPO); use "
+        "trl.DPOTrainer for TRL's other loss types",
+    ),
+    "loss_weights": ((None, [1.0]), "there is one loss, of weight 1; add the KL term with `kl_coef`"),
+    "ld_alpha": (
+        (None, 1.0),
+        "LD-DPO length desensitization is TRL's; the ported loss sums every completion token (ld_alpha=1.0)",
+    ),
+    "f_divergence_type": (("reverse_kl",), "the ported loss is the reverse-KL (standard) DPO"),
+}
+# Parameters of TRL losses the port never computes: redeclared with default None, an error when set at all.
+_TRL_LOSS_PARAMETERS: dict[str, str] = {
+    "f_alpha_divergence_coef": "the α of f_divergence_type='alpha_divergence'; the ported loss is the reverse-KL "
+    "(standard) DPO",
+    "discopop_tau": "the τ of TRL's DiscoPOP loss type; the ported loss is the sigmoid DPO loss",
+}
+# Switches whose default turns a TRL feature off: only turning them on is an error.
+_TRL_SWITCHES: dict[str, str] = {
     "use_weighting": "WPO weighting is TRL's; the ported loss weights every pair equally",
-    "discopop_tau": "DiscoPOP is TRL's loss type",
     "use_liger_kernel": "Liger's fused DPO loss would replace the ported loss",
+}
+_UNUSED_TRL_FIELDS: dict[str, str] = {
+    **{name: why for name, (_, why) in _PORTED_VALUES.items()},
+    **_TRL_LOSS_PARAMETERS,
+    **_TRL_SWITCHES,
 }
 
 
+def _is(value: Any, allowed: Any) -> bool:
+    """`value == allowed`, with bools told apart from numbers (`[True]` is not the weight list `[1.0]`)."""
+    if isinstance(allowed, list):
+        return isinstance(value, (list, tuple)) and len(value) == len(allowed) and all(map(_is, value, allowed))
+    if allowed is None or isinstance(value, bool) != isinstance(allowed, bool):
+        return value is allowed
+    return isinstance(value, (str, int, float)) and value == allowed
+
+
+def _unused_parameter(name: str) -> Any:
+    return field(
+        default=None,
+        metadata={
+            "help": f"Not used by trl_ext's DPO trainer: {_TRL_LOSS_PARAMETERS[name]} (trl.DPOConfig's default "
+            f"{_DPO_DEFAULTS[name]!r}); setting it, even to that default, is an error."
+        },
+    )
+
+
 @dataclass
-class DPOConfig(TRLDPOConfig):
+class _TRLDPOFields(TRLDPOConfig):
+    """`trl.DPOConfig` with the parameters of TRL's other losses unset (None), so that giving one is detectable.
+
+    A base of its own: `trl-ext list` and the model card show a config's fields whose default differs from its
+    base's, and these are not settings of the algorithm."""
+
+    f_alpha_divergence_coef: float | None = _unused_parameter("f_alpha_divergence_coef")
+    discopop_tau: float | None = _unused_parameter("discopop_tau")
+
+
+@dataclass
+class DPOConfig(_TRLDPOFields):
     r"""
     Configuration of [`trl_ext.DPOTrainer`]: Direct Preference Optimization (Rafailov et al. 2023, arXiv
     2305.18290) with Trinity-RFT's `dpo` loss, per pair: −(1 − ls)·log σ(βz) − ls·log σ(−βz), z the chosen minus
@@ -49,18 +108,20 @@ class DPOConfig(TRLDPOConfig):
     Trinity-RFT's KL term `kl_coef`·token-mean(KL(π‖π_ref)) over the chosen and rejected completion tokens. Both
     are normalized over the optimizer window (pairs and tokens of every accumulation step and process).
 
-    Every `trl.DPOConfig` field keeps TRL's meaning; the TRL loss options the port does not implement
-    (`loss_type` other than `sigmoid`, `loss_weights`, `ld_alpha`, `f_divergence_type`, `use_weighting`,
-    `discopop_tau`, `use_liger_kernel`) are errors when set.
+    Every `trl.DPOConfig` field keeps TRL's meaning; the TRL loss options the port does not implement are errors
+    when set: `loss_type` other than `sigmoid`, `loss_weights` other than `[1.0]`, `ld_alpha` other than 1.0,
+    `f_divergence_type` other than `reverse_kl`, `use_weighting` / `use_liger_kernel` turned on, and
+    `f_alpha_divergence_coef` / `discopop_tau` set at all.
 
     Parameters specific to this trainer:
 
         kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
             KL estimator of the KL term: `k1`, `k2` (½(log r)², Trinity-RFT's DPO default), `k3`, `low_var_kl`,
-            `abs`, `corrected_k3`, or `none`.
+            `abs`, `corrected_k3`, or `none` (no KL term: the coefficient becomes 0).
         kl_coef (`float`, *optional*, defaults to `0.001`):
-            Coefficient of the KL term (Trinity-RFT's default); 0 turns it off. It needs per-token reference
-            log-probs, so it cannot be combined with `precompute_ref_log_probs=True`.
+            Coefficient of the KL term (Trinity-RFT's default); 0 turns it off, and so does `kl_loss_fn='none'`
+            (an explicit non-zero `kl_coef` is then an error). It needs per-token reference log-probs, so it cannot
+            be combined with `precompute_ref_log_probs=True`.
     """
 
     algorithm: ClassVar[str] = "dpo"
@@ -77,41 +138,66 @@ class DPOConfig(TRLDPOConfig):
         metadata={
             "help": "KL estimator of the KL term kl_coef·token-mean(KL(π‖π_ref)) over the chosen and rejected "
             "completion tokens: `k1`, `k2` (Trinity-RFT's DPO default), `k3`, `low_var_kl`, `abs`, `corrected_k3`, "
-            "or `none`.",
+            "or `none` (no KL term, whatever `kl_coef`'s default).",
             "choices": sorted(KL_FNS),
         },
     )
     kl_coef: float = field(
-        default=0.001,
+        default=DocumentedDefault(0.001),
         metadata={
-            "help": "Coefficient of the KL term (Trinity-RFT's default 0.001); 0 turns it off. Needs per-token "
-            "reference log-probs, so not with `precompute_ref_log_probs=True`."
+            "help": "Coefficient of the KL term (Trinity-RFT's default 0.001); 0 or `kl_loss_fn='none'` turns it "
+            "off. Needs per-token reference log-probs, so not with `precompute_ref_log_probs=True`."
         },
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         owner = type(self).__name__
-        for name, instead in _UNUSED_TRL_FIELDS.items():
-            value, default = getattr(self, name), _DPO_DEFAULTS[name]
-            if value != default:
-                raise ValueError(
-                    f"{owner}: {name}={value!r} is a trl.DPOConfig field that trl_ext's DPO trainer does not use "
-                    f"(default {default!r}); {instead}"
-                )
-        if self.kl_coef != 0 and self.kl_loss_fn == "none":
-            raise ValueError(
-                f"{owner}: kl_coef={self.kl_coef} adds a KL term but kl_loss_fn='none'; choose an estimator with "
-                f"kl_loss_fn (one of {', '.join(repr(k) for k in sorted(KL_FNS) if k != 'none')}) or set kl_coef=0"
-            )
+        self._check_trl_loss_fields()
+        check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))
+        check_number(owner, "kl_coef", self.kl_coef, ge=0)
+        self.kl_coef = resolve_kl_coefficient(owner, self.kl_loss_fn, "kl_coef", self.kl_coef)
+        self.build_policy_loss()  # a bad beta / label_smoothing / KL argument fails here, naming the field
+        self.build_kl_fn()
+        super().__post_init__()
         if self.precompute_ref_log_probs and self.kl_coef != 0:
             raise ValueError(
                 f"{owner}: precompute_ref_log_probs=True stores one reference log-prob sum per completion, but the KL "
-                f"term (kl_coef={self.kl_coef}) needs the reference's per-token log-probs; set kl_coef=0 or "
-                "precompute_ref_log_probs=False"
+                f"term (kl_coef={self.kl_coef}) needs the reference's per-token log-probs; set kl_coef=0 (or "
+                "kl_loss_fn='none') or precompute_ref_log_probs=False"
             )
-        self.build_policy_loss()  # a bad beta / label_smoothing / KL argument fails here, naming the field
-        self.build_kl_fn()
+
+    def _unused_field_error(self, name: str, value: Any, rule: str) -> ValueError:
+        return ValueError(
+            f"{type(self).__name__}: {name}={value!r} is a trl.DPOConfig field that trl_ext's DPO trainer does not "
+            f"use ({rule}); {_UNUSED_TRL_FIELDS[name]}"
+        )
+
+    def _check_trl_loss_fields(self) -> None:
+        """Before TRL's `__post_init__`: the TRL loss options must describe the ported loss; the parameters of TRL's
+        other losses must be unset (they then take TRL's defaults, which TRL's code reads)."""
+        for name, (allowed, _) in _PORTED_VALUES.items():
+            value = getattr(self, name)
+            if not any(_is(value, a) for a in allowed):
+                raise self._unused_field_error(name, value, f"allowed: {' or '.join(map(repr, allowed))}")
+        self.loss_type = list(self.loss_type) if isinstance(self.loss_type, tuple) else self.loss_type
+        for name in _TRL_LOSS_PARAMETERS:
+            value = getattr(self, name)
+            if value is not None and not is_documented_default(value):
+                rule = f"it configures TRL's own loss: leave it unset, even at TRL's default {_DPO_DEFAULTS[name]!r}"
+                raise self._unused_field_error(name, value, rule)
+            setattr(self, name, documented_default(_DPO_DEFAULTS[name]))  # accepted again by `dataclasses.replace`
+        for name in _TRL_SWITCHES:
+            value = getattr(self, name)
+            if value is not False:
+                raise self._unused_field_error(name, value, "allowed: False")
+
+    def to_dict(self) -> dict[str, Any]:
+        """TrainingArguments' dict without the parameters of TRL's other losses, which hold TRL's defaults for
+        TRL's code but are errors when given: the dict re-loads."""
+        d = super().to_dict()
+        for name in _TRL_LOSS_PARAMETERS:
+            d.pop(name, None)
+        return d
 
     def build_policy_loss(self):
         build = partial(get_policy_loss, "dpo", beta=self.beta, label_smoothing=self.label_smoothing)

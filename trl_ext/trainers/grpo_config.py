@@ -4,8 +4,10 @@ Each algorithm's config is a `trl.GRPOConfig` subclass assembled from small argu
 loss's `default_args()` (same names and defaults as `trl_ext.losses`), the advantage function's, and the KL /
 entropy choices shared by every algorithm. TRL's own fields keep TRL's meaning (`beta` is the KL coefficient,
 `entropy_coef` the entropy-bonus coefficient, `num_generations` the group size); a TRL field that selects or
-parameterizes TRL's *own* loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) is rejected when set to a
-non-default value, with the name of the field to use instead.
+parameterizes TRL's *own* loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) is rejected whenever it is
+given, even at TRL's default, with the name of the field to use instead, and a TRL feature switch the trainers do not
+implement (`use_liger_kernel`, `scale_rewards`, ...) when it is turned on. Every field is checked on its own at
+construction: a bad value is a ValueError naming the config class, the field, the value and what it may be.
 
 Naming rule: a loss argument keeps its `trl_ext.losses` name unless that name is already a `GRPOConfig` field,
 in which case it takes the loss's name as prefix (`sppo_epsilon`; all of REC's arguments are `rec_*`, since its
@@ -17,19 +19,28 @@ case it takes the prefix `advantage_` (`advantage_epsilon`, `advantage_tau`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from trl import GRPOConfig
+from trl import GRPOConfig as _TRLGRPOConfig
 
-from .._validation import check_choice, check_number
+from .._validation import check_bool, check_choice, check_number
 from ..advantages import get_advantage_fn
 from ..algorithms import get_algorithm
 from ..losses import get_entropy_fn, get_kl_fn, get_policy_loss
 from ..losses.base import LOSS_AGG_MODES
 from ..losses.kl import KL_FNS
+
+try:  # how TrainingArguments converts the values of the JSON dicts it parses ("true" -> True, "1" -> 1)
+    from transformers.training_args import _convert_str_dict
+except ImportError:  # pragma: no cover - a private helper of transformers
+
+    def _convert_str_dict(passed_value: dict) -> dict:
+        return passed_value
+
 
 _AGG_HELP = (
     "How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on "
@@ -58,6 +69,48 @@ def _help(text: str, **extra: Any) -> dict[str, Any]:
 
 def _agg_field(default: str) -> Any:
     return field(default=default, metadata=_help(_AGG_HELP, choices=list(LOSS_AGG_MODES)))
+
+
+class DocumentedDefault(float):
+    """A float field's documented default, told apart from the same value set explicitly (`kl_coef=0.001`).
+
+    A coefficient whose term can be switched off by another field (`kl_loss_fn="none"`) takes this as its dataclass
+    default: the config resolves it to a plain float in `__post_init__`, and only an explicitly set non-zero value
+    contradicts the switch. It compares, prints and computes as the float itself, so the help text, the docstring,
+    `trl-ext list` and `dataclasses.fields(...)` show the real default.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
+
+    __str__ = __repr__
+
+
+class _DocumentedDefaultStr(str):
+    """`DocumentedDefault` for a string value."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str.__repr__(self)
+
+
+def documented_default(value: Any) -> Any:
+    """`value` marked as a default the user did not set (None stays None)."""
+    if isinstance(value, str):
+        return _DocumentedDefaultStr(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return DocumentedDefault(value)
+    if value is None:
+        return None
+    raise TypeError(f"no documented-default marker for {value!r}")
+
+
+def is_documented_default(value: Any) -> bool:
+    """True when a field holds a default the user did not set (`documented_default`)."""
+    return isinstance(value, (DocumentedDefault, _DocumentedDefaultStr))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -126,12 +179,26 @@ class GSPOLossArguments(LossArguments):
         default=None, metadata=_help("Symmetric clip ε (exclusive with `clip_range_low`/`_high`).")
     )
     clip_range_low: float | None = field(
-        default=3e-4, metadata=_help("Lower clip of the sequence ratio; GSPO paper (v2) §5.1 uses 3e-4.")
+        default=DocumentedDefault(3e-4),
+        metadata=_help(
+            "Lower clip of the sequence ratio; GSPO paper (v2) §5.1 uses 3e-4. Left unset, `clip_range` (if set) "
+            "applies to both sides, as in the reference."
+        ),
     )
     clip_range_high: float | None = field(
-        default=4e-4, metadata=_help("Upper clip of the sequence ratio; GSPO paper (v2) §5.1 uses 4e-4.")
+        default=DocumentedDefault(4e-4),
+        metadata=_help(
+            "Upper clip of the sequence ratio; GSPO paper (v2) §5.1 uses 4e-4. Left unset, `clip_range` (if set) "
+            "applies to both sides, as in the reference."
+        ),
     )
     loss_agg_mode: str = _agg_field("seq-mean-token-mean")
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        """The paper's bounds apply only where no clip value is given: a bound left unset passes None, so that the
+        loss takes `clip_range` for it when that is set (and 3e-4 / 4e-4 otherwise)."""
+        kwargs = super().policy_loss_kwargs()
+        return {k: None if is_documented_default(v) and k.startswith("clip_range_") else v for k, v in kwargs.items()}
 
 
 @dataclass
@@ -405,6 +472,14 @@ class GRPOAdvantageArguments(AdvantageArguments):
     std_threshold: float | None = field(
         default=None, metadata=_help("Drop (mask out) the groups whose reward std is at or below this value.")
     )
+    duplicate_experiences: bool = field(
+        default=False,
+        metadata=_help(
+            "With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so "
+            "every step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the "
+            "reference's `duplicate_experiences`."
+        ),
+    )
     std_cal_level: str = field(
         default="group",
         metadata=_help(
@@ -536,10 +611,14 @@ class OnPolicyDistillAdvantageArguments(AdvantageArguments):
 # The base config
 # ---------------------------------------------------------------------------------------------------------------
 
-_GRPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.default is not dataclasses.MISSING}
+_GRPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(_TRLGRPOConfig) if f.default is not dataclasses.MISSING}
 
-# TRL fields that parameterize TRL's own loss, with what to use instead. `{clip}` is filled per algorithm.
-_UNUSED_TRL_FIELDS: dict[str, str] = {
+# TRL fields that select or parameterize TRL's own loss (or its adaptive entropy), with what to use instead
+# (`{clip}`, `{dual_clip}`, `{sequence_mask}`, `{adaptive_entropy}` are filled per algorithm). `GRPOFamilyConfig`
+# redeclares them with the default None: setting one is an error even at TRL's default value (`loss_type="dapo"` on a
+# SAPOConfig would otherwise read as "DAPO" while the trainer trains SAPO). Once the config is built they hold TRL's
+# defaults (marked by `documented_default`), which TRL's own config and trainer code read.
+_TRL_LOSS_FIELDS: dict[str, str] = {
     "loss_type": "the trainer class selects the loss; set `loss_agg_mode` for the aggregation",
     "importance_sampling_level": "use `GSPOTrainer` / `GSPOConfig` for the sequence-level ratio",
     "epsilon": "{clip}",
@@ -551,6 +630,14 @@ _UNUSED_TRL_FIELDS: dict[str, str] = {
     "vespo_lambda_pos": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
     "vespo_k_neg": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
     "vespo_lambda_neg": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
+    "entropy_coef_min": "{adaptive_entropy}",
+    "entropy_coef_max": "{adaptive_entropy}",
+    "entropy_coef_delta": "{adaptive_entropy}",
+    "entropy_target": "{adaptive_entropy}",
+}
+# TRL feature switches whose default turns the feature off: only a non-default value is an error (so that
+# `use_liger_kernel: false` in a recipe stays harmless).
+_TRL_SWITCH_FIELDS: dict[str, str] = {
     "use_bias_correction_kl": "choose the KL estimator with `kl_loss_fn` (e.g. `'corrected_k3'`)",
     "scale_rewards": "the advantage function normalizes the rewards (see its arguments, e.g. `std_cal_level`)",
     "multi_objective_aggregation": "rewards are summed with `reward_weights`, then passed to the advantage function",
@@ -560,17 +647,78 @@ _UNUSED_TRL_FIELDS: dict[str, str] = {
     "use_liger_kernel": "Liger's fused GRPO loss would replace the algorithm's loss; trl_ext uses TRL's fused "
     "log-prob path instead",
 }
+_UNUSED_TRL_FIELDS: dict[str, str] = {**_TRL_LOSS_FIELDS, **_TRL_SWITCH_FIELDS}
+_GENERIC_HINTS = {
+    "clip": "clip with the algorithm's own arguments (e.g. `clip_range`)",
+    "dual_clip": "the dual clip is `clip_ratio_c` where the loss has one",
+    "sequence_mask": "use `enable_sequence_masking` / `delta_sequence_masking` where the loss has them",
+    "adaptive_entropy": "TRL's adaptive entropy control is not supported; use a fixed `entropy_coef`",
+}
+
+
+def _unused_trl_field(name: str) -> Any:
+    """The redeclaration of TRL loss field `name`: default None, an error when set (see `_TRL_LOSS_FIELDS`)."""
+    hint = _TRL_LOSS_FIELDS[name].format(**_GENERIC_HINTS)
+    return field(
+        default=None,
+        metadata=_help(
+            f"Not used by trl_ext's GRPO-family trainers: {hint}. It configures TRL's own loss (trl.GRPOConfig's "
+            f"default {_GRPO_DEFAULTS[name]!r}); setting it, even to that default, is an error."
+        ),
+    )
+
+
+def resolve_kl_coefficient(owner: str, kl_loss_fn: str, name: str, value: Any) -> float:
+    """The effective KL coefficient of field `name`: 0 with `kl_loss_fn="none"` (an explicit non-zero value is then
+    an error), else the value (a plain float in place of the documented default)."""
+    if kl_loss_fn == "none":
+        if not is_documented_default(value) and value != 0:
+            raise ValueError(
+                f"{owner}: {name}={value!r} adds a KL term but kl_loss_fn='none' turns it off; choose an estimator "
+                f"with kl_loss_fn (one of {', '.join(repr(k) for k in sorted(KL_FNS) if k != 'none')}) or set "
+                f"{name}=0 (or leave it unset)"
+            )
+        return 0.0
+    return float(value) if is_documented_default(value) else value
+
+
+def check_text(owner: str, name: str, value: Any, *, allow_none: bool = True) -> Any:
+    """A non-empty string (or None)."""
+    if value is None and allow_none:
+        return value
+    if not isinstance(value, str) or not value.strip():
+        rule = "a non-empty string" + (" or None" if allow_none else "")
+        raise ValueError(f"{owner}: {name}={value!r} is not valid; must be {rule}")
+    return value
+
+
+def check_kwargs(owner: str, name: str, value: Any) -> dict[str, Any] | None:
+    """None, a dict with string keys, or (from the command line) a JSON object string, returned parsed."""
+    rule = """must be a dict (a JSON object on the command line, e.g. '{"dtype": "bfloat16"}') or None"""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{owner}: {name}={value!r} {rule}; it is not valid JSON ({err})") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"{owner}: {name}={value!r} {rule}")
+        value = _convert_str_dict(parsed)  # as TrainingArguments converts its own JSON dict fields
+    if value is not None and not (isinstance(value, dict) and all(isinstance(k, str) for k in value)):
+        raise ValueError(f"{owner}: {name}={value!r} {rule}, with string keys")
+    return value
 
 
 @dataclass
-class GRPOFamilyConfig(GRPOConfig):
+class GRPOFamilyConfig(_TRLGRPOConfig):
     r"""
     Base configuration of the trl_ext GRPO-family trainers: every `trl.GRPOConfig` field, plus the KL and entropy
     choices shared by all algorithms. Use an algorithm's subclass (`SAPOConfig`, `GSPOConfig`, ...), which adds
     its loss and advantage arguments.
 
     TRL fields keep TRL's meaning: `beta` is the KL coefficient (Trinity-RFT's `kl_coef`; 0 creates no
-    reference model), `entropy_coef` the entropy-bonus coefficient, `num_generations` the group size.
+    reference model), `entropy_coef` the entropy-bonus coefficient, `num_generations` the group size. The TRL
+    fields that configure TRL's own loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) default to None
+    here and are errors when set: the algorithm's own fields replace them.
     """
 
     #: the algorithm's name; a subclass gets its loss and advantage arguments by also subclassing one
@@ -580,24 +728,52 @@ class GRPOFamilyConfig(GRPOConfig):
     advantage_fn: ClassVar[str | None] = None
     advantage_renames: ClassVar[dict[str, str]] = {}
 
+    beta: float = field(
+        default=DocumentedDefault(0.0),
+        metadata=_help(
+            "KL coefficient β of the KL-to-reference term β·agg(KL(π‖π_ref)) (Trinity-RFT's `kl_coef`; estimator "
+            "`kl_loss_fn`). Default 0.0: no KL term and no reference model. With `kl_loss_fn='none'` the term is "
+            "off and β is 0; an explicit non-zero β is then an error."
+        ),
+    )
+    loss_type: str | None = _unused_trl_field("loss_type")
+    importance_sampling_level: str | None = _unused_trl_field("importance_sampling_level")
+    epsilon: float | None = _unused_trl_field("epsilon")
+    epsilon_high: float | None = _unused_trl_field("epsilon_high")
+    delta: float | None = _unused_trl_field("delta")
+    sapo_temperature_pos: float | None = _unused_trl_field("sapo_temperature_pos")
+    sapo_temperature_neg: float | None = _unused_trl_field("sapo_temperature_neg")
+    vespo_k_pos: float | None = _unused_trl_field("vespo_k_pos")
+    vespo_lambda_pos: float | None = _unused_trl_field("vespo_lambda_pos")
+    vespo_k_neg: float | None = _unused_trl_field("vespo_k_neg")
+    vespo_lambda_neg: float | None = _unused_trl_field("vespo_lambda_neg")
+    entropy_coef_min: float | None = _unused_trl_field("entropy_coef_min")
+    entropy_coef_max: float | None = _unused_trl_field("entropy_coef_max")
+    entropy_coef_delta: float | None = _unused_trl_field("entropy_coef_delta")
+    entropy_target: float | None = _unused_trl_field("entropy_target")
+
     kl_loss_fn: str = field(
         default="k2",
         metadata=_help(
             "KL estimator of the KL loss term `beta`·agg(KL(π‖π_ref)), aggregated with "
             "`loss_agg_mode`: `k1`, `k2` (½(log r)², Trinity's GRPO default), `k3` (TRL's), "
-            "`low_var_kl`, `abs`, `corrected_k3`, or `none`. Only used when `beta` > 0.",
+            "`low_var_kl`, `abs`, `corrected_k3`, or `none` (no KL term: `beta` becomes 0). Only used when "
+            "`beta` > 0.",
             choices=sorted(KL_FNS),
         ),
     )
     adaptive_kl: bool = field(
         default=False,
         metadata=_help(
-            "Adapt `beta` after every optimizer step with the adaptive KL controller (Ziegler et al. "
-            "2019): β ← β·(1 + clip(KL/target_kl − 1, ±0.2)·sequences/kl_horizon)."
+            "Adapt `beta` (> 0) after every optimizer step with the adaptive KL controller (Ziegler et al. "
+            "2019): β ← β·(1 + clip(KL/target_kl − 1, ±0.2)·sequences/kl_horizon). Needs `target_kl` and "
+            "`kl_horizon`."
         ),
     )
-    target_kl: float | None = field(default=None, metadata=_help("Target KL of `adaptive_kl`."))
-    kl_horizon: int | None = field(default=None, metadata=_help("Horizon (in sequences) of `adaptive_kl`."))
+    target_kl: float | None = field(default=None, metadata=_help("Target KL (> 0) of `adaptive_kl`."))
+    kl_horizon: int | None = field(
+        default=None, metadata=_help("Horizon (in sequences, an integer > 0) of `adaptive_kl`.")
+    )
     entropy_loss_fn: str = field(
         default="default",
         metadata=_help(
@@ -608,24 +784,20 @@ class GRPOFamilyConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        self._check_unused_trl_fields()
-        if self.steps_per_generation % self.gradient_accumulation_steps:
+        # trl_ext's checks first, each field on its own, so that a bad value is reported by its field's name
+        # before TRL's own processing of the other fields.
+        self._check_trl_loss_fields()
+        self._check_fields()
+        owner = type(self).__name__
+        self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
+        if self.adaptive_kl and self.beta == 0:
             raise ValueError(
-                f"{type(self).__name__}: steps_per_generation={self.steps_per_generation} must be a multiple of "
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, so that every optimizer window "
-                "lies within one generation batch and its token count is known when the window starts "
-                "(set steps_per_generation or generation_batch_size accordingly)"
-            )
-        if self.beta != 0 and self.kl_loss_fn == "none":
-            raise ValueError(
-                f"{type(self).__name__}: beta={self.beta} adds a KL term but kl_loss_fn='none'; choose an "
-                f"estimator with kl_loss_fn (one of {', '.join(repr(k) for k in sorted(KL_FNS) if k != 'none')}) "
-                "or set beta=0"
+                f"{owner}: adaptive_kl=True adapts beta, but beta=0 (kl_loss_fn={self.kl_loss_fn!r}): there is no "
+                "KL term to adapt; set beta > 0 with a KL estimator, or adaptive_kl=False"
             )
         if self.entropy_coef != 0 and self.entropy_loss_fn == "none":
             raise ValueError(
-                f"{type(self).__name__}: entropy_coef={self.entropy_coef} is set but entropy_loss_fn='none'; set "
+                f"{owner}: entropy_coef={self.entropy_coef} is set but entropy_loss_fn='none'; set "
                 "entropy_loss_fn='default' to add the entropy bonus, or entropy_coef=0"
             )
         if self.algorithm:
@@ -634,8 +806,35 @@ class GRPOFamilyConfig(GRPOConfig):
             self.build_advantage_fn()
             self.build_kl_fn()
             self.build_entropy_fn()
+        super().__post_init__()
+        self._check_trl_switch_fields()
+        if self.steps_per_generation % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"{owner}: steps_per_generation={self.steps_per_generation} must be a multiple of "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, so that every optimizer window "
+                "lies within one generation batch and its token count is known when the window starts "
+                "(set steps_per_generation or generation_batch_size accordingly)"
+            )
 
     # ---- validation ---------------------------------------------------------------------------------------
+
+    def _check_fields(self) -> None:
+        """Check each trl_ext field of the base config on its own (subclasses extend this); the loss and advantage
+        arguments are checked by building the loss and the advantage function."""
+        owner = type(self).__name__
+        check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))
+        check_number(owner, "beta", self.beta, ge=0)
+        check_bool(owner, "adaptive_kl", self.adaptive_kl)
+        check_number(owner, "target_kl", self.target_kl, gt=0, allow_none=True)
+        check_number(owner, "kl_horizon", self.kl_horizon, gt=0, integer=True, allow_none=True)
+        if self.adaptive_kl and (self.target_kl is None or self.kl_horizon is None):
+            raise ValueError(
+                f"{owner}: adaptive_kl=True needs target_kl and kl_horizon (both > 0); got "
+                f"target_kl={self.target_kl!r}, kl_horizon={self.kl_horizon!r}"
+            )
+        choices = type(self).__dataclass_fields__["entropy_loss_fn"].metadata["choices"]
+        check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, choices)
+        check_number(owner, "entropy_coef", self.entropy_coef)
 
     def _clip_hint(self) -> dict[str, str]:
         names = self.loss_argument_names()
@@ -649,20 +848,41 @@ class GRPOFamilyConfig(GRPOConfig):
             if "enable_sequence_masking" in names
             else f"not supported by the {self.algorithm} loss"
         )
-        return {"clip": clip, "dual_clip": dual, "sequence_mask": seq}
+        entropy = "TRL's adaptive entropy control is not supported; use `entropy_loss_fn` with a fixed `entropy_coef`"
+        return {"clip": clip, "dual_clip": dual, "sequence_mask": seq, "adaptive_entropy": entropy}
 
-    def _check_unused_trl_fields(self) -> None:
-        hints = None
-        for name, instead in _UNUSED_TRL_FIELDS.items():
+    def _unused_field_error(self, name: str, value: Any, rule: str) -> ValueError:
+        hint = _UNUSED_TRL_FIELDS[name].format(**self._clip_hint())
+        return ValueError(
+            f"{type(self).__name__}: {name}={value!r} is a trl.GRPOConfig field that trl_ext's "
+            f"{self.algorithm or 'GRPO-family'} trainer does not use ({rule}); {hint}"
+        )
+
+    def _check_trl_loss_fields(self) -> None:
+        """The TRL loss fields must be unset (None); they then take TRL's defaults, which TRL's own code (its config
+        and trainer) reads, marked as not set by the user so that a copy of the config made from its values
+        (`dataclasses.replace`) is accepted too."""
+        for name in _TRL_LOSS_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not is_documented_default(value):
+                rule = f"it configures TRL's own loss: leave it unset, even at TRL's default {_GRPO_DEFAULTS[name]!r}"
+                raise self._unused_field_error(name, value, rule)
+            setattr(self, name, documented_default(_GRPO_DEFAULTS[name]))
+
+    def _check_trl_switch_fields(self) -> None:
+        for name in _TRL_SWITCH_FIELDS:
             value, default = getattr(self, name), _GRPO_DEFAULTS[name]
-            if value == default:  # compared after GRPOConfig.__post_init__, which maps scale_rewards=True to "group"
-                continue
-            hints = hints or self._clip_hint()
-            raise ValueError(
-                f"{type(self).__name__}: {name}={value!r} is a trl.GRPOConfig field that trl_ext's "
-                f"{self.algorithm or 'GRPO-family'} trainer does not use (default {default!r}); "
-                f"{instead.format(**hints)}"
-            )
+            # compared after GRPOConfig.__post_init__, which maps scale_rewards=True to "group"
+            if not (value == default and isinstance(value, bool) == isinstance(default, bool)):
+                raise self._unused_field_error(name, value, f"allowed: only TRL's default {default!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """TrainingArguments' dict (logged to the trackers, written in model cards) without the TRL loss fields,
+        which hold TRL's defaults for TRL's code but are errors when given: the dict re-loads."""
+        d = super().to_dict()
+        for name in _TRL_LOSS_FIELDS:
+            d.pop(name, None)
+        return d
 
     # ---- components ---------------------------------------------------------------------------------------
 
@@ -718,6 +938,7 @@ class GRPOFamilyConfig(GRPOConfig):
                 horizon=self.kl_horizon,
             ),
             "KL",
+            {"beta": "kl_coef", "adaptive_kl": "adaptive", "kl_horizon": "horizon"},
         )
 
     def build_entropy_fn(self):
@@ -736,14 +957,19 @@ class MIXFamilyConfig(GRPOFamilyConfig):
     list before `GRPOFamilyConfig` so that the field overrides take effect.)
     """
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def _check_fields(self) -> None:
+        super()._check_fields()
         ratio = self.expert_data_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
             raise ValueError(
-                f"{type(self).__name__}: expert_data_ratio={ratio!r} must be a number in [0, 1] (the share of each "
-                "generation batch's rows that are expert demonstrations; 0 = only rollouts, 1 = only expert rows)"
+                f"{type(self).__name__}: expert_data_ratio={ratio!r} is not valid; must be a number in [0, 1] (the "
+                "share of each generation batch's rows that are expert demonstrations; 0 = only rollouts, 1 = only "
+                "expert rows)"
             )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        ratio = self.expert_data_ratio
         rows, group, processes = self.generation_batch_size, self.num_generations, self.world_size
         experts = self.expert_rows_per_generation
         step = math.lcm(group, processes)
@@ -829,7 +1055,7 @@ _REWARD_ADVANTAGE_FNS = ("grpo", "rloo", "reinforce")
 class _TeacherArguments:
     """The teacher of on-policy distillation, and the optional blend with task rewards."""
 
-    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "teacher_model_init_kwargs"]  # JSON
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*_TRLGRPOConfig._VALID_DICT_FIELDS, "teacher_model_init_kwargs"]  # JSON
 
     teacher_model_name_or_path: str | None = field(
         default=None,
@@ -1075,18 +1301,26 @@ class OnPolicyDistillConfig(
 
     algorithm: ClassVar[str] = "on_policy_distill"
 
-    def __post_init__(self) -> None:
+    def _check_fields(self) -> None:
+        super()._check_fields()
         owner = type(self).__name__
         check_choice(owner, "policy_loss_fn", self.policy_loss_fn, ("ppo", "importance_sampling"))
         check_choice(owner, "reward_advantage_fn", self.reward_advantage_fn, _REWARD_ADVANTAGE_FNS)
         check_number(owner, "reward_weight", self.reward_weight, ge=0)
+        check_text(owner, "teacher_model_name_or_path", self.teacher_model_name_or_path)
+        # parsed here (not by TrainingArguments) so that bad JSON is reported with the field's name
+        self.teacher_model_init_kwargs = check_kwargs(
+            owner, "teacher_model_init_kwargs", self.teacher_model_init_kwargs
+        )
         if self.teacher_device is not None:
             try:
+                if not isinstance(self.teacher_device, (str, torch.device)) or not str(self.teacher_device).strip():
+                    raise TypeError
                 torch.device(self.teacher_device)
-            except (RuntimeError, TypeError):
+            except (RuntimeError, TypeError, ValueError):
                 raise ValueError(
-                    f"{owner}: teacher_device={self.teacher_device!r} is not a device; use e.g. 'cuda:1', 'cpu' or "
-                    "None (the student's device)"
+                    f"{owner}: teacher_device={self.teacher_device!r} is not a device; must be a device name such as "
+                    "'cuda:1' or 'cpu', or None (the student's device)"
                 ) from None
         if self.policy_loss_fn == "importance_sampling":
             for f in dataclasses.fields(PPOLossArguments):
@@ -1096,12 +1330,6 @@ class OnPolicyDistillConfig(
                         "policy_loss_fn='importance_sampling' (unclipped) does not use it; leave it at its default "
                         f"({f.default!r}) or use policy_loss_fn='ppo'"
                     )
-        super().__post_init__()
-        if isinstance(self.teacher_model_init_kwargs, str):
-            raise ValueError(
-                f"{owner}: teacher_model_init_kwargs={self.teacher_model_init_kwargs!r} must be a dict (or a JSON "
-                'object on the command line, e.g. \'{"dtype": "bfloat16"}\')'
-            )
 
     @property
     def policy_loss_name(self) -> str:
