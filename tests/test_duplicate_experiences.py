@@ -61,3 +61,29 @@ def test_without_duplication_the_dropped_group_is_masked_out(random_tiny_model, 
 def test_duplicate_experiences_needs_std_threshold(tmp_path):
     with pytest.raises(ValueError, match="duplicate_experiences"):
         cpu_config(trl_ext.GRPOConfig, str(tmp_path), duplicate_experiences=True)
+
+
+def test_mix_duplicates_rollouts_and_keeps_its_expert_rows(random_tiny_model, tmp_path):
+    """MIX: the rollouts are duplicated before the expert demonstrations are appended, which stay as they are."""
+    from trl_ext.toy import toy_expert_dataset
+
+    dataset = Dataset.from_dict({"prompt": ["Repeat the letter a:", "Repeat the letter b:"]})
+    args = cpu_config(
+        trl_ext.MIXConfig,
+        str(tmp_path),
+        per_device_train_batch_size=16,
+        std_threshold=0.0,
+        duplicate_experiences=True,
+        max_steps=1,
+    )
+    trainer = trl_ext.MIXTrainer(
+        model=random_tiny_model,
+        reward_funcs=_reward,
+        args=args,
+        train_dataset=dataset,
+        expert_dataset=toy_expert_dataset(16),
+    )
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    assert logs["advantages/duplicated_frac"] == pytest.approx(0.5)  # one of the two rollout groups
+    assert logs["expert/sft_loss"] > 0  # the expert rows still train
