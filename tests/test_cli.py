@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 from trainer_helpers import logged
 
 import trl_ext
-from trl_ext.cli import main
+from trl_ext.cli import main, train
 
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
 QUICK += ["--save_strategy", "no"]
@@ -42,12 +43,15 @@ def test_env_reports_versions_and_devices(capsys):
     assert f"torch: {torch.__version__}" in out and "devices: " in out
 
 
-def test_train_runs_the_example_scripts(toy_cache, tiny_model, tmp_path):
-    trainer = main(["train", "--algorithm", "sapo", "--output_dir", str(tmp_path / "sapo"), *QUICK, "--tau_neg", "1.2"])
+def test_train_runs_the_example_scripts(toy_cache, tiny_model, tmp_path, capsys):
+    trainer = train("sapo", ["--output_dir", str(tmp_path / "sapo"), *QUICK, "--tau_neg", "1.2"])
     assert type(trainer) is trl_ext.SAPOTrainer and trainer.state.global_step == 2
     assert trainer.policy_loss_fn.tau_neg == 1.2 and logged(trainer, "sapo_loss")
-    dpo = main(["train", "--algorithm", "dpo", "--output_dir", str(tmp_path / "dpo"), "--max_steps", "2"])
+    dpo = train("dpo", ["--output_dir", str(tmp_path / "dpo"), "--max_steps", "2"])
     assert type(dpo) is trl_ext.DPOTrainer and dpo.state.global_step == 2
+    # main() is the console script: it returns None (exit status 0), not the trainer
+    assert main(["train", "--algorithm", "dpo", "--output_dir", str(tmp_path / "main"), "--max_steps", "1"]) is None
+    assert "Trained dpo for 1 steps" in capsys.readouterr().out
 
 
 def test_bad_commands(capsys):
@@ -58,6 +62,42 @@ def test_bad_commands(capsys):
     with pytest.raises(SystemExit):
         main(["list", "--verbose"])
     assert "unrecognized arguments: --verbose" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # a flag no dataclass has: a one-line error, status 2, no traceback
+        main(["train", "--algorithm", "sapo", "--tau_negative", "1.1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trl-ext train: error: ") and "--tau_negative" in err and "Traceback" not in err
+    with pytest.raises(ValueError, match="--tau_negative"):  # the programmatic form raises
+        train("sapo", ["--tau_negative", "1.1"])
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, **kwargs)
+
+
+def test_console_script_exit_status(toy_cache, tmp_path):
+    """The installed `trl-ext` exits 0 after a run (its entry point returned the trainer: exit status 1), after `list`
+    and `env`; `python -m trl_ext.cli` too; errors exit non-zero with the message on stderr."""
+    script = shutil.which("trl-ext") or shutil.which("trl-ext", path=os.path.dirname(sys.executable))
+    if script is None:
+        pytest.skip("the trl-ext console script is not installed")
+    quick = ["--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4"]
+    quick += ["--save_strategy", "no"]
+    run = _run([script, "train", "--algorithm", "sapo", "--output_dir", str(tmp_path / "out"), *quick])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Trained sapo for 1 steps" in run.stdout and os.path.isfile(tmp_path / "out" / "model.safetensors")
+    for command in ("list", "env"):
+        result = _run([script, command])
+        assert result.returncode == 0 and result.stdout, (command, result.stderr[-2000:])
+    module = _run([sys.executable, "-m", "trl_ext.cli", "list"])
+    assert module.returncode == 0 and "SAPOTrainer / SAPOConfig" in module.stdout, module.stderr[-2000:]
+    bad_algorithm = _run([script, "train", "--algorithm", "ppo"])
+    assert bad_algorithm.returncode != 0 and "--algorithm 'ppo' has no trainer" in bad_algorithm.stderr
+    bad_flag = _run([script, "train", "--algorithm", "sapo", "--tau_negative", "1.1"])
+    assert bad_flag.returncode == 2 and "trl-ext train: error: " in bad_flag.stderr
+    assert "--tau_negative" in bad_flag.stderr
+    assert "Traceback" not in bad_flag.stderr
 
 
 def test_console_script_is_installed():

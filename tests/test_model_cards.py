@@ -69,3 +69,28 @@ def test_every_trainer_has_a_paper(algorithm):
     assert entry["id"] in trl_ext.get_algorithm(algorithm).paper or algorithm == "on_policy_distill"
     assert entry["citation"].startswith(f"@article{{{algorithm}") and entry["id"] in entry["citation"]
     assert {name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer} == set(PAPERS)
+
+
+def test_card_names_a_local_base_model(tiny_model, random_tiny_model, tmp_path):
+    """TRL names only Hub ids ("a fine-tuned version of [None](https://huggingface.co/None)" for a local model): the
+    card names the toy model, and any other local model by its directory."""
+    args = cpu_config(trl_ext.SAPOConfig, str(tmp_path / "toy"), max_steps=1)
+    trainer = trl_ext.SAPOTrainer(
+        model=tiny_model, reward_funcs=length_reward, args=args, train_dataset=toy_dataset(8),
+        processing_class=build_tokenizer(),
+    )  # fmt: skip
+    trainer.train()
+    trainer.save_model()
+    card = _card(tmp_path / "toy")
+    assert "[None]" not in card and "huggingface.co/None" not in card
+    toy = "fine-tuned version of `tiny-qwen2-v2` (trl_ext's offline toy model, `trl_ext.toy.tiny_model_path()`)"
+    assert toy in card
+
+    local = trl_ext.GRPOTrainer(
+        model=random_tiny_model, reward_funcs=length_reward, train_dataset=toy_dataset(8),
+        args=cpu_config(trl_ext.GRPOConfig, str(tmp_path / "local")), processing_class=build_tokenizer(),
+    )  # fmt: skip
+    local.save_model()  # no training needed for the card
+    card = _card(tmp_path / "local")
+    name = os.path.basename(random_tiny_model)
+    assert "[None]" not in card and f"fine-tuned version of `{name}` (a local model)" in card

@@ -27,7 +27,9 @@ def _trainable() -> list[str]:
 
 
 def train(algorithm: str, argv: Sequence[str]):
-    """Train `algorithm` with the example scripts' argument parsing; returns the trainer."""
+    """Train `algorithm` with the example scripts' argument parsing; returns the trainer (the programmatic form of
+    `trl-ext train`). A mistake in the flags, the config file or the dataset's splits is a `ValueError`
+    (`trl_ext.scripts._common.UsageError`) raised before the model loads."""
     if algorithm not in ALGORITHMS or not ALGORITHMS[algorithm].has_trainer:
         raise SystemExit(
             f"trl-ext train: --algorithm {algorithm!r} has no trainer; choose one of {', '.join(_trainable())}"
@@ -85,7 +87,10 @@ def environment() -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: Sequence[str] | None = None) -> None:
+    """The `trl-ext` command. Returns None, so the console script exits with status 0 after a run; use `train(...)`
+    for the trainer. Usage errors print `trl-ext ...: error: ...` on stderr and exit with status 2, an algorithm
+    without a trainer exits with status 1 and says so."""
     parser = argparse.ArgumentParser(prog="trl-ext", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train_parser = commands.add_parser(
@@ -96,7 +101,11 @@ def main(argv: Sequence[str] | None = None):
     commands.add_parser("env", help="versions and devices, for bug reports")
     args, rest = parser.parse_known_args(argv)
     if args.command == "train":
-        return train(args.algorithm, rest)
+        from .scripts._common import usage_errors_exit
+
+        with usage_errors_exit("trl-ext train"):
+            train(args.algorithm, rest)
+        return None
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     print(list_algorithms() if args.command == "list" else environment())
@@ -104,4 +113,4 @@ def main(argv: Sequence[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

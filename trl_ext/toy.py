@@ -45,7 +45,7 @@ import tempfile
 from typing import Any
 
 import torch
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -58,14 +58,18 @@ __all__ = [
     "PRETRAIN_STEPS",
     "TEACHER_PRETRAIN_STEPS",
     "TEACHER_VERSION",
+    "TEST_PROMPTS",
+    "TEST_SEED",
     "build_model",
     "build_tokenizer",
+    "is_tiny_model",
     "tiny_model_path",
     "tiny_teacher_path",
     "toy_dataset",
     "toy_expert_dataset",
     "toy_preference_dataset",
     "toy_reward",
+    "toy_splits",
 ]
 
 LETTERS = "abcdefgh"
@@ -105,6 +109,7 @@ DEFAULT_TRAINING: dict[str, Any] = dict(
     warmup_steps=20,
     max_grad_norm=0.2,
     per_device_train_batch_size=128,
+    per_device_eval_batch_size=128,
     num_generations=16,
     max_completion_length=8,
     temperature=1.0,
@@ -112,6 +117,9 @@ DEFAULT_TRAINING: dict[str, Any] = dict(
     logging_steps=5,
 )
 """`GRPOConfig` keyword arguments of the main toy run: reward ~0.11 -> ~0.99 (see the module docstring).
+
+`per_device_eval_batch_size` only matters with evaluation on (`eval_strategy`): TRL requires the global eval batch
+to be a multiple of `num_generations` (TRL's default, 8, is not a multiple of 16).
 
 Warmup and the tight gradient clip matter: without them Adam's first, full-size steps knock the tiny model
 off its format (completions degenerate into random bytes and the reward collapses to ~0) on some seeds."""
@@ -307,6 +315,15 @@ def tiny_teacher_path(cache_dir: str | None = None) -> str:
     return _cached_model(cache_dir, TEACHER_VERSION, seed=1, pretrain_steps=TEACHER_PRETRAIN_STEPS, solve=True)
 
 
+def is_tiny_model(path: str | None, cache_dir: str | None = None) -> bool:
+    """Whether `path` names the default toy model, i.e. is `tiny_model_path(cache_dir)` (compared as real paths,
+    without building the model)."""
+    if not path:
+        return False
+    default = os.path.join(cache_dir or _default_cache_dir(), MODEL_VERSION)
+    return os.path.realpath(os.path.expanduser(path)) == os.path.realpath(default)
+
+
 def _cached_model(cache_dir: str | None, version: str, **build: Any) -> str:
     root = cache_dir or _default_cache_dir()
     path = os.path.join(root, version)
@@ -344,6 +361,28 @@ def toy_dataset(num_prompts: int = 1024, seed: int = 0, conversational: bool = F
     if conversational:
         prompts = [[{"role": "user", "content": p}] for p in prompts]
     return Dataset.from_dict({"prompt": prompts, "target": letters})
+
+
+TEST_PROMPTS = 64
+"""Rows of the toy task's held-out split (`toy_splits`): 64 prompts x `num_generations` 16 = 8 eval batches of 128."""
+
+TEST_SEED = 99
+"""Seed of the held-out rows (`toy_splits`, and the DPO script's held-out pairs)."""
+
+
+def toy_splits(train_split: str = "train", test_split: str = "test", conversational: bool = False) -> DatasetDict:
+    """The toy task as a dataset with a train and a held-out split, as TRL scripts index a loaded dataset
+    (`dataset[--dataset_train_split]`, `dataset[--dataset_test_split]`): `toy_dataset()` and
+    `toy_dataset(TEST_PROMPTS, seed=TEST_SEED)`. The task has only `len(LETTERS)` distinct prompts, so "held out"
+    means other rows in another order, not unseen prompts. The same name twice gives the train rows alone."""
+    if test_split == train_split:
+        return DatasetDict({train_split: toy_dataset(conversational=conversational)})
+    return DatasetDict(
+        {
+            train_split: toy_dataset(conversational=conversational),
+            test_split: toy_dataset(TEST_PROMPTS, seed=TEST_SEED, conversational=conversational),
+        }
+    )
 
 
 def toy_expert_dataset(num_demos: int = 256, seed: int = 0, conversational: bool = False) -> Dataset:

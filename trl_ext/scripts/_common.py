@@ -1,9 +1,16 @@
-"""What the training scripts (`grpo.py`, `dpo.py`) share: defaults, dataset loading, model kwargs, the finish."""
+"""What the training scripts (`grpo.py`, `dpo.py`) share: defaults (the toy's under the config file and the command
+line), dataset loading and split checks, model kwargs, the start-of-run summary, the finish, usage errors."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import contextlib
+import dataclasses
+import os
+import sys
+import textwrap
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -11,26 +18,154 @@ import yaml
 from trl import TrlParser, get_dataset
 
 
-def uses_default_model(argv: Sequence[str]) -> bool:
-    """True when neither the command line nor the `--config` file names a model."""
-    pre = argparse.ArgumentParser(add_help=False)
+class UsageError(ValueError):
+    """A mistake in the command line or the `--config` file: an unknown flag, an invalid value, a dataset split that
+    does not exist. The scripts' command-line entries (`trl-ext train`, `python examples/train_*.py`) print it and
+    exit with status 2; called with an explicit `argv`, the scripts raise it (a `ValueError`)."""
+
+
+@contextlib.contextmanager
+def usage_errors_exit(prog: str, enabled: bool = True) -> Iterator[None]:
+    """Turn a `UsageError` into `prog: error: ...` on stderr and exit status 2 (argparse's convention)."""
+    try:
+        yield
+    except UsageError as error:
+        if not enabled:
+            raise
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+# --------------------------------------------------------------------------------------------------- defaults
+
+
+def _show(value: Any) -> str:
+    """A config value as the summary prints it; an enum as its value (`'steps'`, not `<IntervalStrategy...>`)."""
+    return repr(getattr(value, "value", value))
+
+
+@dataclasses.dataclass
+class ToyDefaults:
+    """The toy defaults of a run on the toy model, and where each value of the run comes from."""
+
+    name: str  # e.g. "trl_ext.toy.DEFAULT_TRAINING"
+    values: dict[str, Any]  # every toy default, output_dir and activation_checkpointing included
+    sources: dict[str, str]  # key -> "toy", "--config <file>" or "the command line"
+    hyperparameters: tuple[str, ...] = ()  # the keys of `name`, the ones the summary lists
+
+    def overridden(self) -> dict[str, str]:
+        return {key: source for key, source in self.sources.items() if source != "toy"}
+
+    def describe(self, args: Any, width: int = 118) -> list[str]:
+        """Summary lines: the toy defaults in effect, then each override with its source and the toy value."""
+        keys = self.hyperparameters or tuple(self.values)
+        kept = [f"{k}={_show(getattr(args, k))}" for k in keys if self.sources[k] == "toy"]
+        lines = [f"toy defaults ({self.name}, under --config and the command line): " + (", ".join(kept) or "none")]
+        by_source: dict[str, list[str]] = {}
+        for key in keys:
+            if self.sources[key] != "toy":
+                item = f"{key}={_show(getattr(args, key))} (toy {_show(self.values[key])})"
+                by_source.setdefault(self.sources[key], []).append(item)
+        lines += [f"overridden by {source}: {', '.join(items)}" for source, items in by_source.items()]
+        wrapped = []
+        for line in lines:
+            wrapped += textwrap.wrap(line, width=width, initial_indent="  ", subsequent_indent="      ")
+        return wrapped
+
+
+def _model_and_config(argv: Sequence[str]) -> tuple[str | None, str | None, dict[str, Any]]:
+    """The model named by the command line or the `--config` file, the config file's path and its contents."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--model_name_or_path")
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
-    if known.model_name_or_path:
-        return False
+    config: dict[str, Any] = {}
     if known.config:
-        with open(known.config) as f:
-            return not (yaml.safe_load(f) or {}).get("model_name_or_path")
-    return True
+        try:
+            with open(known.config) as f:
+                config = yaml.safe_load(f) or {}
+        except OSError as error:
+            raise UsageError(f"--config {known.config}: {error.strerror}") from error
+        if not isinstance(config, dict):
+            raise UsageError(f"--config {known.config}: expected a YAML mapping of flag names to values")
+    return known.model_name_or_path or config.get("model_name_or_path"), known.config, config
 
 
-def set_defaults(parser: TrlParser, argv: Sequence[str], output_dir: str, toy_training: dict[str, Any]) -> None:
-    """CPU defaults without CUDA; the toy's output dir and hyperparameters when no model is named."""
+def _command_line_keys(argv: Sequence[str]) -> set[str]:
+    """The field names the command line sets (`--name value`, `--name=value`, `--name-with-dashes`, `--no_name`)."""
+    keys = set()
+    for token in argv:
+        if token.startswith("--"):
+            key = token[2:].split("=", 1)[0].replace("-", "_")
+            keys.add(key)
+            if key.startswith("no_"):
+                keys.add(key[3:])
+    return keys
+
+
+def uses_toy_model(argv: Sequence[str]) -> bool:
+    """True when neither the command line nor the `--config` file names a model, or the model they name is the toy
+    model itself (`trl_ext.toy.tiny_model_path()`)."""
+    from ..toy import is_tiny_model
+
+    model = _model_and_config(argv)[0]
+    return model is None or is_tiny_model(model)
+
+
+def _checkpointing_default(parser: TrlParser) -> bool | None:
+    """The training config's default for activation checkpointing: TRL's configs still default the deprecated alias
+    `gradient_checkpointing` (True), which transformers 5 resolves with a FutureWarning on every run."""
+    for dataclass_type in parser.dataclass_types:
+        fields = {f.name: f for f in dataclasses.fields(dataclass_type)}
+        if "activation_checkpointing" in fields and "gradient_checkpointing" in fields:
+            return fields["gradient_checkpointing"].default
+    return None
+
+
+def set_defaults(
+    parser: TrlParser, argv: Sequence[str], output_dir: str, toy_training: dict[str, Any], toy_name: str
+) -> ToyDefaults | None:
+    """CPU defaults without CUDA; on the toy model, the toy's output dir and hyperparameters as defaults.
+
+    Precedence: command line > `--config` file > toy defaults > TRL's defaults (`TrlParser` applies the config file's
+    values as defaults over these). Returns where each toy value comes from, or None when a real model is named.
+
+    The config's checkpointing default is passed under its current name, `activation_checkpointing` (off on the toy
+    model), unless the command line or the config file sets either name: a user's `--gradient_checkpointing` keeps
+    working (with transformers' deprecation warning), and is never silently overridden by a default."""
     if not torch.cuda.is_available():
         parser.set_defaults(use_cpu=True, bf16=False)
-    if uses_default_model(argv):
-        parser.set_defaults(output_dir=output_dir, activation_checkpointing=False, **toy_training)
+    model, config_path, config = _model_and_config(argv)
+    command_line = _command_line_keys(argv)
+    checkpointing_set = bool({"activation_checkpointing", "gradient_checkpointing"} & (command_line | set(config)))
+    from ..toy import is_tiny_model
+
+    if model is not None and not is_tiny_model(model):
+        default = _checkpointing_default(parser)
+        if default is not None and not checkpointing_set:
+            parser.set_defaults(activation_checkpointing=default)
+        return None
+    values: dict[str, Any] = {"output_dir": output_dir}
+    if not checkpointing_set:
+        values["activation_checkpointing"] = False
+    values.update(toy_training)
+    parser.set_defaults(**values)
+    sources = {
+        key: "the command line" if key in command_line else f"--config {config_path}" if key in config else "toy"
+        for key in values
+    }
+    return ToyDefaults(toy_name, values, sources, tuple(toy_training))
+
+
+def parse(parser: TrlParser, argv: Sequence[str]) -> tuple:
+    """`parser.parse_args_and_config(argv)`, its errors (unknown flags, invalid values) as `UsageError`."""
+    try:
+        return parser.parse_args_and_config(list(argv))
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+# ---------------------------------------------------------------------------------------------------- datasets
 
 
 def load_user_dataset(script_args, dataset_args):
@@ -46,6 +181,28 @@ def load_user_dataset(script_args, dataset_args):
     return None
 
 
+def select_splits(dataset, script_args, dataset_args, training_args):
+    """The train split and, when evaluation is on (`--eval_strategy`), the test split of a loaded dataset, as `trl`
+    scripts index it; a missing split is a `UsageError` naming the flag and the splits that exist."""
+    mixture = bool(dataset_args is not None and dataset_args.datasets)
+    source = "the --datasets mixture" if mixture else f"the dataset {script_args.dataset_name or '(embedded toy)'}"
+
+    def split(name: str, flag: str, hint: str):
+        if name in dataset:
+            return dataset[name]
+        raise UsageError(
+            f"{flag} {name!r}: {source} has no split {name!r} (its splits: {', '.join(map(repr, dataset))}); {hint}"
+        )
+
+    train = split(script_args.dataset_train_split, "--dataset_train_split", "pass --dataset_train_split SPLIT")
+    if training_args.eval_strategy == "no":
+        return train, None
+    hint = "pass --dataset_test_split SPLIT"
+    hint += ", or set test_split_size in the mixture" if mixture else ""
+    evaluation = split(script_args.dataset_test_split, "--dataset_test_split", f"{hint}, or --eval_strategy no")
+    return train, evaluation
+
+
 def set_model_init_kwargs(training_args, model_args) -> None:
     """`ModelConfig`'s loading options into the config's `model_init_kwargs` (explicit entries win)."""
     training_args.model_init_kwargs = {
@@ -57,9 +214,122 @@ def set_model_init_kwargs(training_args, model_args) -> None:
     }
 
 
-def train_and_finish(trainer, name: str, training_args, script_args):
-    """Train (resuming if asked), save, report, push if asked, and tear down on every rank together."""
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+# ------------------------------------------------------------------------------------------------ run summary
+
+
+def model_description(model: str) -> str:
+    from ..toy import MODEL_VERSION, TEACHER_VERSION
+
+    name = os.path.basename(os.path.normpath(model))
+    if name in (MODEL_VERSION, TEACHER_VERSION) and os.path.isdir(model):
+        return f"{name} (trl_ext's toy model, {model})"
+    return model
+
+
+def _parameters(model: torch.nn.Module) -> tuple[int, int]:
+    """(total, trainable) parameters; DeepSpeed ZeRO-3 partitions report their full size as `ds_numel`."""
+    total = trainable = 0
+    for p in model.parameters():
+        n = getattr(p, "ds_numel", p.numel())
+        total += n
+        trainable += n if p.requires_grad else 0
+    return total, trainable
+
+
+def _rows(dataset) -> str:
+    try:
+        return f"{len(dataset):,}"
+    except TypeError:  # streaming
+        return "streamed"
+
+
+def algorithm_overrides(args: Any, algorithm: str, shown: Sequence[str] = ()) -> list[str]:
+    """`name=value (default d)` for each of the algorithm's own config fields (`trl-ext list`'s) that differ from their
+    default, except those in `shown`."""
+    from ..trainers.model_card import algorithm_fields, field_default
+
+    out = []
+    for f in algorithm_fields(type(args), algorithm):
+        value, default = getattr(args, f.name), field_default(f)
+        if f.name not in shown and value != default:
+            out.append(f"{f.name}={_show(value)} (default {_show(default)})")
+    return out
+
+
+def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults | None) -> str:
+    """The start-of-run summary (at most ~15 lines): algorithm, model, data, optimizer, batch and generation
+    geometry, length, the algorithm's non-default settings, the toy defaults in play and the output dir."""
+    args, accelerator = trainer.args, trainer.accelerator
+    processes = accelerator.num_processes
+    total, trainable = _parameters(trainer.model)
+    params = f"{total:,} parameters" + (f", {trainable:,} trainable" if trainable != total else "")
+    rows = f"{_rows(trainer.train_dataset)} train rows"
+    if trainer.eval_dataset is not None:
+        rows += f", {_rows(trainer.eval_dataset)} eval rows"
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
+    grpo = hasattr(args, "num_generations")
+    unit = "completions" if grpo else "pairs"
+    warmup = f"warmup {args.warmup_steps:g} " + ("steps" if args.warmup_steps >= 1 else "of the steps")
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    lines = [
+        f"trl_ext {algorithm}: {type(trainer).__name__} / {type(args).__name__}, {processes} process(es) on "
+        f"{accelerator.device.type}",
+        f"  model       {model_description(model)}: {params}",
+        f"  data        {data}: {rows}",
+        f"  optimizer   learning_rate {args.learning_rate:g} ({scheduler}, {warmup}), "
+        f"max_grad_norm {args.max_grad_norm:g}",
+        f"  batch       {args.per_device_train_batch_size} {unit} per device x {args.gradient_accumulation_steps} "
+        f"accumulation step(s) x {processes} process(es) = {per_step} {unit} per optimizer step",
+    ]
+    if grpo:
+        prompts = args.generation_batch_size // args.num_generations
+        lines.append(
+            f"  generation  {args.generation_batch_size} completions per generation batch = {prompts} prompts x "
+            f"num_generations {args.num_generations}; max_completion_length {args.max_completion_length}, "
+            f"temperature {args.temperature:g}"
+        )
+    elif getattr(args, "max_length", None) is not None:
+        lines.append(f"  length      max_length {args.max_length} tokens per prompt + completion")
+    length = f"max_steps {args.max_steps}" if args.max_steps > 0 else f"num_train_epochs {args.num_train_epochs:g}"
+    evaluation = {"no": "eval off", "epoch": "eval every epoch"}.get(
+        getattr(args.eval_strategy, "value", args.eval_strategy),
+        f"eval every {args.eval_steps or args.logging_steps:g} steps",
+    )
+    lines.append(f"  schedule    {length}; logging every {args.logging_steps:g} steps; {evaluation}")
+    shown = ("learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length")
+    settings = algorithm_overrides(args, algorithm, shown)
+    lines += textwrap.wrap(
+        f"  {algorithm} settings: " + (", ".join(settings) if settings else "the algorithm's defaults"),
+        width=118,
+        subsequent_indent="      ",
+    )
+    if toy is not None:
+        lines += toy.describe(args)
+    output = f"  output      {args.output_dir}"
+    if toy is not None and toy.sources["output_dir"] == "toy":
+        output += " (the toy default)"
+    lines.append(output)
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------ finish
+
+# transformers 5 deprecated `PreTrainedModel.is_gradient_checkpointing`; TRL 1.16's `disable_gradient_checkpointing`
+# (around every generation, and in DPO's training step) still reads it, so every run printed this FutureWarning,
+# which nothing the scripts pass can avoid. Silenced for the script's training only, for this message and module.
+_TRL_DEPRECATION = r"`is_gradient_checkpointing` is deprecated"
+
+
+def train_and_finish(trainer, name: str, training_args, script_args, summary: str | None = None):
+    """Print the summary, train (resuming if asked), save, report, push if asked, and tear down on every rank
+    together."""
+    if summary:
+        trainer.accelerator.print(summary)
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=_TRL_DEPRECATION, category=FutureWarning, module=r"transformers\.modeling_utils"
+        )
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.accelerator.print(
         f"Trained {name} for {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es); "

@@ -11,12 +11,18 @@ Arguments are parsed by `trl.TrlParser` into TRL's `ScriptArguments` (`--dataset
 
 Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
 `trl_ext.toy` on the toy task's preference pairs (`toy_preference_dataset`: the prompt's letter repeated is
-chosen, another letter rejected), evaluating on held-out pairs, with `trl_ext.toy.DPO_TRAINING` as defaults. Without a
-CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
+chosen, another letter rejected), evaluating on held-out pairs (the `--dataset_test_split` split, default "test").
+On the toy model (no model named, or `--model_name_or_path` is `trl_ext.toy.tiny_model_path()`) the toy's settings
+`trl_ext.toy.DPO_TRAINING` are the defaults, under the `--config` file and the command line
+(command line > config file > toy defaults > TRL's defaults); with a real model TRL's defaults apply. Without a CUDA
+device, `use_cpu=True` and `bf16=False` are the defaults. Before training the main process prints a summary of the run
+(see `grpo.py`); a user dataset without the requested split is an error naming the flag and the splits that exist,
+before the model loads.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -25,36 +31,65 @@ from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, g
 from .. import toy
 from ..toy import DPO_TRAINING
 from ..trainers.dpo_config import DPOConfig
-from ._common import load_user_dataset, set_defaults, set_model_init_kwargs, train_and_finish
+from ._common import (
+    ToyDefaults,
+    load_user_dataset,
+    parse,
+    run_summary,
+    select_splits,
+    set_defaults,
+    set_model_init_kwargs,
+    train_and_finish,
+    usage_errors_exit,
+)
+
+
+def _parser(argv: Sequence[str]) -> tuple[TrlParser, ToyDefaults | None]:
+    parser = TrlParser((ScriptArguments, DPOConfig, ModelConfig, DatasetMixtureConfig))
+    return parser, set_defaults(parser, argv, "outputs/dpo-tiny", DPO_TRAINING, "trl_ext.toy.DPO_TRAINING")
 
 
 def make_parser(argv: Sequence[str]) -> TrlParser:
-    parser = TrlParser((ScriptArguments, DPOConfig, ModelConfig, DatasetMixtureConfig))
-    set_defaults(parser, argv, "outputs/dpo-tiny", DPO_TRAINING)
-    return parser
+    """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set."""
+    return _parser(argv)[0]
 
 
 def main(argv: Sequence[str] | None = None):
-    """Parse `argv` (default: the command line), train, save the model to `output_dir`; return the trainer."""
+    """Parse `argv` (default: the command line), train, save the model to `output_dir`; return the trainer.
+
+    Mistakes in the flags or the config file, and a dataset split that does not exist, are a `UsageError` (a
+    `ValueError`) raised before the model loads; from the command line (`argv=None`) they print `error: ...` and
+    exit with status 2."""
+    with usage_errors_exit(os.path.basename(sys.argv[0]) or "trl_ext", enabled=argv is None):
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]):
     from ..trainers.dpo_trainer import DPOTrainer
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    script_args, training_args, model_args, dataset_args = make_parser(argv).parse_args_and_config(argv)
-    model = model_args.model_name_or_path
+    parser, toy_defaults = _parser(argv)
+    script_args, training_args, model_args, dataset_args = parse(parser, argv)
     dataset = load_user_dataset(script_args, dataset_args)
     if dataset is None:
         dataset = {
             script_args.dataset_train_split: toy.toy_preference_dataset(),
-            script_args.dataset_test_split: toy.toy_preference_dataset(64, seed=99),
+            script_args.dataset_test_split: toy.toy_preference_dataset(64, seed=toy.TEST_SEED),
         }
-    model = model or toy.tiny_model_path()
+        if script_args.dataset_test_split == script_args.dataset_train_split:
+            dataset = {script_args.dataset_train_split: toy.toy_preference_dataset()}
+        data = "the toy task's preference pairs (trl_ext.toy.toy_preference_dataset)"
+    else:
+        data = script_args.dataset_name or "the --datasets mixture"
+    train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
+    model = model_args.model_name_or_path or toy.tiny_model_path()
     set_model_init_kwargs(training_args, model_args)
     trainer = DPOTrainer(
         model=model,
         args=training_args,
-        train_dataset=dataset[script_args.dataset_train_split],
-        eval_dataset=dataset[script_args.dataset_test_split] if training_args.eval_strategy != "no" else None,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )
-    return train_and_finish(trainer, "dpo", training_args, script_args)
+    summary = run_summary(trainer, "dpo", model, data, toy_defaults)
+    return train_and_finish(trainer, "dpo", training_args, script_args, summary)

@@ -18,8 +18,19 @@ object); `--reward_funcs` is optional there (logged, and trained on with `--rewa
 Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
 `trl_ext.toy` on its "repeat the letter" task with a verifiable reward (and, for MIX / MIX-CHORD, the task's
 embedded expert demonstrations; for on-policy distillation, the task's embedded teacher
-`trl_ext.toy.tiny_teacher_path()`), with the toy's hyperparameters as defaults (`trl_ext.toy.DEFAULT_TRAINING`).
-Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults.
+`trl_ext.toy.tiny_teacher_path()`). The toy task has a held-out split (`trl_ext.toy.toy_splits`, named by
+`--dataset_test_split`, default "test"), so `--eval_strategy steps --eval_steps 10` evaluates (`eval_reward`, ...).
+
+On the toy model (no model named, or `--model_name_or_path` is `trl_ext.toy.tiny_model_path()`) the toy's
+hyperparameters (`trl_ext.toy.DEFAULT_TRAINING`: learning rate, batch, group size, ...) and output dir are the
+defaults, under the `--config` file and the command line: command line > config file > toy defaults > TRL's defaults.
+With a real model TRL's (and the algorithm config's) defaults apply. Without a CUDA device, `use_cpu=True` and
+`bf16=False` are the defaults.
+
+Before training, the main process prints a summary of the run: algorithm, model and its size, data, learning rate,
+batch and generation geometry, length, the algorithm settings that differ from their defaults, the toy defaults in
+play (and which the config file or the command line overrode) and the output dir. A user dataset without the
+requested train or test split is an error naming the flag and the splits that exist, before the model loads.
 """
 
 from __future__ import annotations
@@ -36,7 +47,18 @@ from trl.scripts.grpo import GRPOScriptArguments
 
 from ..algorithms import get_algorithm
 from ..toy import DEFAULT_TRAINING
-from ._common import load_user_dataset, set_defaults, set_model_init_kwargs, train_and_finish
+from ._common import (
+    ToyDefaults,
+    UsageError,
+    load_user_dataset,
+    parse,
+    run_summary,
+    select_splits,
+    set_defaults,
+    set_model_init_kwargs,
+    train_and_finish,
+    usage_errors_exit,
+)
 
 
 @dataclass
@@ -84,13 +106,17 @@ def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
     return funcs
 
 
+def _check_expert_dataset(args: ExpertDataArguments, toy_task: bool) -> None:
+    if args.expert_dataset_name is None and not toy_task:
+        raise UsageError(
+            "--expert_dataset_name is required: MIX / MIX-CHORD train on expert demonstrations of your task "
+            "(prompt/completion or conversational 'messages' rows)"
+        )
+
+
 def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
+    _check_expert_dataset(args, toy_task)
     if args.expert_dataset_name is None:
-        if not toy_task:
-            raise ValueError(
-                "--expert_dataset_name is required: MIX / MIX-CHORD train on expert demonstrations of your task "
-                "(prompt/completion or conversational 'messages' rows)"
-            )
         from ..toy import toy_expert_dataset
 
         return toy_expert_dataset()
@@ -99,48 +125,66 @@ def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
     return load_dataset(args.expert_dataset_name, name=args.expert_dataset_config, split=args.expert_dataset_split)
 
 
-def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
+def _parser(algorithm: str, argv: Sequence[str]) -> tuple[TrlParser, ToyDefaults | None]:
     spec = get_algorithm(algorithm)
     expert = (ExpertDataArguments,) if spec.sample_strategy == "mix" else ()
     parser = TrlParser((GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *expert))
-    set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING)
-    return parser
+    toy = set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING, "trl_ext.toy.DEFAULT_TRAINING")
+    return parser, toy
+
+
+def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
+    """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set."""
+    return _parser(algorithm, argv)[0]
 
 
 def main(algorithm: str, argv: Sequence[str] | None = None):
-    """Parse `argv` (default: the command line), train, save the model to `output_dir`; return the trainer."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Parse `argv` (default: the command line), train, save the model to `output_dir`; return the trainer.
+
+    Mistakes in the flags or the config file, and a dataset split that does not exist, are a `UsageError` (a
+    `ValueError`) raised before the model loads; from the command line (`argv=None`) they print `error: ...` and
+    exit with status 2."""
+    with usage_errors_exit(os.path.basename(sys.argv[0]) or "trl_ext", enabled=argv is None):
+        return _main(algorithm, list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(algorithm: str, argv: list[str]):
+    from .. import toy
+
     spec = get_algorithm(algorithm)
-    script_args, training_args, model_args, dataset_args, *expert = make_parser(algorithm, argv).parse_args_and_config(
-        argv
-    )
+    parser, toy_defaults = _parser(algorithm, argv)
+    script_args, training_args, model_args, dataset_args, *expert = parse(parser, argv)
 
     model = model_args.model_name_or_path
-    reward_funcs = _reward_funcs(script_args)
+    toy_task = not (dataset_args.datasets or script_args.dataset_name)
+    if expert:
+        _check_expert_dataset(expert[0], toy_task)  # before loading anything
+    dataset = load_user_dataset(script_args, dataset_args)
+    if toy_task:
+        dataset = toy.toy_splits(script_args.dataset_train_split, script_args.dataset_test_split)
+        data = 'the toy "repeat the letter" task (trl_ext.toy.toy_splits)'
+    else:
+        data = script_args.dataset_name or "the --datasets mixture"
+    train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
+    reward_funcs = _reward_funcs(script_args) or ([toy.toy_reward] if toy_task else [])
     extra: dict[str, Any] = {}
     if expert:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
-        toy_task = not (dataset_args.datasets or script_args.dataset_name)
         extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
-    dataset = load_user_dataset(script_args, dataset_args)
-    if model is None or dataset is None:
-        from .. import toy
-
-        if model is None and algorithm == "on_policy_distill" and training_args.teacher_model_name_or_path is None:
+    if model is None:
+        if algorithm == "on_policy_distill" and training_args.teacher_model_name_or_path is None:
             training_args.teacher_model_name_or_path = toy.tiny_teacher_path()  # the toy student's teacher
-        model = model or toy.tiny_model_path()
-        if dataset is None:
-            dataset = {script_args.dataset_train_split: toy.toy_dataset()}
-            reward_funcs = reward_funcs or [toy.toy_reward]
+        model = toy.tiny_model_path()
 
     set_model_init_kwargs(training_args, model_args)
     trainer = spec.trainer_class(
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
-        train_dataset=dataset[script_args.dataset_train_split],
-        eval_dataset=dataset[script_args.dataset_test_split] if training_args.eval_strategy != "no" else None,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
         **extra,
     )
-    return train_and_finish(trainer, algorithm, training_args, script_args)
+    summary = run_summary(trainer, algorithm, model, data, toy_defaults)
+    return train_and_finish(trainer, algorithm, training_args, script_args, summary)

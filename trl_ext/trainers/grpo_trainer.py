@@ -190,7 +190,8 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         for key, value in output.items():
             if key == "advantages" or not isinstance(value, torch.Tensor) or value.dim() == 0:
                 continue
-            fill = self._tokenizer.pad_token_id if key.endswith("_ids") else 1 if key == "importance_sampling_ratio" else 0
+            fill = 1 if key == "importance_sampling_ratio" else 0
+            fill = self._tokenizer.pad_token_id if key.endswith("_ids") else fill
             if value.dim() > 1:
                 value = self.accelerator.pad_across_processes(
                     value, dim=1, pad_index=fill, pad_first=key.startswith("prompt")

@@ -42,6 +42,7 @@ PAPERS["mix_chord"] = PAPERS["mix"]
 
 _DISPLAY_NAMES = {"reinforceplusplus": "REINFORCE++", "on_policy_distill": "On-policy distillation",
                   "mix_chord": "MIX-CHORD", "asymre": "AsymRE", "sppo": "sPPO"}  # fmt: skip
+_UNNAMED_BASE = "[None](https://huggingface.co/None)"  # TRL's template for a base model it does not name
 _TRL_LOSS_FIELDS = {"dpo": ("beta", "label_smoothing")}  # TRL fields that are the ported loss's arguments
 
 
@@ -96,8 +97,29 @@ class AlgorithmModelCard:
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return
-        with open(os.path.join(self.args.output_dir, "README.md"), "a") as f:
-            f.write("\n" + self._algorithm_section())
+        path = os.path.join(self.args.output_dir, "README.md")
+        with open(path, encoding="utf-8") as f:
+            card = f.read()
+        base = self._local_base_model()
+        if base is not None:  # TRL names Hub ids only: a local model was "a fine-tuned version of [None](...)"
+            card = card.replace(_UNNAMED_BASE, base)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(card + "\n" + self._algorithm_section())
+
+    def _local_base_model(self) -> str | None:
+        """How the card names a base model loaded from a local directory (TRL leaves it unnamed, as `None`): the
+        directory's name, and for trl_ext's toy models where they come from. None for a Hub id (TRL links it)."""
+        path = getattr(getattr(self.model, "config", None), "_name_or_path", "") or ""
+        if not path or not os.path.isdir(path):
+            return None
+        from ..toy import MODEL_VERSION, TEACHER_VERSION
+
+        name = os.path.basename(os.path.normpath(path))
+        toy = {
+            MODEL_VERSION: "trl_ext's offline toy model, `trl_ext.toy.tiny_model_path()`",
+            TEACHER_VERSION: "trl_ext's offline toy teacher, `trl_ext.toy.tiny_teacher_path()`",
+        }
+        return f"`{name}` ({toy.get(name, 'a local model')})"
 
     def _algorithm_section(self) -> str:
         spec = get_algorithm(self.algorithm)
