@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 from trainer_helpers import logged
 
 import trl_ext
 from trl_ext.cli import main, train
+from trl_ext.trainers.arguments import ALGORITHM_ARGUMENTS
+from trl_ext.trainers.model_card import algorithm_defaults, algorithm_fields, field_default
 
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
 QUICK += ["--save_strategy", "no"]
@@ -31,6 +36,68 @@ def test_list_names_every_algorithm_with_its_loss_defaults_and_paper(capsys):
     mix = out.split("\nmix  ")[1].split("\n", 4)[3]
     assert "per_device_train_batch_size=16" in mix  # a TRL default the config changes is listed
     assert "(no trainer: loss `sft`" in out
+
+
+def test_list_imports_neither_trl_nor_transformers():
+    """`trl-ext list` reads the argument dataclasses (`trl_ext.trainers.arguments`), not the configs: it costs the
+    import of torch, not that of trl / transformers (several seconds)."""
+    heavy = "sorted(m for m in ('trl', 'transformers', 'accelerate', 'datasets') if m in sys.modules)"
+    script = f"import sys, trl_ext.cli; trl_ext.cli.list_algorithms(); print({heavy})"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_every_trainer_has_its_arguments_listed():
+    assert set(ALGORITHM_ARGUMENTS) == {name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer}
+    for name in ALGORITHM_ARGUMENTS:
+        spec = trl_ext.get_algorithm(name)
+        assert spec.class_names == (spec.config_class.__name__, spec.trainer_class.__name__), name
+        config_bases = spec.config_class.__bases__
+        assert config_bases[: len(ALGORITHM_ARGUMENTS[name])] == ALGORITHM_ARGUMENTS[name], name
+
+
+@pytest.mark.parametrize("name", list(ALGORITHM_ARGUMENTS))
+def test_list_shows_the_fields_of_the_real_config(name):
+    """What `list` computes from the argument dataclasses alone is `algorithm_fields` of the real config class: the
+    same names, in the same order, with the same defaults (as the model card shows them)."""
+    config = trl_ext.get_algorithm(name).config_class
+    expected = [(f.name, field_default(f)) for f in algorithm_fields(config, name)]
+    listed = list(algorithm_defaults(name).items())
+    assert listed == expected
+    assert [(n, repr(v)) for n, v in listed] == [(n, repr(v)) for n, v in expected]
+    assert [type(v) for _, v in listed] == [type(v) for _, v in expected]
+
+
+def test_listed_dpo_loss_defaults_are_trl_defaults():
+    """`list` takes DPO's `beta` / `label_smoothing` defaults from the ported loss, without importing trl: they must be
+    `trl.DPOConfig`'s."""
+    import trl
+
+    from trl_ext.losses import get_policy_loss
+
+    trl_defaults = {f.name: f.default for f in dataclasses.fields(trl.DPOConfig)}
+    loss_defaults = get_policy_loss("dpo").default_args()
+    assert set(loss_defaults) == {"beta", "label_smoothing"}
+    assert {name: trl_defaults[name] for name in loss_defaults} == loss_defaults
+    assert {name: algorithm_defaults("dpo")[name] for name in loss_defaults} == loss_defaults
+
+
+def test_list_answers_quickly():
+    """The installed `trl-ext list` answers in about a second (it used to import trl: ~5 s). The bound is generous, for
+    loaded machines; the median of 5 runs is printed (`pytest -s`)."""
+    script = os.path.join(os.path.dirname(sys.executable), "trl-ext")
+    if not os.path.isfile(script):
+        pytest.skip("the trl-ext console script is not installed")
+    seconds = []
+    for _ in range(5):
+        start = time.perf_counter()
+        result = subprocess.run([script, "list"], capture_output=True, text=True, timeout=300)
+        seconds.append(time.perf_counter() - start)
+        assert result.returncode == 0, result.stderr[-2000:]
+    median = statistics.median(seconds)
+    print(f"trl-ext list: median {median:.2f} s over 5 runs ({', '.join(f'{s:.2f}' for s in seconds)})")
+    assert median < 3.0, seconds
 
 
 def test_env_reports_versions_and_devices(capsys):

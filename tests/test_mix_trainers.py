@@ -264,6 +264,7 @@ def test_reference_weighting_when_geometry_is_given(tiny_model, tmp_path):
         calls.append((inputs, loss.detach()))
         return loss, metrics
 
+    recording.inputs, recording.is_window_share = loss_fn.inputs, loss_fn.is_window_share  # what trainers read
     trainer.policy_loss_fn = recording
     returned = []
     compute = trainer._compute_loss
@@ -316,8 +317,8 @@ def test_long_demonstrations_are_truncated_with_a_warning(tiny_model, tmp_path, 
 @pytest.mark.parametrize(
     "ratio, match",
     [
-        (-0.1, r"expert_data_ratio=-0\.1 must be a number in \[0, 1\]"),
-        (1.5, r"expert_data_ratio=1\.5 must be a number in \[0, 1\]"),
+        (-0.1, r"expert_data_ratio=-0\.1 is not valid; must be a number in \[0, 1\]"),
+        (1.5, r"expert_data_ratio=1\.5 is not valid; must be a number in \[0, 1\]"),
         (0.3, r"ceil\(0\.3 × 8\) = 3 expert .*multiple of num_generations=4.*nearest ratios that fit: 0\.5 \(4 rows\)"),
         (0.9, r"= 8 expert .*leaving 0 rollouts.*at least one group of rollouts must remain"),
     ],

@@ -65,6 +65,12 @@ class AlgorithmSpec:
     def trainer_class(self) -> type:
         return _import(self._trainer_paths()[1])
 
+    @property
+    def class_names(self) -> tuple[str, str]:
+        """The names of the config and the trainer class, `("SAPOConfig", "SAPOTrainer")`, without importing them."""
+        config, trainer = self._trainer_paths()
+        return config.rpartition(":")[2], trainer.rpartition(":")[2]
+
     def _trainer_paths(self) -> tuple[str, str]:
         if self.name not in _TRAINERS:
             with_trainer = ", ".join(sorted(_TRAINERS)) or "none yet"

@@ -45,23 +45,23 @@ def train(algorithm: str, argv: Sequence[str]):
 
 def list_algorithms() -> str:
     """Each algorithm: its trainer and config, policy loss, advantage, KL / entropy defaults, its own config fields
-    with their defaults, and the paper."""
-    from .trainers.model_card import algorithm_fields, field_default
+    with their defaults, and the paper. Imports neither the configs nor trl (only the argument dataclasses)."""
+    from .trainers.model_card import algorithm_defaults
 
     lines = []
     for name, spec in ALGORITHMS.items():
         if not spec.has_trainer:
             lines.append(f"{name}  (no trainer: loss `{spec.policy_loss_fn}` in trl_ext.losses)  {spec.paper}")
             continue
-        config, trainer = spec.config_class, spec.trainer_class
-        lines.append(f"{name}  {trainer.__name__} / {config.__name__}  {spec.paper}")
+        config, trainer = spec.class_names
+        lines.append(f"{name}  {trainer} / {config}  {spec.paper}")
         lines.append(f"    {spec.description}")
         lines.append(
             f"    loss: {spec.policy_loss_fn}   advantage: {spec.advantage_fn or '-'}   "
             f"KL: {spec.kl_loss_fn}   entropy: {spec.entropy_loss_fn}"
         )
-        fields = algorithm_fields(config, name)
-        lines.append(f"    defaults: {', '.join(f'{f.name}={field_default(f)!r}' for f in fields)}")
+        defaults = algorithm_defaults(name)
+        lines.append(f"    defaults: {', '.join(f'{field}={value!r}' for field, value in defaults.items())}")
     return "\n".join(lines)
 
 

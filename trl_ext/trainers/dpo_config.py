@@ -21,13 +21,8 @@ from trl import DPOConfig as TRLDPOConfig
 from .._validation import check_choice, check_number
 from ..losses import get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
-from .grpo_config import (
-    DocumentedDefault,
-    build_named,
-    documented_default,
-    is_documented_default,
-    resolve_kl_coefficient,
-)
+from .arguments import ALGORITHM_ARGUMENTS, documented_default, is_documented_default
+from .grpo_config import build_named, resolve_kl_coefficient
 
 _DPO_DEFAULTS = {
     f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -100,7 +95,7 @@ class _TRLDPOFields(TRLDPOConfig):
 
 
 @dataclass
-class DPOConfig(_TRLDPOFields):
+class DPOConfig(*ALGORITHM_ARGUMENTS["dpo"], _TRLDPOFields):
     r"""
     Configuration of [`trl_ext.DPOTrainer`]: Direct Preference Optimization (Rafailov et al. 2023, arXiv
     2305.18290) with Trinity-RFT's `dpo` loss, per pair: −(1 − ls)·log σ(βz) − ls·log σ(−βz), z the chosen minus
@@ -131,22 +126,6 @@ class DPOConfig(_TRLDPOFields):
         metadata={
             "help": "Probability ε ∈ [0, 0.5) that a preference label is flipped: the per-pair loss is "
             "−(1 − ε)·log σ(βz) − ε·log σ(−βz) (conservative DPO, Mitchell 2023; Trinity-RFT's `dpo`)."
-        },
-    )
-    kl_loss_fn: str = field(
-        default="k2",
-        metadata={
-            "help": "KL estimator of the KL term kl_coef·token-mean(KL(π‖π_ref)) over the chosen and rejected "
-            "completion tokens: `k1`, `k2` (Trinity-RFT's DPO default), `k3`, `low_var_kl`, `abs`, `corrected_k3`, "
-            "or `none` (no KL term, whatever `kl_coef`'s default).",
-            "choices": sorted(KL_FNS),
-        },
-    )
-    kl_coef: float = field(
-        default=DocumentedDefault(0.001),
-        metadata={
-            "help": "Coefficient of the KL term (Trinity-RFT's default 0.001); 0 or `kl_loss_fn='none'` turns it "
-            "off. Needs per-token reference log-probs, so not with `precompute_ref_log_probs=True`."
         },
     )
 

@@ -15,6 +15,7 @@ import shutil
 from typing import Any
 
 from ..algorithms import get_algorithm
+from .arguments import ALGORITHM_ARGUMENTS
 
 # Paper of each algorithm with a trainer: (title, arXiv id). BibTeX entries are built from them.
 PAPERS: dict[str, tuple[str, str]] = {
@@ -43,7 +44,8 @@ PAPERS["mix_chord"] = PAPERS["mix"]
 _DISPLAY_NAMES = {"reinforceplusplus": "REINFORCE++", "on_policy_distill": "On-policy distillation",
                   "mix_chord": "MIX-CHORD", "asymre": "AsymRE", "sppo": "sPPO"}  # fmt: skip
 _UNNAMED_BASE = "[None](https://huggingface.co/None)"  # TRL's template for a base model it does not name
-_TRL_LOSS_FIELDS = {"dpo": ("beta", "label_smoothing")}  # TRL fields that are the ported loss's arguments
+# TRL fields that are the ported loss's arguments, in the TRL config's field order
+_TRL_LOSS_FIELDS = {"dpo": ("label_smoothing", "beta")}
 
 
 def paper(algorithm: str) -> dict[str, str]:
@@ -67,19 +69,45 @@ def field_default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
 
+def _settings_base(config_class: type, algorithm: str) -> type:
+    """The config class whose fields are not the algorithm's settings: the first class of the config's MRO that is
+    neither one of the argument dataclasses it is assembled from (`ALGORITHM_ARGUMENTS`), nor one of their bases, nor
+    derived from them (`GRPOFamilyConfig`, `MIXFamilyConfig`, DPO's `trl.DPOConfig` base)."""
+    parts = ALGORITHM_ARGUMENTS.get(algorithm, ())
+    return next(c for c in config_class.__mro__[1:] if not any(issubclass(p, c) or issubclass(c, p) for p in parts))
+
+
 def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Field]:
     """The config's algorithm settings: its own fields, the base fields whose default it changes, and the TRL
     fields that its loss reads (DPO's `beta` and `label_smoothing`)."""
-    from .grpo_config import GRPOFamilyConfig
-
-    base = GRPOFamilyConfig if issubclass(config_class, GRPOFamilyConfig) else config_class.__mro__[1]
-    inherited = {f.name: field_default(f) for f in dataclasses.fields(base)}
+    inherited = {f.name: field_default(f) for f in dataclasses.fields(_settings_base(config_class, algorithm))}
     keep = _TRL_LOSS_FIELDS.get(algorithm, ())
     return [
         f
         for f in dataclasses.fields(config_class)
         if f.name not in inherited or inherited[f.name] != field_default(f) or f.name in keep
     ]
+
+
+def algorithm_defaults(algorithm: str) -> dict[str, Any]:
+    """`algorithm_fields` of the algorithm's config, as {name: default}, without importing the config (nor trl):
+    from the argument dataclasses it is assembled from (`ALGORITHM_ARGUMENTS`), for `trl-ext list`.
+
+    A config's fields are its base's, then those of its argument dataclasses, the last base first; a field that
+    changes a base field's default (`base_fields` of its dataclass) keeps its place among the base's fields, and so
+    do the TRL fields the loss reads, whose defaults are the loss's `default_args()` (equal to TRL's)."""
+    parts = ALGORITHM_ARGUMENTS[algorithm]
+    own: dict[str, dataclasses.Field] = {}
+    for part in reversed(parts):
+        own.update({f.name: f for f in dataclasses.fields(part)})
+    overrides = [name for part in reversed(parts) for name in getattr(part, "base_fields", ())]
+    defaults = {name: field_default(own.pop(name)) for name in overrides}
+    if algorithm in _TRL_LOSS_FIELDS:
+        from ..losses import get_policy_loss
+
+        loss_defaults = get_policy_loss(get_algorithm(algorithm).policy_loss_fn).default_args()
+        defaults.update({name: loss_defaults[name] for name in _TRL_LOSS_FIELDS[algorithm]})
+    return defaults | {name: field_default(f) for name, f in own.items()}
 
 
 class AlgorithmModelCard:
