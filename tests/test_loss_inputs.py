@@ -19,6 +19,7 @@ import warnings
 
 import pytest
 import torch
+from test_validation import EXPERT, MASK, B, T  # the batch every loss test uses
 
 from trl_ext.losses import (
     KL_FNS,
@@ -31,17 +32,6 @@ from trl_ext.losses import (
     get_policy_loss,
 )
 
-B, T = 4, 5
-MASK = torch.tensor(
-    [
-        [1, 1, 1, 0, 0],
-        [1, 1, 1, 1, 1],
-        [0, 0, 0, 0, 0],  # an empty row
-        [0, 1, 1, 1, 0],  # leading padding
-    ],
-    dtype=torch.bool,
-)
-EXPERT = torch.tensor([False, True, False, True])
 VALID_USUAL = (0, 1)  # a valid position of a rollout (non-expert) row
 VALID_EXPERT = (1, 2)  # a valid position of an expert row
 MASKED = (0, 4)  # a masked position
