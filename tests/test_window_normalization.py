@@ -1,7 +1,8 @@
 """Normalization over the optimizer window (DESIGN §2.6): the same 16 fixed completions trained as 1 process ×
 4 accumulation steps, 1 process × 1 step with 4× the batch, and 2 processes × 2 steps (torchrun, gloo, CPU)
 give the same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages
-(REINFORCE++), dropped samples (RAFT), MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
+(REINFORCE++), dropped samples (RAFT), dropped groups replaced by copies of kept ones (`duplicate_experiences`,
+rows copied across processes), MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
 own rows of the window, with a scheduled μ) and on-policy distillation (teacher advantages with a group baseline
 and a reward term, computed over the whole generation batch of every process). A control run that normalizes
 each micro-batch by itself (TRL's `grpo` / `bnpo` convention) does not, so the comparison can fail.
@@ -19,7 +20,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
-ALGORITHMS = "grpo:all,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES) + ",on_policy_distill"
+ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES) + ",on_policy_distill"
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -47,7 +48,7 @@ def runs(random_tiny_model, tiny_model, tmp_path_factory):
     }
 
 
-KEYS = [f"grpo/{mode}" for mode in MODES] + ["reinforceplusplus/default", "raft/default"]
+KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "reinforceplusplus/default", "raft/default"]
 KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default"]
 DISTILL_METRICS = ("kl/mean", "kl/std", "advantages/mean")
 MIX_METRICS = ("usual/pg_loss", "usual/pg_clipfrac", "usual/ppo_kl", "expert/sft_phi_loss", "mu", "entropy_loss")
@@ -65,6 +66,10 @@ def test_same_update_for_every_split(runs, key):
         values = [runs[split][key]["logs"][1][name] for split in ("1x1", "1x4", "2x2")]
         assert values == pytest.approx([values[0]] * 3, rel=1e-5, abs=1e-7), name
     assert runs["1x1"][key]["logs"][1]["kl"] > 0
+    if key == "grpo/duplicate":  # two of the four groups are copies in every split, rows taken across processes
+        for split in ("1x1", "1x4", "2x2"):
+            assert [e["advantages/duplicated_frac"] for e in runs[split][key]["logs"]] == [0.5, 0.5], split
+        assert not torch.allclose(reference, runs["1x1"]["grpo/token-mean"]["update"], rtol=1e-3)
     if key.startswith("mix"):  # both parts contribute, and μ follows the step
         logs = runs["1x1"][key]["logs"]
         assert logs[0]["usual/pg_loss"] != 0 and logs[0]["expert/sft_phi_loss"] > 0

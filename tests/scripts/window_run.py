@@ -93,13 +93,16 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     dataset = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(PROMPTS)]})
     results = {}
-    # "grpo:all" runs every loss_agg_mode, "mix_chord:token-mean+seq-mean-token-mean" those two, "raft" the default
+    # "grpo:all" runs every loss_agg_mode, "mix_chord:token-mean+seq-mean-token-mean" those two, "raft" the default,
+    # "grpo:duplicate" std_threshold with duplicate_experiences (rows copied across processes)
     for entry in args.algorithms.split(","):
         algorithm, _, which = entry.partition(":")
         spec = trl_ext.get_algorithm(algorithm)
         modes = LOSS_AGG_MODES if which == "all" else which.split("+") if which else ("default",)
         for mode in modes:
             extra = {} if mode == "default" else {"loss_agg_mode": mode}
+            if mode == "duplicate":  # the groups of prompts 1 and 2 (reward std 0.17, 0.23) become copies of others
+                extra = {"std_threshold": 0.25, "duplicate_experiences": True}
             mixing = {}
             if algorithm.startswith("mix"):  # half the window is expert rows; mu 0.6 then 0.4
                 extra.update(mu_peak=0.6, mu_valley=0.2, mu_decay_steps=2, expert_data_ratio=0.5)
