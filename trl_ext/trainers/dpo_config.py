@@ -11,7 +11,6 @@ switches `use_weighting` / `use_liger_kernel` turned on.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
@@ -21,14 +20,10 @@ from trl import DPOConfig as TRLDPOConfig
 from .._validation import check_choice, check_number
 from ..losses import get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
-from .arguments import ALGORITHM_ARGUMENTS, documented_default, is_documented_default
-from .grpo_config import build_named, resolve_kl_coefficient
+from .arguments import ALGORITHM_ARGUMENTS
+from .grpo_config import UnsetTRLFields, build_named, resolve_kl_coefficient, trl_defaults
 
-_DPO_DEFAULTS = {
-    f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-    for f in dataclasses.fields(TRLDPOConfig)
-    if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-}
+_DPO_DEFAULTS = trl_defaults(TRLDPOConfig)
 
 # TRL fields that configure TRL's own DPO loss: (the values that describe the ported loss, why the others do not
 # apply). An explicit value equal to what the port computes is accepted (`loss_type="sigmoid"` is exactly the
@@ -84,11 +79,13 @@ def _unused_parameter(name: str) -> Any:
 
 
 @dataclass
-class _TRLDPOFields(TRLDPOConfig):
+class _TRLDPOFields(UnsetTRLFields, TRLDPOConfig):
     """`trl.DPOConfig` with the parameters of TRL's other losses unset (None), so that giving one is detectable.
 
     A base of its own: `trl-ext list` and the model card show a config's fields whose default differs from its
     base's, and these are not settings of the algorithm."""
+
+    unset_trl_fields: ClassVar[dict[str, Any]] = {name: _DPO_DEFAULTS[name] for name in _TRL_LOSS_PARAMETERS}
 
     f_alpha_divergence_coef: float | None = _unused_parameter("f_alpha_divergence_coef")
     discopop_tau: float | None = _unused_parameter("discopop_tau")
@@ -159,24 +156,11 @@ class DPOConfig(*ALGORITHM_ARGUMENTS["dpo"], _TRLDPOFields):
             if not any(_is(value, a) for a in allowed):
                 raise self._unused_field_error(name, value, f"allowed: {' or '.join(map(repr, allowed))}")
         self.loss_type = list(self.loss_type) if isinstance(self.loss_type, tuple) else self.loss_type
-        for name in _TRL_LOSS_PARAMETERS:
-            value = getattr(self, name)
-            if value is not None and not is_documented_default(value):
-                rule = f"it configures TRL's own loss: leave it unset, even at TRL's default {_DPO_DEFAULTS[name]!r}"
-                raise self._unused_field_error(name, value, rule)
-            setattr(self, name, documented_default(_DPO_DEFAULTS[name]))  # accepted again by `dataclasses.replace`
+        self._take_trl_defaults()
         for name in _TRL_SWITCHES:
             value = getattr(self, name)
             if value is not False:
                 raise self._unused_field_error(name, value, "allowed: False")
-
-    def to_dict(self) -> dict[str, Any]:
-        """TrainingArguments' dict without the parameters of TRL's other losses, which hold TRL's defaults for
-        TRL's code but are errors when given: the dict re-loads."""
-        d = super().to_dict()
-        for name in _TRL_LOSS_PARAMETERS:
-            d.pop(name, None)
-        return d
 
     def build_policy_loss(self):
         build = partial(get_policy_loss, "dpo", beta=self.beta, label_smoothing=self.label_smoothing)

@@ -33,40 +33,14 @@ from ..advantages import get_advantage_fn
 from ..algorithms import get_algorithm
 from ..losses import get_entropy_fn, get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
-from .arguments import (  # noqa: F401 - the argument dataclasses and helpers stay importable from here
-    _AGG_HELP,
+from .arguments import (
     _REWARD_ADVANTAGE_FNS,
     ALGORITHM_ARGUMENTS,
     AdvantageArguments,
-    AsymREAdvantageArguments,
-    CISPOLossArguments,
     DocumentedDefault,
-    GRPOAdvantageArguments,
-    GSPOLossArguments,
     LossArguments,
-    MIXCHORDLossArguments,
-    MIXLossArguments,
-    OnPolicyDistillAdvantageArguments,
-    OnPolicyDistillLossArguments,
-    OPMDAdvantageArguments,
-    OPMDLossArguments,
     PPOLossArguments,
-    RAFTSelectionArguments,
-    RECAdvantageArguments,
-    RECLossArguments,
-    ReinforceAdvantageArguments,
-    ReinforcePlusPlusAdvantageArguments,
-    RLOOAdvantageArguments,
-    SAPOLossArguments,
-    SFTLossArguments,
-    SPPOLossArguments,
-    TOPRLossArguments,
-    _agg_field,
-    _DocumentedDefaultStr,
-    _ExpertDataArguments,
     _help,
-    _MixingArguments,
-    _TeacherArguments,
     documented_default,
     is_documented_default,
 )
@@ -95,7 +69,17 @@ def build_named(owner: str, what: str, build, renames: dict[str, str] | None = N
 # The base config
 # ---------------------------------------------------------------------------------------------------------------
 
-_GRPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(_TRLGRPOConfig) if f.default is not dataclasses.MISSING}
+
+def trl_defaults(config_class: type) -> dict[str, Any]:
+    """The field defaults of a TRL config class (default factories called)."""
+    return {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(config_class)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+
+
+_GRPO_DEFAULTS = trl_defaults(_TRLGRPOConfig)
 
 # TRL fields that select or parameterize TRL's own loss (or its adaptive entropy), with what to use instead
 # (`{clip}`, `{dual_clip}`, `{sequence_mask}`, `{adaptive_entropy}` are filled per algorithm). `GRPOFamilyConfig`
@@ -192,8 +176,35 @@ def check_kwargs(owner: str, name: str, value: Any) -> dict[str, Any] | None:
     return value
 
 
+class UnsetTRLFields:
+    """Mixin of a trl_ext config that redeclares the fields of TRL's own losses with the default None
+    (`unset_trl_fields`: name -> TRL's default). Giving one is an error even at TRL's default
+    (`_unused_field_error`); once checked, each holds TRL's default for TRL's own code, marked as not given
+    (`documented_default`, so a copy made from the config's values is accepted), and `to_dict` leaves them out
+    (the dict logged to trackers and written in model cards re-loads)."""
+
+    unset_trl_fields: ClassVar[dict[str, Any]] = {}
+
+    def _unused_field_error(self, name: str, value: Any, rule: str) -> ValueError:
+        raise NotImplementedError
+
+    def _take_trl_defaults(self) -> None:
+        for name, default in self.unset_trl_fields.items():
+            value = getattr(self, name)
+            if value is not None and not is_documented_default(value):
+                rule = f"it configures TRL's own loss: leave it unset, even at TRL's default {default!r}"
+                raise self._unused_field_error(name, value, rule)
+            setattr(self, name, documented_default(default))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        for name in self.unset_trl_fields:
+            d.pop(name, None)
+        return d
+
+
 @dataclass
-class GRPOFamilyConfig(_TRLGRPOConfig):
+class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
     r"""
     Base configuration of the trl_ext GRPO-family trainers: every `trl.GRPOConfig` field, plus the KL and entropy
     choices shared by all algorithms. Use an algorithm's subclass (`SAPOConfig`, `GSPOConfig`, ...), which adds
@@ -208,6 +219,7 @@ class GRPOFamilyConfig(_TRLGRPOConfig):
     #: the algorithm's name; a subclass gets its loss and advantage arguments by also subclassing one
     #: `LossArguments` and one `AdvantageArguments` dataclass
     algorithm: ClassVar[str] = ""
+    unset_trl_fields: ClassVar[dict[str, Any]] = {name: _GRPO_DEFAULTS[name] for name in _TRL_LOSS_FIELDS}
     loss_renames: ClassVar[dict[str, str]] = {}
     advantage_fn: ClassVar[str | None] = None
     advantage_renames: ClassVar[dict[str, str]] = {}
@@ -270,7 +282,7 @@ class GRPOFamilyConfig(_TRLGRPOConfig):
     def __post_init__(self) -> None:
         # trl_ext's checks first, each field on its own, so that a bad value is reported by its field's name
         # before TRL's own processing of the other fields.
-        self._check_trl_loss_fields()
+        self._take_trl_defaults()
         self._check_fields()
         owner = type(self).__name__
         self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
@@ -342,31 +354,12 @@ class GRPOFamilyConfig(_TRLGRPOConfig):
             f"{self.algorithm or 'GRPO-family'} trainer does not use ({rule}); {hint}"
         )
 
-    def _check_trl_loss_fields(self) -> None:
-        """The TRL loss fields must be unset (None); they then take TRL's defaults, which TRL's own code (its config
-        and trainer) reads, marked as not set by the user so that a copy of the config made from its values
-        (`dataclasses.replace`) is accepted too."""
-        for name in _TRL_LOSS_FIELDS:
-            value = getattr(self, name)
-            if value is not None and not is_documented_default(value):
-                rule = f"it configures TRL's own loss: leave it unset, even at TRL's default {_GRPO_DEFAULTS[name]!r}"
-                raise self._unused_field_error(name, value, rule)
-            setattr(self, name, documented_default(_GRPO_DEFAULTS[name]))
-
     def _check_trl_switch_fields(self) -> None:
         for name in _TRL_SWITCH_FIELDS:
             value, default = getattr(self, name), _GRPO_DEFAULTS[name]
             # compared after GRPOConfig.__post_init__, which maps scale_rewards=True to "group"
             if not (value == default and isinstance(value, bool) == isinstance(default, bool)):
                 raise self._unused_field_error(name, value, f"allowed: only TRL's default {default!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """TrainingArguments' dict (logged to the trackers, written in model cards) without the TRL loss fields,
-        which hold TRL's defaults for TRL's code but are errors when given: the dict re-loads."""
-        d = super().to_dict()
-        for name in _TRL_LOSS_FIELDS:
-            d.pop(name, None)
-        return d
 
     # ---- components ---------------------------------------------------------------------------------------
 
