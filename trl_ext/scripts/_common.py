@@ -103,15 +103,6 @@ def _command_line_keys(argv: Sequence[str]) -> set[str]:
     return keys
 
 
-def uses_toy_model(argv: Sequence[str]) -> bool:
-    """True when neither the command line nor the `--config` file names a model, or the model they name is the toy
-    model itself (`trl_ext.toy.tiny_model_path()`)."""
-    from ..toy import is_tiny_model
-
-    model = _model_and_config(argv)[0]
-    return model is None or is_tiny_model(model)
-
-
 def _checkpointing_default(parser: TrlParser) -> bool | None:
     """The training config's default for activation checkpointing: TRL's configs still default the deprecated alias
     `gradient_checkpointing` (True), which transformers 5 resolves with a FutureWarning on every run."""
