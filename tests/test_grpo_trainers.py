@@ -248,3 +248,23 @@ def test_one_collective_per_optimizer_step_for_counts_and_one_for_metrics(tiny_m
     trainer.train()
     assert len(calls) == 2 * trainer.state.global_step == 4
     assert len(logged(trainer, "policy_loss")) == 2 and len(logged(trainer, "kl")) == 2
+
+
+@pytest.mark.parametrize("algorithm", ["sapo", "opmd"])
+def test_the_loss_is_handed_exactly_the_inputs_it_declares(algorithm, random_tiny_model, tmp_path):
+    """The trainer passes a loss what its `inputs()` names and nothing else (no `ref_logprob` to SAPO, no
+    `old_logprob` to OPMD, no MIX keys), window counts included."""
+    trainer = make_trainer(
+        algorithm, random_tiny_model, str(tmp_path), reward_funcs=length_reward, beta=0.1, max_steps=1
+    )
+    loss_fn, given = trainer.policy_loss_fn, []
+
+    def recording(**inputs):
+        given.append(set(inputs))
+        return loss_fn(**inputs)
+
+    recording.inputs, recording.is_window_share = loss_fn.inputs, loss_fn.is_window_share
+    trainer.policy_loss_fn = recording
+    trainer.train()
+    assert given and all(keys == set(loss_fn.inputs()) for keys in given)
+    assert "ref_logprob" not in given[0] and "step" not in given[0]
