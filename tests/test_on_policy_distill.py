@@ -337,9 +337,6 @@ def test_teacher_errors(tiny_model, tiny_teacher, tmp_path):
         _trainer(tiny_model, 3, tmp_path)
     with pytest.raises(ValueError, match=r"reward_weight=0.5 blends task rewards .* no reward_funcs"):
         _trainer(tiny_model, tiny_teacher, tmp_path, reward_weight=0.5)
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match=r"teacher_device='cuda:1' but CUDA is not available"):
-            _trainer(tiny_model, tiny_teacher, tmp_path, teacher_device="cuda:1")
 
 
 def test_teacher_with_another_tokenizer_is_rejected(tiny_model, tiny_teacher, tmp_path):

@@ -116,10 +116,6 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
                     f"{type(self).__name__}: teacher_device={args.teacher_device!r} cannot be combined with "
                     "DeepSpeed / FSDP, which place (and shard) the teacher like the reference model; unset it"
                 )
-            if device.type == "cuda" and not torch.cuda.is_available():
-                raise ValueError(
-                    f"{type(self).__name__}: teacher_device={args.teacher_device!r} but CUDA is not available"
-                )
             teacher = teacher.to(device)
         elif spread:
             pass  # placed by `device_map` over several devices: leave it there

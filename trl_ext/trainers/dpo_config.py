@@ -21,6 +21,7 @@ from .._validation import check_choice, check_number
 from ..losses import get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
 from .arguments import ALGORITHM_ARGUMENTS
+from .devices import check_hardware
 from .grpo_config import UnsetTRLFields, build_named, resolve_kl_coefficient, trl_defaults
 
 _DPO_DEFAULTS = trl_defaults(TRLDPOConfig)
@@ -135,6 +136,7 @@ class DPOConfig(*ALGORITHM_ARGUMENTS["dpo"], _TRLDPOFields):
         self.build_policy_loss()  # a bad beta / label_smoothing / KL argument fails here, naming the field
         self.build_kl_fn()
         super().__post_init__()
+        check_hardware(self)
         if self.precompute_ref_log_probs and self.kl_coef != 0:
             raise ValueError(
                 f"{owner}: precompute_ref_log_probs=True stores one reference log-prob sum per completion, but the KL "

@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
 from trl import GRPOConfig as _TRLGRPOConfig
 
 from .._validation import check_bool, check_choice, check_number
@@ -44,6 +43,7 @@ from .arguments import (
     documented_default,
     is_documented_default,
 )
+from .devices import check_device, check_hardware
 
 try:  # how TrainingArguments converts the values of the JSON dicts it parses ("true" -> True, "1" -> 1)
     from transformers.training_args import _convert_str_dict
@@ -303,6 +303,7 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
             self.build_kl_fn()
             self.build_entropy_fn()
         super().__post_init__()
+        check_hardware(self)
         self._check_trl_switch_fields()
         if self.steps_per_generation % self.gradient_accumulation_steps:
             raise ValueError(
@@ -709,15 +710,7 @@ class OnPolicyDistillConfig(*ALGORITHM_ARGUMENTS["on_policy_distill"], GRPOFamil
             owner, "teacher_model_init_kwargs", self.teacher_model_init_kwargs
         )
         if self.teacher_device is not None:
-            try:
-                if not isinstance(self.teacher_device, (str, torch.device)) or not str(self.teacher_device).strip():
-                    raise TypeError
-                torch.device(self.teacher_device)
-            except (RuntimeError, TypeError, ValueError):
-                raise ValueError(
-                    f"{owner}: teacher_device={self.teacher_device!r} is not a device; must be a device name such as "
-                    "'cuda:1' or 'cpu', or None (the student's device)"
-                ) from None
+            check_device(owner, "teacher_device", self.teacher_device)
         if self.policy_loss_fn == "importance_sampling":
             for f in dataclasses.fields(PPOLossArguments):
                 if f.name != "loss_agg_mode" and getattr(self, f.name) != f.default:
