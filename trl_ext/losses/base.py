@@ -214,6 +214,12 @@ def check_window_inputs(owner: str, **values: Any) -> None:
         check_window_input(owner, name, value)
 
 
+def scalar(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A 0-dim tensor holding `value` in `like`'s dtype and device. Filled on the device: `torch.tensor(value,
+    device=...)` / `new_tensor` copy from host memory, which waits for the GPU (a host sync per call)."""
+    return torch.full((), value, dtype=like.dtype, device=like.device)
+
+
 def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
     """A mask as bool. A bool mask is returned as is (no check, no sync); a number mask must hold only 0 and 1,
     which costs one device sync (pass a bool mask to skip it)."""
@@ -325,7 +331,7 @@ class MaskedBatch:
 
     def bound(self, like: torch.Tensor, condition: torch.Tensor, if_true: float, if_false: float) -> torch.Tensor:
         """`where(condition, if_true, if_false)` in `like`'s dtype (python scalars would give float32)."""
-        return torch.where(condition, like.new_tensor(if_true), like.new_tensor(if_false))
+        return torch.where(condition, scalar(if_true, like), scalar(if_false, like))
 
     def broadcast_rows(self, x: Any, name: str) -> torch.Tensor:
         """A per-sequence `[B]` / `[B, 1]` or per-token `[B, T]` tensor, viewed as `[B, T]` (no copy)."""

@@ -39,6 +39,7 @@ from .base import (
     check_number,
     declared_inputs,
     masked_batch,
+    scalar,
 )
 
 
@@ -114,7 +115,7 @@ class KLFn:
         kl_loss = b.aggregate(self.kl_from_log_ratio(d, log_ratio), loss_agg_mode)  # 0 at masked positions
         metrics = {
             "kl_loss": kl_loss.detach(),
-            "kl_coef": torch.tensor(self.kl_coef, dtype=kl_loss.dtype, device=kl_loss.device),
+            "kl_coef": scalar(self.kl_coef, kl_loss),
         }
         return kl_loss * self.kl_coef, metrics
 

@@ -53,6 +53,7 @@ from .base import (
     part_windows,
     register_policy_loss,
     resolve_clip_range,
+    scalar,
 )
 from .ppo import PPOPolicyLoss
 from .sft import SFTLoss, SFTPhiLoss
@@ -238,7 +239,7 @@ class MIXPolicyLoss(PolicyLoss):
                     else:
                         metrics[f"{part}/{name}"] = value * scale
             if self.schedules_mu:
-                metrics["mu"] = torch.as_tensor(mu).detach()
+                metrics["mu"] = mu.detach() if isinstance(mu, torch.Tensor) else scalar(mu, loss)
         return loss, metrics
 
 

@@ -27,6 +27,7 @@ from .base import (
     check_loss_agg_mode,
     check_number,
     register_policy_loss,
+    scalar,
 )
 
 
@@ -64,8 +65,8 @@ class SAPOPolicyLoss(PolicyLoss):
     def soft_gate_function(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
         """f(r) = σ(τ·(r − 1))·4/τ with τ = τ_pos where A > 0 else τ_neg."""
         positive = advantages > 0
-        tau = torch.where(positive, ratio.new_tensor(self.tau_pos), ratio.new_tensor(self.tau_neg))
-        scale = torch.where(positive, ratio.new_tensor(4.0 / self.tau_pos), ratio.new_tensor(4.0 / self.tau_neg))
+        tau = torch.where(positive, scalar(self.tau_pos, ratio), scalar(self.tau_neg, ratio))
+        scale = torch.where(positive, scalar(4.0 / self.tau_pos, ratio), scalar(4.0 / self.tau_neg, ratio))
         return torch.sigmoid(tau * (ratio - 1.0)) * scale  # tau, scale: [B, 1] for per-sequence advantages
 
     def __call__(
