@@ -94,7 +94,7 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
         if mode == "train":
             window = dict(self._window)
         else:
-            rows = torch.tensor(float(mask.size(0)), device=mask.device)
+            rows = torch.full((), float(mask.size(0)), device=mask.device)
             window = {"global_valid_seqs": rows, "global_valid_toks": mask.sum().float()}
         loss, metrics = self.policy_loss_fn(
             logprob=logps[interleave], ref_logprob=ref[interleave], action_mask=mask[interleave], **window

@@ -258,7 +258,8 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
     def _window_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """What a micro-batch adds to the window's counts (`global_valid_toks` tokens, `global_valid_seqs` rows)."""
         mask = _loss_mask(batch)
-        return {"global_valid_toks": mask.sum().float(), "global_valid_seqs": mask.new_tensor(mask.size(0)).float()}
+        rows = torch.full((), float(mask.size(0)), device=mask.device)  # filled on the device: no host sync
+        return {"global_valid_toks": mask.sum().float(), "global_valid_seqs": rows}
 
     def _window_kwargs(self, inputs: dict[str, Any], mode: str) -> dict[str, Any]:
         """The aggregation kwargs of the losses: the window's counts in training, the micro-batch's own in eval,
