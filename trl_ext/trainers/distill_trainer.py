@@ -153,8 +153,7 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
     def _check_teacher_output_layer(self, teacher: torch.nn.Module) -> None:
         """The teacher's output layer must cover the student's tokenizer. Ids the student can emit beyond it (padding
         rows of a larger student embedding, as between Qwen2.5 sizes) are masked out of the distillation term."""
-        teacher_rows = teacher.get_output_embeddings().weight.shape[0]
-        student_rows = self.model.get_output_embeddings().weight.shape[0]
+        teacher_rows, student_rows = _output_rows(teacher), _output_rows(self.model)
         tokens = len(self._student_tokenizer)
         if teacher_rows < tokens:
             raise ValueError(
@@ -247,6 +246,13 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
             self._metrics[mode][name].append(value)
         self._show_advantages(advantages.sum(1) / mask_all.sum(1).clamp(min=1))
         return output
+
+
+def _output_rows(model: torch.nn.Module) -> int:
+    """Rows of the model's output layer (its vocabulary), also when DeepSpeed ZeRO-3 has partitioned the weight (its
+    local shape is then empty and `ds_shape` holds the full one)."""
+    weight = model.get_output_embeddings().weight
+    return int(getattr(weight, "ds_shape", weight.shape)[0])
 
 
 def _teacher_argument(owner: str, model: Any, teacher_model: Any, args: configs.OnPolicyDistillConfig) -> Any:
