@@ -1,0 +1,355 @@
+"""Step time, tokens per second and peak CUDA memory of trl_ext's trainers against TRL's, at a realistic shape.
+
+Run (from the repository root, on one GPU; about 6 minutes on an H100)::
+
+    python benchmarks/gpu_report.py                       # writes gpu_report.md
+    python benchmarks/gpu_report.py --output report.md --rounds 3
+    python benchmarks/gpu_report.py --shape tiny          # CPU or GPU, a few seconds per run: checks the script
+
+Shape (`--shape 0.5b`, the default): a randomly initialized Qwen2-architecture model with Qwen2.5-0.5B's
+dimensions (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocabulary 151,936, tied embeddings: 494M
+parameters) in bf16, `bf16=True`, TRL's defaults otherwise (gradient checkpointing on, AdamW); 8 generations per
+prompt, prompts of 64-128 tokens, completions of 256-512 tokens (those shorter than 512 end with EOS), micro-batches
+of 16 sequences and 4 accumulation steps: 64 sequences (8 prompts) per optimizer step.
+
+Completions are not generated: both trainers get the same fixed random token ids through TRL's `rollout_func`,
+seeded per call. Generation is TRL's own code in both trainers; sampling 512 tokens with `model.generate` would take
+most of each step and only dilute the comparison. Everything else of a step runs: decoding and scoring the
+completions, the advantages, the loss's forward and backward over the micro-batches, the optimizer step, logging
+(`logging_steps=1`).
+
+Rows (trl_ext / TRL, in one process, interleaved: each round runs every row's two trainers, alternating which goes
+first):
+
+* `sapo`, `cispo`, `gspo`, `grpo`: the trl_ext trainer against `trl.GRPOTrainer` with the equivalent `loss_type`
+  (`benchmarks/trainers.py`'s mapping, checked update by update in `tests/test_trl_parity.py`). Targets: step time
+  and peak memory <= 1.00x TRL.
+* `mix_chord`: `MIXCHORDTrainer` (its default share of expert demonstrations, of the same lengths, in every batch)
+  and `on_policy_distill`: `OnPolicyDistillTrainer` (teacher: a second random model of the same shape), each against
+  `trl.GRPOTrainer` (`dapo`) on the same batch. TRL has neither algorithm; the ratio is what the expert rows or the
+  teacher's forward cost over plain GRPO.
+* `dpo`: `trl_ext.DPOTrainer` with `kl_coef=0` (the sigmoid loss TRL computes) against `trl.DPOTrainer`, pairs of
+  the same prompt and completion lengths, 8 pairs (16 sequences) per micro-batch, reference model loaded.
+
+Measured, per optimizer step after the first `--warmup` ones: wall time from the step's start to its end (CUDA
+synchronized at both ends); tokens = the prompt and completion tokens (attention mask) of every micro-batch the loss
+ran on; peak = `torch.cuda.max_memory_allocated` over the measured steps (weights, gradients and optimizer state
+included). Medians over all measured steps of all rounds. The script exits 0 whatever the numbers: it is a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+import zlib
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+warnings.filterwarnings("ignore")
+
+import datasets  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+import trl  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+import trl_ext  # noqa: E402
+from trl_ext import toy  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trainers import EQUIVALENT  # noqa: E402
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "0.5b": dict(
+        hidden=896, intermediate=4864, layers=24, heads=14, kv_heads=2, vocab=151_936,
+        prompt=(64, 128), completion=(256, 512), micro_batch=16, accumulation=4,
+    ),
+    "tiny": dict(
+        hidden=64, intermediate=256, layers=2, heads=2, kv_heads=1, vocab=4096,
+        prompt=(8, 16), completion=(16, 32), micro_batch=8, accumulation=2,
+    ),
+}  # fmt: skip
+GENERATIONS = 8
+GRPO_ROWS = ("sapo", "cispo", "gspo", "grpo")
+ROWS = (*GRPO_ROWS, "mix_chord", "on_policy_distill", "dpo")
+
+
+def build_model(shape: dict[str, Any], tokenizer, path: str, seed: int, device: str) -> int:
+    """Save a randomly initialized Qwen2 of `shape` (bf16 on CUDA) with `tokenizer` at `path`; its parameter count."""
+    config = transformers.Qwen2Config(
+        vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
+        max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1e6,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = transformers.Qwen2ForCausalLM(config)
+    if device == "cuda":
+        model = model.to(torch.bfloat16)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    count = sum(p.numel() for p in model.parameters())
+    del model
+    return count
+
+
+class FixedRollouts:
+    """A `rollout_func`: the same prompt ids for the same prompt text, and random completions (seeded per call, so
+    two trainers given fresh instances see the same batches). Completions shorter than the maximum end with EOS."""
+
+    def __init__(self, shape: dict[str, Any], tokenizer, seed: int = 0) -> None:
+        self.shape, self.calls, self.seed = shape, 0, seed
+        self.low, self.high = len(toy.SPECIAL_TOKENS), len(tokenizer)  # ordinary tokens only
+        self.eos = tokenizer.eos_token_id
+
+    def _ids(self, lengths: tuple[int, int], generator: torch.Generator) -> list[int]:
+        n = int(torch.randint(lengths[0], lengths[1] + 1, (1,), generator=generator))
+        return torch.randint(self.low, self.high, (n,), generator=generator).tolist()
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.calls)
+        self.calls += 1
+        prompt_ids, completion_ids = [], []
+        for prompt in prompts:
+            prompt_generator = torch.Generator().manual_seed(zlib.crc32(str(prompt).encode()))
+            prompt_ids.append(self._ids(self.shape["prompt"], prompt_generator))
+            ids = self._ids(self.shape["completion"], generator)
+            if len(ids) < self.shape["completion"][1]:
+                ids[-1] = self.eos
+            completion_ids.append(ids)
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+
+def graded_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    """A reward that varies within every group, so every loss has a gradient."""
+    return [(len(c) % 7) / 7 for c in completions]
+
+
+def _letters(lengths: tuple[int, int], rng: torch.Generator) -> str:
+    """Text of about n tokens (n drawn from `lengths`): single letters separated by spaces."""
+    n = int(torch.randint(lengths[0], lengths[1], (1,), generator=rng))
+    return " " + " ".join(toy.LETTERS[int(i)] for i in torch.randint(0, len(toy.LETTERS), (n,), generator=rng))
+
+
+class StepMeter(transformers.TrainerCallback):
+    """Wall time of each optimizer step after `warmup` (CUDA synchronized) and the peak CUDA memory over them."""
+
+    def __init__(self, warmup: int, cuda: bool) -> None:
+        self.warmup, self.cuda = warmup, cuda
+        self.times: list[float] = []
+        self.peak = 0.0
+        self.measuring = False
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._sync()
+        self.measuring = state.global_step >= self.warmup
+        if self.measuring and self.cuda and state.global_step == self.warmup:
+            torch.cuda.reset_peak_memory_stats()
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._sync()
+        if self.measuring:
+            self.times.append(time.perf_counter() - self.start)
+            if self.cuda:
+                self.peak = torch.cuda.max_memory_allocated() / 2**30
+
+
+def count_tokens(trainer: Any, meter: StepMeter) -> list[torch.Tensor]:
+    """Wrap `compute_loss` to add up the tokens (attention mask) of every measured micro-batch."""
+    counted: list[torch.Tensor] = []
+    compute_loss = trainer.compute_loss
+
+    def counting(model, inputs, *args, **kwargs):
+        if meter.measuring and model.training:
+            if "attention_mask" in inputs:  # DPO: chosen and rejected rows
+                counted.append(inputs["attention_mask"].sum())
+            else:
+                counted.append(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+        return compute_loss(model, inputs, *args, **kwargs)
+
+    trainer.compute_loss = counting
+    return counted
+
+
+def make_trainer(
+    row: str, kind: str, paths: dict[str, str], shape: dict[str, Any], args: argparse.Namespace, steps: int
+):
+    cuda = args.device == "cuda"
+    settings: dict[str, Any] = dict(
+        output_dir=paths["out"], use_cpu=not cuda, bf16=cuda, per_device_train_batch_size=shape["micro_batch"],
+        gradient_accumulation_steps=shape["accumulation"], max_steps=steps, logging_steps=1, learning_rate=1e-6,
+        report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    tokenizer = transformers.AutoTokenizer.from_pretrained(paths["model"])
+    if row == "dpo":
+        rng = torch.Generator().manual_seed(0)
+        pairs = shape["micro_batch"] // 2 * shape["accumulation"] * steps
+        data = Dataset.from_dict(
+            {
+                "prompt": [_letters(shape["prompt"], rng) for _ in range(pairs)],
+                "chosen": [_letters(shape["completion"], rng) for _ in range(pairs)],
+                "rejected": [_letters(shape["completion"], rng) for _ in range(pairs)],
+            }
+        )
+        dpo = {
+            **settings,
+            "per_device_train_batch_size": shape["micro_batch"] // 2,
+            "max_length": shape["prompt"][1] + shape["completion"][1] + 8,
+        }
+        if kind == "trl_ext":
+            return trl_ext.DPOTrainer(paths["model"], args=trl_ext.DPOConfig(**dpo, kl_coef=0.0), train_dataset=data)
+        return trl.DPOTrainer(paths["model"], args=trl.DPOConfig(**dpo), train_dataset=data)
+
+    settings.update(num_generations=GENERATIONS, max_completion_length=shape["completion"][1])
+    prompts = shape["micro_batch"] * shape["accumulation"] // GENERATIONS * steps
+    data = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(prompts)]})
+    common = dict(train_dataset=data, rollout_func=FixedRollouts(shape, tokenizer))
+    if kind == "trl":
+        theirs = EQUIVALENT[row][1] if row in EQUIVALENT else {"loss_type": "dapo"}
+        config = trl.GRPOConfig(**settings, **theirs)
+        return trl.GRPOTrainer(paths["model"], reward_funcs=graded_reward, args=config, **common)
+    spec = trl_ext.get_algorithm(row)
+    ours = EQUIVALENT[row][0] if row in EQUIVALENT else {}
+    if row in EQUIVALENT:
+        ours = {**ours, "advantage_epsilon": 1e-4}  # TRL's std epsilon
+    config = spec.config_class(**settings, **ours)
+    if row == "mix_chord":
+        rng = torch.Generator().manual_seed(1)
+        n = shape["micro_batch"] * shape["accumulation"] * steps
+        expert = Dataset.from_dict(
+            {
+                "prompt": [_letters(shape["prompt"], rng) for _ in range(n)],
+                "completion": [_letters(shape["completion"], rng) for _ in range(n)],
+            }
+        )
+        common["expert_dataset"] = expert
+    if row == "on_policy_distill":  # pure distillation: no reward functions
+        return spec.trainer_class(paths["model"], args=config, teacher_model=paths["teacher"], **common)
+    return spec.trainer_class(paths["model"], reward_funcs=graded_reward, args=config, **common)
+
+
+def run(
+    row: str, kind: str, paths: dict[str, str], shape: dict[str, Any], args: argparse.Namespace, steps: int = 0
+) -> dict:
+    trainer = make_trainer(row, kind, paths, shape, args, steps or args.warmup + args.steps)
+    trainer.remove_callback(transformers.PrinterCallback)
+    meter = StepMeter(args.warmup, args.device == "cuda")
+    trainer.add_callback(meter)
+    counted = count_tokens(trainer, meter)
+    start = time.perf_counter()
+    trainer.train()
+    tokens = torch.stack(counted).sum().item() if counted else 0
+    result = {"times": meter.times, "tokens": tokens, "peak": meter.peak, "wall": time.perf_counter() - start}
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert all(map(lambda v: v == v, losses)), f"{row}/{kind}: non-finite loss {losses}"
+    del trainer
+    gc.collect()
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def table(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[str]:
+    lines = [
+        "| row | step s trl_ext | step s TRL | time ratio | tokens/s trl_ext | tokens/s TRL | tokens/s ratio "
+        "| peak GiB trl_ext | peak GiB TRL | memory ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        figures = {}
+        for kind in ("trl_ext", "trl"):
+            runs = results[row, kind]
+            times = [t for r in runs for t in r["times"]]
+            step = statistics.median(times)
+            rate = sum(r["tokens"] for r in runs) / sum(sum(r["times"]) for r in runs)
+            figures[kind] = (step, rate, max(r["peak"] for r in runs))
+        (s1, r1, p1), (s2, r2, p2) = figures["trl_ext"], figures["trl"]
+        peaks = f"{p1:.2f} | {p2:.2f} | {p1 / p2:.3f}" if p2 else "n/a | n/a | n/a"  # no CUDA allocator
+        lines.append(
+            f"| {row} | {s1:.3f} | {s2:.3f} | {s1 / s2:.3f} | {r1:,.0f} | {r2:,.0f} | {r1 / r2:.3f} | {peaks} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4, help="measured optimizer steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="optimizer steps per run before measuring")
+    parser.add_argument("--output", default="gpu_report.md")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    rows = args.rows.split(",")
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown:
+        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    shape = SHAPES[args.shape]
+    began = time.perf_counter()
+    results: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = toy.build_tokenizer()
+        tokenizer.model_max_length = 4096
+        paths = {name: os.path.join(tmp, name) for name in ("model", "teacher", "out")}
+        parameters = build_model(shape, tokenizer, paths["model"], 0, args.device)
+        if "on_policy_distill" in rows:
+            build_model(shape, tokenizer, paths["teacher"], 1, args.device)
+        # Untimed: one run of each trainer, so that the first measured run pays no one-time cost (Triton kernel
+        # compilation, cuBLAS and attention kernel selection for these shapes, allocator growth).
+        for row in rows:
+            for kind in ("trl_ext", "trl"):
+                run(row, kind, paths, shape, args, steps=1)
+        print(f"warm-up done (elapsed {time.perf_counter() - began:.0f} s)", flush=True)
+        for round_index in range(args.rounds):
+            for row in rows:
+                order = ("trl_ext", "trl") if round_index % 2 == 0 else ("trl", "trl_ext")
+                for kind in order:
+                    result = run(row, kind, paths, shape, args)
+                    results.setdefault((row, kind), []).append(result)
+                    print(
+                        f"round {round_index} {row:<18} {kind:<8} median step {statistics.median(result['times']):.3f}"
+                        f" s, peak {result['peak']:.2f} GiB, run {result['wall']:.1f} s "
+                        f"(elapsed {time.perf_counter() - began:.0f} s)",
+                        flush=True,
+                    )
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    header = [
+        f"# trl_ext vs TRL on {device}",
+        "",
+        f"Shape `{args.shape}`: Qwen2 architecture, {parameters / 1e6:.0f}M parameters (hidden {shape['hidden']}, "
+        f"{shape['layers']} layers, vocabulary {shape['vocab']:,}), {'bf16' if args.device == 'cuda' else 'fp32'}; "
+        f"{GENERATIONS} generations per prompt, prompts {shape['prompt'][0]}-{shape['prompt'][1]} tokens, "
+        f"completions {shape['completion'][0]}-{shape['completion'][1]} tokens, micro-batch {shape['micro_batch']} "
+        f"sequences x {shape['accumulation']} accumulation steps. Medians over {args.rounds} rounds x {args.steps} "
+        f"steps (after {args.warmup} warm-up step). torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, trl {trl.__version__}. Ratios are trl_ext / TRL; targets for sapo, cispo, "
+        "gspo, grpo: time and memory <= 1.00 (mix_chord and on_policy_distill run against plain GRPO: TRL has "
+        "neither algorithm).",
+        "",
+    ]
+    text = "\n".join([*header, *table(results, rows), ""])
+    print(text)
+    with open(args.output, "w") as f:
+        f.write(text)
+    print(f"written to {args.output} ({time.perf_counter() - began:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The trainers on a CUDA GPU in bf16: every trainer with its reference model, teacher or expert rows, LoRA with the
+reference as the disabled adapter, `teacher_device`, gradient checkpointing, and the loss step's host syncs
+against TRL's own trainer. Skipped without CUDA (`pytest -m gpu` on a GPU machine)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+import trl
+from peft import LoraConfig
+from test_trl_parity import MAPPING, SHARED_OURS
+from trainer_helpers import changed, length_reward, logged, snapshot
+
+import trl_ext
+from trl_ext import toy
+
+GRPO_FAMILY = ["asymre", "cispo", "grpo", "gspo", "opmd", "raft", "rec", "reinforceplusplus", "rloo", "sapo", "sppo"]
+GRPO_FAMILY += ["topr"]
+ALGORITHMS = [*GRPO_FAMILY, "mix", "mix_chord", "on_policy_distill", "dpo"]
+CUDA = {
+    "use_cpu": False,
+    "bf16": True,
+    "report_to": "none",
+    "save_strategy": "no",
+    "logging_steps": 1,
+    "seed": 0,
+    "max_steps": 2,
+    "learning_rate": 1e-3,
+    "activation_checkpointing": False,
+}
+LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"], "task_type": "CAUSAL_LM"}
+
+
+def build(algorithm: str, model: str, tmp_path, teacher: str | None = None, lora: bool = False, **overrides):
+    """A trainer of `algorithm` on CUDA: bf16 weights and autocast, a reference model (beta / kl_coef > 0), the
+    toy teacher for distillation, expert rows for MIX; with `lora`, a LoRA adapter whose disabled state is the
+    reference."""
+    spec = trl_ext.get_algorithm(algorithm)
+    settings = {**CUDA, "output_dir": str(tmp_path), "model_init_kwargs": {"dtype": "bfloat16"}, **overrides}
+    extra = {"peft_config": LoraConfig(**LORA)} if lora else {}
+    if algorithm == "dpo":
+        config = spec.config_class(**{"per_device_train_batch_size": 8, **settings})
+        return spec.trainer_class(model, args=config, train_dataset=toy.toy_preference_dataset(64), **extra)
+    settings = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 8, **settings}
+    config = spec.config_class(**{"beta": 0.04, **settings})
+    if algorithm == "on_policy_distill":
+        extra["teacher_model"] = teacher
+    if algorithm.startswith("mix"):
+        extra["expert_dataset"] = toy.toy_expert_dataset(64)
+    reward = None if algorithm == "on_policy_distill" else [toy.toy_reward, length_reward]
+    return spec.trainer_class(model, reward_funcs=reward, args=config, train_dataset=toy.toy_dataset(64), **extra)
+
+
+def _trains(trainer) -> None:
+    before = snapshot(trainer.model)
+    trainer.train()
+    assert changed(before, trainer.model), "no parameter changed"
+    losses = logged(trainer, "loss")
+    assert losses and all(math.isfinite(v) for v in losses), losses
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_trainer_trains_in_bf16_on_cuda(algorithm, tiny_model, tiny_teacher, tmp_path):
+    trainer = build(algorithm, tiny_model, tmp_path, teacher=tiny_teacher)
+    assert trainer.model.device.type == "cuda" and trainer.model.dtype == torch.bfloat16
+    reference = getattr(trainer, "ref_model", None)
+    assert reference is not None and next(reference.parameters()).device.type == "cuda"
+    if algorithm == "on_policy_distill":
+        assert next(trainer.teacher_model.parameters()).device.type == "cuda"
+    _trains(trainer)
+    names = ("dpo_loss", "kl") if algorithm == "dpo" else ("policy_loss", "kl", "entropy")
+    for name in names:
+        values = logged(trainer, name)
+        assert values and all(math.isfinite(v) for v in values), (name, values)
+    if algorithm.startswith("mix"):
+        assert logged(trainer, "expert/sft_phi_loss" if algorithm == "mix_chord" else "expert/sft_loss")
+
+
+@pytest.mark.parametrize("algorithm", ["sapo", "gspo", "mix_chord", "on_policy_distill", "dpo"])
+def test_lora_with_the_reference_as_the_disabled_adapter(algorithm, tiny_model, tiny_teacher, tmp_path):
+    trainer = build(algorithm, tiny_model, tmp_path, teacher=tiny_teacher, lora=True)
+    assert getattr(trainer, "ref_model", None) is None  # the reference is the model with its adapter disabled
+    before = snapshot(trainer.model)
+    trainer.train()
+    moved = changed(before, trainer.model)
+    assert moved and all("lora_" in name for name in moved), sorted(moved)[:5]
+    kl = logged(trainer, "kl")
+    assert kl and all(math.isfinite(v) for v in kl) and kl[-1] > 0  # the adapter moved away from the reference
+
+
+def test_teacher_device(tiny_model, tiny_teacher, tmp_path):
+    """A teacher on another device (`teacher_device`) scores the same tokens as one on the student's device: the
+    same first generation batch gives the same distillation KL (fp32, so the devices' kernels agree closely)."""
+    kl = {}
+    for device in ("cpu", "cuda:0"):
+        overrides = {"bf16": False, "model_init_kwargs": None, "teacher_device": device, "max_steps": 1, "beta": 0.0}
+        trainer = build("on_policy_distill", tiny_model, tmp_path / device, teacher=tiny_teacher, **overrides)
+        assert next(trainer.teacher_model.parameters()).device == torch.device(device)
+        _trains(trainer)
+        kl[device] = logged(trainer, "kl/mean")[0]
+    assert kl["cpu"] == pytest.approx(kl["cuda:0"], rel=1e-3, abs=1e-4)
+
+
+@pytest.mark.parametrize(("algorithm", "lora"), [("sapo", False), ("mix_chord", False), ("sapo", True)])
+def test_gradient_checkpointing_gives_the_same_update(algorithm, lora, tiny_model, tmp_path):
+    """Gradient checkpointing recomputes activations in the backward: the update must not change (fp32)."""
+    updates = []
+    for checkpointing in (False, True):
+        overrides = {"bf16": False, "model_init_kwargs": None, "max_steps": 1}
+        overrides["activation_checkpointing"] = checkpointing
+        trainer = build(algorithm, tiny_model, tmp_path / str(checkpointing), lora=lora, **overrides)
+        before = snapshot(trainer.model)
+        trainer.train()
+        updates.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in trainer.model.named_parameters()]))
+    assert updates[0].norm() > 0
+    torch.testing.assert_close(updates[1], updates[0], rtol=1e-3, atol=1e-6)
+
+
+def _count_loss_syncs(trainer) -> list[int]:
+    """Train, counting the host syncs (`torch.cuda.set_sync_debug_mode`) inside each call of `_compute_loss`."""
+    counts: list[int] = []
+    compute_loss = trainer._compute_loss
+
+    def counted(model, inputs, *args, **kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                result = compute_loss(model, inputs, *args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        counts.append(sum("synchroniz" in str(w.message) for w in caught))
+        return result
+
+    trainer._compute_loss = counted
+    trainer.train()
+    return counts
+
+
+@pytest.mark.parametrize("algorithm", ["sapo", "cispo", "gspo", "grpo"])
+def test_loss_step_syncs_no_more_than_trls(algorithm, tiny_model, tmp_path):
+    """The loss step (log-probs, loss, KL, entropy, metrics) of one micro-batch waits on the GPU no more often than
+    TRL's own `_compute_loss` with the equivalent loss_type, over 2 optimizer steps of 4 micro-batches each."""
+    ours, theirs = MAPPING[algorithm]
+    settings = {**CUDA, "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8}
+    settings.update(gradient_accumulation_steps=4, beta=0.04, model_init_kwargs={"dtype": "bfloat16"})
+    spec = trl_ext.get_algorithm(algorithm)
+    data = toy.toy_dataset(64)
+    reward = [toy.toy_reward, length_reward]
+    config = spec.config_class(**settings, output_dir=str(tmp_path / "ours"), **{**SHARED_OURS, **ours})
+    mine = _count_loss_syncs(spec.trainer_class(tiny_model, reward_funcs=reward, args=config, train_dataset=data))
+    config = trl.GRPOConfig(**settings, output_dir=str(tmp_path / "trl"), **theirs)
+    trls = _count_loss_syncs(trl.GRPOTrainer(tiny_model, reward_funcs=reward, args=config, train_dataset=data))
+    print(f"{algorithm}: host syncs per micro-batch, trl_ext {mine}, TRL {trls}")
+    assert len(mine) == len(trls) == 8
+    assert sum(mine) <= sum(trls), (mine, trls)
+    # Inside an optimizer window (not its last micro-batch, where the metrics are logged) at most TRL's count.
+    inner = [i for i in range(8) if i % 4 != 3]
+    assert max(mine[i] for i in inner) <= max(trls[i] for i in inner), (mine, trls)
