@@ -1,9 +1,9 @@
 """Step time, tokens per second and peak CUDA memory of trl_ext's trainers against TRL's, at a realistic shape.
 
-Run (from the repository root, on one GPU; about 6 minutes on an H100)::
+Run (from the repository root, on one GPU; about 7 minutes on an H100)::
 
     python benchmarks/gpu_report.py                       # writes gpu_report.md
-    python benchmarks/gpu_report.py --output report.md --rounds 3
+    python benchmarks/gpu_report.py --rows sapo,grpo --rounds 6 --output report.md
     python benchmarks/gpu_report.py --shape tiny          # CPU or GPU, a few seconds per run: checks the script
 
 Shape (`--shape 0.5b`, the default): a randomly initialized Qwen2-architecture model with Qwen2.5-0.5B's
@@ -30,6 +30,11 @@ first):
   teacher's forward cost over plain GRPO.
 * `dpo`: `trl_ext.DPOTrainer` with `kl_coef=0` (the sigmoid loss TRL computes) against `trl.DPOTrainer`, pairs of
   the same prompt and completion lengths, 8 pairs (16 sequences) per micro-batch, reference model loaded.
+
+Before the rounds, every trainer runs once untimed on the same batches (Triton compiles its log-prob kernel for each
+new sequence length, cuBLAS and attention pick kernels per shape). Order still matters: on an H100 the first trainer
+of the first row of a round measured up to ~8% slower than the second, so the default number of rounds is even (each
+trainer of a row goes first equally often).
 
 Measured, per optimizer step after the first `--warmup` ones: wall time from the step's start to its end (CUDA
 synchronized at both ends); tokens = the prompt and completion tokens (attention mask) of every micro-batch the loss
@@ -286,7 +291,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4, help="even: each trainer of a row goes first equally often")
     parser.add_argument("--steps", type=int, default=4, help="measured optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="optimizer steps per run before measuring")
     parser.add_argument("--output", default="gpu_report.md")

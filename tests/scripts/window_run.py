@@ -1,6 +1,7 @@
 """Train two optimizer steps on fixed completions and save the parameter update (for test_window_normalization).
 
-Run as `python window_run.py OUT --batch B --accumulation G` or under `torchrun --nproc_per_node 2`. The
+Run as `python window_run.py OUT --batch B --accumulation G`, under `torchrun --nproc_per_node 2`, or under
+`accelerate launch --config_file <config> --num_processes 2` (DeepSpeed ZeRO-2/3: test_distributed_engines). The
 completions come from a deterministic `rollout_func`, so every split of the same 16-sample window sees the same
 prompts, completions and rewards; with SGD (no clipping) the update is −lr × the window's gradient. Two steps, so
 that the second one has a non-zero KL to the reference.
@@ -74,6 +75,17 @@ def use_local_normalization() -> None:
     GRPOFamilyTrainer._window_kwargs = lambda self, inputs, mode: {}
 
 
+def parameters(model) -> dict[str, torch.Tensor]:
+    """Copies of the model's full parameters by name; under DeepSpeed ZeRO-3 (each process holds a shard) they are
+    gathered first, on every process (a collective)."""
+    if not any(hasattr(p, "ds_id") for p in model.parameters()):
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(model.parameters())):
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -142,11 +154,18 @@ def main() -> None:
                 rollout_func=make_rollout(tokenizer.eos_token_id),
                 **mixing,
             )
-            before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+            before = parameters(trainer.model)
             trainer.train()
-            update = torch.cat([(p.detach() - before[n]).flatten() for n, p in trainer.model.named_parameters()])
+            update = torch.cat([(p - before[n]).flatten() for n, p in parameters(trainer.model).items()])
             logs = trainer.state.log_history[:2]
-            results[f"{algorithm}/{mode}"] = {"update": update, "logs": logs}
+            accelerator = trainer.accelerator
+            engine = {  # what ran: test_distributed_engines checks that DeepSpeed was not silently bypassed
+                "distributed_type": str(accelerator.distributed_type),
+                "num_processes": accelerator.num_processes,
+                "wrapped": type(trainer.model_wrapped).__name__,
+                "zero_stage": getattr(trainer.model_wrapped, "zero_optimization_stage", lambda: None)(),
+            }
+            results[f"{algorithm}/{mode}"] = {"update": update, "logs": logs, "engine": engine}
     if int(os.environ.get("RANK", "0")) == 0:
         torch.save(results, args.out)
 

@@ -126,6 +126,11 @@ def set_defaults(
     working (with transformers' deprecation warning), and is never silently overridden by a default."""
     if not torch.cuda.is_available():
         parser.set_defaults(use_cpu=True, bf16=False)
+    accelerator = getattr(torch, "accelerator", None)
+    if not (accelerator.is_available() if accelerator is not None else torch.cuda.is_available()):
+        # No accelerator at all: where deepspeed is installed, accelerate imports it (to recognize its engines) and
+        # DeepSpeed warns that it "could not detect" one and falls back to the CPU. Name the CPU, as it would pick.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     model, config_path, config = _model_and_config(argv)
     command_line = _command_line_keys(argv)
     checkpointing_set = bool({"activation_checkpointing", "gradient_checkpointing"} & (command_line | set(config)))
