@@ -26,16 +26,26 @@ def tiny_model(tmp_path_factory) -> str:
     return tiny_model_path(str(tmp_path_factory.mktemp("trl_ext_cache")))
 
 
+def _random_tiny(tmp_path_factory, name: str, seed: int) -> str:
+    from trl_ext.toy import build_model, build_tokenizer
+
+    path = str(tmp_path_factory.mktemp(name))
+    tokenizer = build_tokenizer()
+    build_model(tokenizer, seed=seed).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def random_tiny_model(tmp_path_factory) -> str:
     """Path of an untrained tiny Qwen2 with the toy tokenizer (for tests that only compare updates)."""
-    from trl_ext.toy import build_model, build_tokenizer
+    return _random_tiny(tmp_path_factory, "random_tiny", seed=0)
 
-    path = str(tmp_path_factory.mktemp("random_tiny"))
-    tokenizer = build_tokenizer()
-    build_model(tokenizer, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+
+@pytest.fixture(scope="session")
+def random_teacher(tmp_path_factory) -> str:
+    """Another untrained tiny Qwen2 (seed 1) with the toy tokenizer: a teacher that is not the student."""
+    return _random_tiny(tmp_path_factory, "random_teacher", seed=1)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_leaves
 from trainer_helpers import changed, cpu_config, length_reward, snapshot
 
 import trl_ext
-from trl_ext.toy import build_model, build_tokenizer, toy_dataset, toy_preference_dataset
+from trl_ext.toy import build_tokenizer, toy_dataset, toy_preference_dataset
 from trl_ext.trainers import GRPO_FAMILY_TRAINERS
 
 # 2 prompts × 4 generations (DPO: 4 pairs = 8 rows), completions of at most 8 tokens, 2 steps. lr 1e-2: bf16 weights
@@ -96,16 +96,6 @@ def _by_kind(created) -> tuple[collections.Counter, collections.Counter]:
         counts[op, len(shape)] += 1
         sizes[op, len(shape)] += math.prod(shape)
     return counts, sizes
-
-
-@pytest.fixture(scope="module")
-def random_teacher(tmp_path_factory) -> str:
-    """An untrained tiny Qwen2 (another seed than `random_tiny_model`) with the toy tokenizer."""
-    path = str(tmp_path_factory.mktemp("random_teacher"))
-    tokenizer = build_tokenizer()
-    build_model(tokenizer, seed=1).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")
