@@ -905,3 +905,17 @@ def test_raft_keeps_the_first_best_sample_of_each_group():
     assert strict.keep.tolist() == [False, True, False, False, False, False, True, False]
     with pytest.raises(ValueError, match="raft: min_reward=nan is not valid"):
         get_advantage_fn("raft", min_reward=float("nan"))
+
+
+def test_each_estimator_declares_the_inputs_it_reads():
+    """`inputs()`: the keyword-only inputs of `compute`, which the trainer hands over (it never branches on names)."""
+    from trl_ext.advantages import ADVANTAGE_FNS
+
+    declared = {name: cls.inputs() for name, cls in ADVANTAGE_FNS.items()}
+    assert declared["reinforceplusplus"] == ("response_mask", "completion_mask")
+    assert declared["rec"] == ("generator",)
+    assert declared["grpo"] == ("seq_logprobs", "generator")
+    assert declared["step_wise_grpo"] == ("run_ids",)
+    assert all(declared[name] == () for name in ("rloo", "reinforce", "opmd", "asymre", "raft"))
+    for name, inputs in declared.items():
+        assert not {"rewards", "group_ids"} & set(inputs), name

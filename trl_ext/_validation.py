@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+from functools import cache
 from typing import Any
 
 
@@ -62,6 +63,20 @@ def check_bool(owner: str, name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{owner}: {name}={value!r} is not valid; must be True or False")
     return value
+
+
+@cache
+def declared_inputs(func: Any, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The named parameters of `func` (a method: `self` dropped; `*args` / `**kwargs` left out), then `extra`."""
+    params = list(inspect.signature(func).parameters.values())
+    if params and params[0].name in ("self", "cls"):
+        params = params[1:]
+    named = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    return tuple(dict.fromkeys([*(p.name for p in params if p.kind in named), *extra]))
 
 
 def signature_defaults(func: Any) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def train(algorithm: str, argv: Sequence[str]):
         raise SystemExit(
             f"trl-ext train: --algorithm {algorithm!r} has no trainer; choose one of {', '.join(_trainable())}"
         )
-    if algorithm == "dpo":
+    if ALGORITHMS[algorithm].schema == "dpo":  # preference pairs: the DPO script (a DPOTrainer)
         from .scripts.dpo import main as dpo_main
 
         return dpo_main(list(argv))

@@ -22,7 +22,14 @@ from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from .._validation import check_bool, check_choice, check_number, make_register, signature_defaults
+from .._validation import (
+    check_bool,
+    check_choice,
+    check_number,
+    declared_inputs,
+    make_register,
+    signature_defaults,
+)
 
 __all__ = ["check_bool", "check_choice", "check_number"]  # re-exported for the estimators
 
@@ -92,6 +99,13 @@ class AdvantageFn:
     def default_args(cls) -> dict[str, Any]:
         """Constructor defaults, read from the ``__init__`` signature."""
         return signature_defaults(cls.__init__)
+
+    @classmethod
+    def inputs(cls) -> tuple[str, ...]:
+        """The keyword-only inputs `compute` reads besides the rewards and group ids (e.g. `generator`,
+        `response_mask`): a trainer hands the estimator exactly those it declares."""
+        positional = ("rewards", "group_ids")
+        return tuple(name for name in declared_inputs(cls.compute) if name not in positional)
 
     def hyperparams(self) -> dict[str, Any]:
         """Current hyperparameter values."""

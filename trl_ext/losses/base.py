@@ -39,11 +39,10 @@ into `x`, while `exp(where(m, x, 0))` does not.
 from __future__ import annotations
 
 import difflib
-import inspect
 import math
 import numbers
 from collections.abc import Iterable, Mapping
-from functools import cache, cached_property
+from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
@@ -53,6 +52,7 @@ from .._validation import (
     check_bool,
     check_choice,
     check_number,
+    declared_inputs,
     make_register,
     signature_defaults,
 )
@@ -144,20 +144,6 @@ def resolve_clip_range(
 # --------------------------------------------------------------------------------------------------
 # Input checks (rules 1-3 of the module docstring)
 # --------------------------------------------------------------------------------------------------
-
-
-@cache
-def declared_inputs(func: Any, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The named parameters of `func` (a method: `self` dropped; `*args` / `**kwargs` left out), then `extra`."""
-    params = list(inspect.signature(func).parameters.values())
-    if params and params[0].name in ("self", "cls"):
-        params = params[1:]
-    named = (
-        inspect.Parameter.POSITIONAL_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        inspect.Parameter.KEYWORD_ONLY,
-    )
-    return tuple(dict.fromkeys([*(p.name for p in params if p.kind in named), *extra]))
 
 
 def check_inputs(
