@@ -34,12 +34,27 @@ def _import(path: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Paper:
+    """An algorithm's paper: the one citation its model cards, `trl-ext list` and the docs use."""
+
+    title: str
+    arxiv: str
+
+    def __str__(self) -> str:
+        return f"{self.title} (arXiv {self.arxiv})"
+
+    @property
+    def year(self) -> int:
+        return 2000 + int(self.arxiv[:2])
+
+
+@dataclass(frozen=True)
 class AlgorithmSpec:
     """One row of the algorithm table."""
 
     name: str
     description: str
-    paper: str
+    paper: Paper | None
     use_critic: bool
     use_reference: bool
     compute_advantage_in_trainer: bool
@@ -96,7 +111,7 @@ class AlgorithmSpec:
 def _spec(
     name: str,
     description: str,
-    paper: str,
+    paper: Paper | None,
     *,
     flags: str,
     schema: str = "experience",
@@ -129,45 +144,69 @@ def _spec(
 
 
 # fmt: off
+_CHORD = Paper(
+    "On-Policy RL Meets Off-Policy Experts: Harmonizing Supervised Fine-Tuning and Reinforcement Learning via "
+    "Dynamic Weighting",
+    "2508.11408",
+)
 ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
-    _spec("sft", "Supervised fine-tuning (negative log-likelihood).", "-",
+    _spec("sft", "Supervised fine-tuning (negative log-likelihood).",
+          None,
           flags="FFFT", schema="sft", policy="sft", advantage=None, kl_loss="none", entropy="none", repeat=1),
-    _spec("ppo", "PPO with a critic and GAE advantages.", "arXiv 1707.06347",
+    _spec("ppo", "PPO with a critic and GAE advantages.",
+          Paper("Proximal Policy Optimization Algorithms", "1707.06347"),
           flags="TTTT", policy="ppo", advantage="ppo", kl_loss="k2", entropy="default", repeat=1),
-    _spec("grpo", "GRPO: group-normalized advantages, dual-clip PPO loss.", "arXiv 2402.03300",
+    _spec("grpo", "GRPO: group-normalized advantages, dual-clip PPO loss.",
+          Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
           flags="FTFT", policy="ppo", advantage="grpo", kl_loss="k2", entropy="default", repeat=2),
-    _spec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.", "arXiv 2501.03262",
+    _spec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.",
+          Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262"),
           flags="FTTT", policy="ppo", advantage="reinforceplusplus", kl_loss="k2", entropy="default", repeat=2),
-    _spec("rloo", "RLOO: leave-one-out baseline, PPO loss.", "arXiv 2402.14740",
+    _spec("rloo", "RLOO: leave-one-out baseline, PPO loss.",
+          Paper("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
+                "2402.14740"),
           flags="FTTT", policy="ppo", advantage="rloo", kl_loss="k2", entropy="default", repeat=2),
-    _spec("opmd", "Online policy mirror descent.", "arXiv 2501.12599",
+    _spec("opmd", "Online policy mirror descent.",
+          Paper("Kimi k1.5: Scaling Reinforcement Learning with LLMs", "2501.12599"),
           flags="FTFT", policy="opmd", advantage="opmd", kl_loss="k2", entropy="default", repeat=2),
-    _spec("asymre", "AsymRE: REINFORCE with a shifted (asymmetric) group baseline.", "arXiv 2506.20520",
+    _spec("asymre", "AsymRE: REINFORCE with a shifted (asymmetric) group baseline.",
+          Paper("Asymmetric REINFORCE for off-Policy Reinforcement Learning", "2506.20520"),
           flags="FFFT", policy="opmd", advantage="asymre", kl_loss="none", entropy="default", repeat=2),
-    _spec("dpo", "Direct Preference Optimization on (chosen, rejected) pairs.", "arXiv 2305.18290",
+    _spec("dpo", "Direct Preference Optimization on (chosen, rejected) pairs.",
+          Paper("Direct Preference Optimization: Your Language Model is Secretly a Reward Model", "2305.18290"),
           flags="FTFF", schema="dpo", policy="dpo", advantage=None, kl_loss="k2", entropy="default", repeat=2),
-    _spec("topr", "Tapered Off-Policy REINFORCE.", "arXiv 2503.14286",
+    _spec("topr", "Tapered Off-Policy REINFORCE.",
+          Paper("Tapered Off-Policy REINFORCE: Stable and efficient reinforcement learning for LLMs", "2503.14286"),
           flags="FTFT", policy="topr", advantage="reinforce", kl_loss="none", entropy="none", repeat=2),
-    _spec("cispo", "CISPO: clipped, stop-gradient IS weight on a REINFORCE loss.", "arXiv 2506.13585",
+    _spec("cispo", "CISPO: clipped, stop-gradient IS weight on a REINFORCE loss.",
+          Paper("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", "2506.13585"),
           flags="FTFT", policy="cispo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
-    _spec("gspo", "GSPO: sequence-level (length-normalized) importance ratio.", "arXiv 2507.18071",
+    _spec("gspo", "GSPO: sequence-level (length-normalized) importance ratio.",
+          Paper("Group Sequence Policy Optimization", "2507.18071"),
           flags="FTFT", policy="gspo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
-    _spec("sapo", "SAPO: soft, temperature-controlled gate instead of hard clipping.", "arXiv 2511.20347",
+    _spec("sapo", "SAPO: soft, temperature-controlled gate instead of hard clipping.",
+          Paper("Soft Adaptive Policy Optimization", "2511.20347"),
           flags="FTFT", policy="sapo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
-    _spec("mix", "RL on rollouts plus a fixed share of SFT on expert demonstrations.", "arXiv 2508.11408",
+    _spec("mix", "RL on rollouts plus a fixed share of SFT on expert demonstrations.",
+          _CHORD,
           flags="FTFT", policy="mix", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix"),
-    _spec("mix_chord", "CHORD: scheduled mix of RL and phi-weighted SFT on expert data.", "arXiv 2508.11408",
+    _spec("mix_chord", "CHORD: scheduled mix of RL and phi-weighted SFT on expert data.",
+          _CHORD,
           flags="FTFT", policy="mix_chord", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix"),
-    _spec("raft", "RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning).", "arXiv 2304.06767",
+    _spec("raft", "RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning).",
+          Paper("RAFT: Reward rAnked FineTuning for Generative Foundation Model Alignment", "2304.06767"),
           flags="FFFT", policy="sft", advantage=None, kl_loss="none", entropy="none", repeat=1),
-    _spec("sppo", "sPPO: policy gradient inside a log-space trust region.", "arXiv 2108.05828",
+    _spec("sppo", "sPPO: policy gradient inside a log-space trust region.",
+          Paper("sPPO", "2108.05828"),
           flags="FFFT", policy="sppo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
-    _spec("rec", "REC: REINFORCE with off-policy clipping / weighting / regularization.", "arXiv 2509.24203",
+    _spec("rec", "REC: REINFORCE with off-policy clipping / weighting / regularization.",
+          Paper("Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm", "2509.24203"),
           flags="FTFT", policy="rec", advantage="rec", kl_loss="none", entropy="none", repeat=2),
-    _spec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.", "arXiv 2402.03300",
+    _spec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.",
+          Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
           flags="FTFT", policy="ppo", advantage="step_wise_grpo", kl_loss="k2", entropy="default", repeat=8),
     _spec("on_policy_distill", "On-policy distillation: teacher log-probs as per-token advantages.",
-          "Thinking Machines, 'On-Policy Distillation' (2025)",
+          Paper("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", "2306.13649"),
           flags="FFTT", policy="ppo", advantage="on_policy_distill", kl_loss="none", entropy="none", repeat=8),
 ]}
 # fmt: on

@@ -51,7 +51,7 @@ def list_algorithms() -> str:
     lines = []
     for name, spec in ALGORITHMS.items():
         if not spec.has_trainer:
-            lines.append(f"{name}  (no trainer: loss `{spec.policy_loss_fn}` in trl_ext.losses)  {spec.paper}")
+            lines.append(f"{name}  (no trainer: loss `{spec.policy_loss_fn}` in trl_ext.losses)  {spec.paper or '-'}")
             continue
         config, trainer = spec.class_names
         lines.append(f"{name}  {trainer} / {config}  {spec.paper}")

@@ -17,30 +17,6 @@ from typing import Any
 from ..algorithms import get_algorithm
 from .arguments import ALGORITHM_ARGUMENTS
 
-# Paper of each algorithm with a trainer: (title, arXiv id). BibTeX entries are built from them.
-PAPERS: dict[str, tuple[str, str]] = {
-    "grpo": ("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
-    "gspo": ("Group Sequence Policy Optimization", "2507.18071"),
-    "cispo": ("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", "2506.13585"),
-    "sapo": ("Soft Adaptive Policy Optimization", "2511.20347"),
-    "topr": ("Tapered Off-Policy REINFORCE: Stable and efficient reinforcement learning for LLMs", "2503.14286"),
-    "sppo": ("sPPO", "2108.05828"),
-    "rec": ("Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm", "2509.24203"),
-    "opmd": ("Kimi k1.5: Scaling Reinforcement Learning with LLMs", "2501.12599"),
-    "asymre": ("Asymmetric REINFORCE for off-Policy Reinforcement Learning", "2506.20520"),
-    "reinforceplusplus": ("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models",
-                          "2501.03262"),
-    "rloo": ("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
-             "2402.14740"),
-    "raft": ("RAFT: Reward rAnked FineTuning for Generative Foundation Model Alignment", "2304.06767"),
-    "mix": ("On-Policy RL Meets Off-Policy Experts: Harmonizing Supervised Fine-Tuning and Reinforcement Learning "
-            "via Dynamic Weighting", "2508.11408"),
-    "on_policy_distill": ("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes",
-                          "2306.13649"),
-    "dpo": ("Direct Preference Optimization: Your Language Model is Secretly a Reward Model", "2305.18290"),
-}  # fmt: skip
-PAPERS["mix_chord"] = PAPERS["mix"]
-
 _DISPLAY_NAMES = {"reinforceplusplus": "REINFORCE++", "on_policy_distill": "On-policy distillation",
                   "mix_chord": "MIX-CHORD", "asymre": "AsymRE", "sppo": "sPPO"}  # fmt: skip
 _UNNAMED_BASE = "[None](https://huggingface.co/None)"  # TRL's template for a base model it does not name
@@ -49,14 +25,15 @@ _TRL_LOSS_FIELDS = {"dpo": ("label_smoothing", "beta")}
 
 
 def paper(algorithm: str) -> dict[str, str]:
-    """TRL's `_paper` dict (title, arXiv id, BibTeX citation) of `algorithm`."""
-    title, arxiv = PAPERS[algorithm]
-    year = 2000 + int(arxiv[:2])
+    """TRL's `_paper` dict (title, arXiv id, BibTeX citation) of `algorithm`, from its record's `paper`."""
+    cited = get_algorithm(algorithm).paper
+    if cited is None:
+        raise ValueError(f"algorithm {algorithm!r} has no paper to cite")
     citation = (
-        f"@article{{{algorithm}{year},\n    title   = {{{{{title}}}}},\n"
-        f"    journal = {{arXiv preprint arXiv:{arxiv}}},\n    year    = {year},\n}}"
+        f"@article{{{algorithm}{cited.year},\n    title   = {{{{{cited.title}}}}},\n"
+        f"    journal = {{arXiv preprint arXiv:{cited.arxiv}}},\n    year    = {cited.year},\n}}"
     )
-    return {"title": title, "id": arxiv, "citation": citation}
+    return {"title": cited.title, "id": cited.arxiv, "citation": citation}
 
 
 def display_name(algorithm: str) -> str:
@@ -152,7 +129,7 @@ class AlgorithmModelCard:
     def _algorithm_section(self) -> str:
         spec = get_algorithm(self.algorithm)
         args = self.args
-        title, arxiv = PAPERS[self.algorithm]
+        cited = spec.paper
         rows = [
             ("algorithm", f"`{self.algorithm}`: {spec.description}"),
             ("trainer / config", f"`trl_ext.{type(self).__name__}` / `trl_ext.{type(args).__name__}`"),
@@ -167,7 +144,8 @@ class AlgorithmModelCard:
         return (
             "## trl_ext\n\n"
             f"Trained with trl_ext's {display_name(self.algorithm)} trainer (Trinity-RFT's algorithm on TRL), "
-            f"from [{title}](https://huggingface.co/papers/{arxiv}) (arXiv {arxiv}); the citation is above.\n\n"
+            f"from [{cited.title}](https://huggingface.co/papers/{cited.arxiv}) (arXiv {cited.arxiv}); the citation is "
+            "above.\n\n"
             "| setting | value |\n|---|---|\n" + table + "\n"
         )
 
