@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import statistics
 import sys
@@ -257,7 +258,7 @@ def run(row: str, kind: str, paths: dict[str, str], shape: dict[str, Any], args:
     tokens = torch.stack(counted).sum().item() if counted else 0
     result = {"times": meter.times, "tokens": tokens, "peak": meter.peak, "wall": time.perf_counter() - start}
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    assert all(map(lambda v: v == v, losses)), f"{row}/{kind}: non-finite loss {losses}"
+    assert all(map(math.isfinite, losses)), f"{row}/{kind}: non-finite loss {losses}"
     del trainer
     gc.collect()
     if args.device == "cuda":

@@ -15,6 +15,7 @@ import statistics
 
 import pytest
 import torch
+from test_advantages import py_reinforce_pp
 
 from trl_ext.advantages import get_advantage_fn
 
@@ -162,25 +163,15 @@ def trinity_step_wise(
 
 
 def trinity_reinforce_pp(rewards, completion_mask, loss_mask, gamma) -> list[list[float]]:
-    """REINFORCEPLUSPLUSAdvantageFn on Trinity's token rewards: the reward on the last completion token."""
-    returns = []
+    """REINFORCEPLUSPLUSAdvantageFn on Trinity's token rewards: the reward on the last completion token, the return
+    carried over every position (tool outputs included), whitened over the loss mask."""
+    token_rewards = []
     for r, comp in zip(rewards, completion_mask, strict=True):
         token = [0.0] * len(comp)
         if any(comp):
             token[max(t for t, c in enumerate(comp) if c)] = r
-        running, row = 0.0, [0.0] * len(comp)
-        for t in reversed(range(len(comp))):
-            running = token[t] + gamma * running
-            row[t] = running
-        returns.append(row)
-    valid = [x for row, m in zip(returns, loss_mask, strict=True) for x, v in zip(row, m, strict=True) if v]
-    n = len(valid)
-    mean = sum(valid) / (n + 1e-8)
-    var = sum((x - mean) ** 2 for x in valid) / (n + 1e-8) * n / (n - 1)
-    return [
-        [(x - mean) / math.sqrt(var + 1e-8) * v for x, v in zip(row, m, strict=True)]
-        for row, m in zip(returns, loss_mask, strict=True)
-    ]
+        token_rewards.append(token)
+    return py_reinforce_pp(token_rewards, loss_mask, gamma, reward_mask=[[1] * len(c) for c in completion_mask])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ ROWS, COMPLETION = 8, 8
 # beta). No entropy bonus: its backward through the fused kernel makes fp32 tiles that TRL (no bonus) does not.
 GRPO_ARGS = {"beta": 0.02}
 SETTINGS = {"bf16-weights": torch.bfloat16, "fp32-weights-autocast": torch.float32}
-CASES = [*GRPO_FAMILY_TRAINERS, "mix", "mix_chord", "on_policy_distill", "dpo"]
+CASES = sorted(name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer)  # every trainer
 
 
 class LargeFloat32(TorchDispatchMode):

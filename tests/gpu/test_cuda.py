@@ -17,9 +17,7 @@ from trainer_helpers import changed, length_reward, logged, snapshot
 import trl_ext
 from trl_ext import toy
 
-GRPO_FAMILY = ["asymre", "cispo", "grpo", "gspo", "opmd", "raft", "rec", "reinforceplusplus", "rloo", "sapo", "sppo"]
-GRPO_FAMILY += ["topr"]
-ALGORITHMS = [*GRPO_FAMILY, "mix", "mix_chord", "on_policy_distill", "dpo"]
+ALGORITHMS = sorted(name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer)  # every trainer
 CUDA = {
     "use_cpu": False,
     "bf16": True,

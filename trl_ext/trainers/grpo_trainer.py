@@ -225,13 +225,12 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         the gathered response mask of token-level advantages (`[N, T]`; None for `[N]` advantages)."""
         wanted = self.advantage_fn.inputs()  # the estimator declares what it reads besides the rewards
         kwargs: dict[str, Any] = {}
-        if "response_mask" in wanted:
-            # Token-level returns need every sample's masks: pad to a common width and gather. The loss mask has
-            # gaps where tool outputs sit inside a completion; the reward sits on the completion's last token.
-            for name, mask in (("response_mask", _loss_mask(output)), ("completion_mask", output["completion_mask"])):
-                if name in wanted:
-                    padded = self.accelerator.pad_across_processes(mask, dim=1, pad_index=0)
-                    kwargs[name] = self.accelerator.gather(padded).bool()
+        # Token-level returns need every sample's masks: pad to a common width and gather. The loss mask has gaps
+        # where tool outputs sit inside a completion; the reward sits on the completion's last token.
+        for name, mask in (("response_mask", _loss_mask), ("completion_mask", lambda out: out["completion_mask"])):
+            if name in wanted:
+                padded = self.accelerator.pad_across_processes(mask(output), dim=1, pad_index=0)
+                kwargs[name] = self.accelerator.gather(padded).bool()
         if "generator" in wanted:  # random choices (REC's balance drop, duplicate_experiences): seeded per step
             generator = torch.Generator(device="cpu").manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
             kwargs["generator"] = generator
