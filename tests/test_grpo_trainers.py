@@ -7,6 +7,7 @@ import glob
 import json
 import math
 import os
+import time
 
 import pytest
 import torch
@@ -152,33 +153,39 @@ def test_wandb_offline_records_the_loss_metrics(tiny_model, tmp_path, monkeypatc
     wandb.finish()
     runs = glob.glob(os.path.join(str(tmp_path), "wandb", "offline-run-*", "run-*.wandb"))
     assert len(runs) == 1
-    history = wandb_history(runs[0])
+    history, kinds = wandb_history(runs[0])
     for name in ["sapo_loss", "avg_soft_gate", "pos_adv_frac", "policy_loss", "entropy", "reward"]:
         values = [step[f"train/{name}"] for step in history if f"train/{name}" in step]
-        assert values == pytest.approx(logged(trainer, name)), name
+        assert values == pytest.approx(logged(trainer, name)), (name, kinds, history)
 
 
-def wandb_history(path: str) -> list[dict[str, float]]:
-    """The history rows of an offline `.wandb` file: a LevelDB-style log (32 KiB blocks of CRC / length / type
-    framed chunks after a 7-byte file header) of `wandb_internal_pb2.Record` protobufs."""
+def wandb_history(path: str, timeout: float = 60.0) -> tuple[list[dict[str, float]], list[str]]:
+    """The history rows of an offline `.wandb` file and the types of all its records, read once the run's `exit`
+    record is there (wandb's service may still be writing the file when `wandb.finish()` returns; waits at most
+    `timeout` seconds). The file is a LevelDB-style log (32 KiB blocks of CRC / length / type framed chunks after a
+    7-byte file header) of `wandb_internal_pb2.Record` protobufs."""
     from wandb.proto import wandb_internal_pb2
 
-    data, pos, pending, rows = open(path, "rb").read(), 7, b"", []
-    while pos + 7 <= len(data):
-        if 32768 - pos % 32768 < 7:  # no room for a chunk header: the block is padded
-            pos += 32768 - pos % 32768
-            continue
-        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
-        pending = chunk if kind in (1, 2) else pending + chunk
-        if kind in (1, 4):  # FULL or LAST: a complete record
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            if record.WhichOneof("record_type") == "history":
-                rows.append(
-                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-                )
-    return rows
+    deadline = time.monotonic() + timeout
+    while True:
+        data, pos, pending, rows, kinds = open(path, "rb").read(), 7, b"", [], []
+        while pos + 7 <= len(data):
+            if 32768 - pos % 32768 < 7:  # no room for a chunk header: the block is padded
+                pos += 32768 - pos % 32768
+                continue
+            length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+            chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+            pending = chunk if kind in (1, 2) else pending + chunk
+            if kind in (1, 4):  # FULL or LAST: a complete record
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(pending)
+                kinds.append(record.WhichOneof("record_type"))
+                if kinds[-1] == "history":
+                    items = record.history.item
+                    rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items})
+        if "exit" in kinds or time.monotonic() > deadline:
+            return rows, kinds
+        time.sleep(0.5)
 
 
 def test_adaptive_kl_coefficient_moves_and_is_saved_in_checkpoints(tiny_model, tmp_path):
