@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
+import re
 import statistics
 
 import pytest
@@ -52,42 +54,48 @@ def test_registry_names():
     }
 
 
-@pytest.mark.parametrize(
-    ("name", "defaults"),
-    [
-        (
-            "grpo",
-            {
-                "epsilon": 1e-6,
-                "std_threshold": None,
-                "duplicate_experiences": False,
-                "rank_penalty": None,
-                "std_cal_level": "group",
-            },
-        ),
-        ("rloo", {}),
-        ("reinforce", {}),
-        ("opmd", {"opmd_baseline": "mean", "tau": 1.0}),
-        ("asymre", {"baseline_shift": -0.1}),
-        ("rec", {"epsilon": 1e-6, "std_normalize": False, "drop": None}),
-        (
-            "step_wise_grpo",
-            {"epsilon": 1e-6, "enable_step_norm": False, "std_cal_level": "group", "std_threshold": None},
-        ),
-        ("reinforceplusplus", {"gamma": 1.0}),
-        ("on_policy_distill", {"kl_coef": 1.0, "distill_baseline": "none"}),
-    ],
-)
-def test_default_args(name, defaults):
+DEFAULT_ARGS = {
+    "grpo": {
+        "epsilon": 1e-6,
+        "std_threshold": None,
+        "duplicate_experiences": False,
+        "rank_penalty": None,
+        "std_cal_level": "group",
+    },
+    "rloo": {},
+    "reinforce": {},
+    "opmd": {"opmd_baseline": "mean", "tau": 1.0},
+    "asymre": {"baseline_shift": -0.1},
+    "rec": {"epsilon": 1e-6, "std_normalize": False, "drop": None},
+    "step_wise_grpo": {"epsilon": 1e-6, "enable_step_norm": False, "std_cal_level": "group", "std_threshold": None},
+    "reinforceplusplus": {"gamma": 1.0},
+    "on_policy_distill": {"kl_coef": 1.0, "distill_baseline": "none"},
+    "raft": {"min_reward": None},
+}
+"""Every estimator's arguments with their defaults, in declaration order."""
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGE_FNS))
+def test_default_args(name):
+    defaults = DEFAULT_ARGS[name]
     cls = ADVANTAGE_FNS[name]
-    assert cls.default_args() == defaults
+    assert list(cls.default_args().items()) == list(defaults.items())
     fn = get_advantage_fn(name)
     assert type(fn) is cls
-    assert fn.hyperparams() == defaults
+    assert fn.args == defaults
     assert type(fn).__name__ in repr(fn)
 
 
-def test_repr_shows_hyperparams():
+@pytest.mark.parametrize("name", sorted(ADVANTAGE_FNS))
+def test_signature_shows_the_arguments(name):
+    """`inspect.signature` (what `help()` and IDEs show) lists exactly the arguments, keyword-only, with defaults."""
+    parameters = inspect.signature(ADVANTAGE_FNS[name]).parameters.values()
+    assert [(p.name, p.kind, p.default) for p in parameters] == [
+        (argument, inspect.Parameter.KEYWORD_ONLY, default) for argument, default in DEFAULT_ARGS[name].items()
+    ]
+
+
+def test_repr_shows_arguments():
     assert repr(get_advantage_fn("grpo", epsilon=0.01)) == (
         "GRPOAdvantage(epsilon=0.01, std_threshold=None, duplicate_experiences=False, rank_penalty=None, "
         "std_cal_level='group')"
@@ -99,11 +107,42 @@ def test_unknown_name_lists_valid_names():
         get_advantage_fn("gae")
 
 
-def test_unknown_kwarg_is_named_and_valid_ones_listed():
-    with pytest.raises(ValueError, match=r"grpo: unknown hyperparameter\(s\) 'eps'.*epsilon.*std_threshold"):
-        get_advantage_fn("grpo", eps=0.1)
-    with pytest.raises(ValueError, match=r"rloo: unknown hyperparameter\(s\) 'gamma'"):
-        ADVANTAGE_FNS["rloo"](gamma=1.0)
+@pytest.mark.parametrize("name", sorted(ADVANTAGE_FNS))
+def test_unknown_argument_is_named_and_valid_ones_listed(name):
+    valid = ", ".join(DEFAULT_ARGS[name]) or "none"  # grpo: "epsilon, std_threshold, ...", rloo: "none"
+    message = rf"^{name}: unknown argument\(s\) 'eps'; valid arguments: {re.escape(valid)}$"
+    with pytest.raises(ValueError, match=message):
+        get_advantage_fn(name, eps=0.1)
+    with pytest.raises(ValueError, match=message):
+        ADVANTAGE_FNS[name](eps=0.1)
+
+
+def _out_of_range_values():
+    """One bad value per rule of every argument spec: a bound crossed by 1, a non-choice, a non-bool."""
+    for name, cls in sorted(ADVANTAGE_FNS.items()):
+        for spec in cls.arguments:
+            values = [bound - 1 for bound in (spec.gt, spec.ge) if bound is not None]
+            values += [bound + 1 for bound in (spec.lt, spec.le) if bound is not None]
+            values += ["not-a-choice"] if spec.choices else []
+            values += ["yes"] if spec.type is bool else []
+            for value in values:
+                yield pytest.param(name, spec.name, value, id=f"{name}-{spec.name}={value!r}")
+
+
+OUT_OF_RANGE = list(_out_of_range_values())
+
+
+def test_out_of_range_cases_cover_the_ruled_arguments():
+    arguments = {(name, spec.name) for name, cls in ADVANTAGE_FNS.items() for spec in cls.arguments}
+    covered = {case.values[:2] for case in OUT_OF_RANGE}
+    assert arguments - covered == {("asymre", "baseline_shift"), ("raft", "min_reward")}  # any finite number
+
+
+@pytest.mark.parametrize(("name", "argument", "value"), OUT_OF_RANGE)
+def test_out_of_range_argument_is_rejected(name, argument, value):
+    message = rf"^{name}: {argument}={re.escape(repr(value))} is not valid; must be "
+    with pytest.raises(ValueError, match=message):
+        get_advantage_fn(name, **{argument: value})
 
 
 @pytest.mark.parametrize(
@@ -127,7 +166,7 @@ def test_unknown_kwarg_is_named_and_valid_ones_listed():
         ("asymre", {"baseline_shift": None}, r"asymre: baseline_shift=None is not valid"),
         ("rec", {"epsilon": -1e-3}, r"rec: epsilon=-0.001 is not valid; must be > 0"),
         ("rec", {"std_normalize": 1}, r"rec: std_normalize=1 is not valid; must be True or False"),
-        ("rec", {"drop": "random"}, r"rec: drop='random' is not valid; must be one of None, 'balance'"),
+        ("rec", {"drop": "random"}, r"rec: drop='random' is not valid; must be one of 'balance'"),
         ("grpo", {"duplicate_experiences": 1}, r"grpo: duplicate_experiences=1 is not valid; must be True or False"),
         (
             "grpo",

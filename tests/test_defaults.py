@@ -214,7 +214,7 @@ def test_default_construction_matches_explicit_defaults(name):
 
 @pytest.mark.parametrize("name", sorted(REFERENCE_INIT))
 def test_reference_constructor_args_exist(name):
-    params = inspect.signature(POLICY_LOSSES[name].__init__).parameters
+    params = inspect.signature(POLICY_LOSSES[name]).parameters
     missing = [arg for arg in REFERENCE_INIT[name] if arg not in params]
     assert not missing, f"{name}: reference constructor arguments missing: {missing}"
     assert params["backend"].default == "verl"

@@ -202,11 +202,11 @@ def test_unknown_loss_name_lists_valid_names():
 
 
 def test_unknown_kwarg_names_it_and_lists_valid_args():
-    with pytest.raises(ValueError, match=r"sapo: unknown argument\(s\) tau; valid arguments: ") as info:
+    with pytest.raises(ValueError, match=r"sapo: unknown argument\(s\) 'tau'; valid arguments: ") as info:
         get_policy_loss("sapo", tau=1)
     listed = str(info.value).split("valid arguments: ", 1)[1]
     assert set(listed.split(", ")) == {"tau_pos", "tau_neg", "loss_agg_mode", "detach_gate"}
-    with pytest.raises(ValueError, match=r"ppo: unknown argument\(s\) epsilon, beta"):
+    with pytest.raises(ValueError, match=r"ppo: unknown argument\(s\) 'epsilon', 'beta'"):
         get_policy_loss("ppo", epsilon=0.2, beta=0.0)
 
 

@@ -8,14 +8,18 @@ Usage::
     advantages = fn(rewards, group_ids)             # [N]
     result = fn.compute(rewards, group_ids)         # AdvantageResult(advantages, keep, source)
 
-Registered names (``ADVANTAGE_FNS``): ``grpo``, ``rloo``, ``reinforce``, ``opmd``, ``asymre``, ``rec``,
-``step_wise_grpo``, ``raft`` (RAFT's best-of-group selection) (group estimators, ``[N]``) and
-``reinforceplusplus``, ``on_policy_distill`` (token-level, ``[N, T]``).
+Registered names (`ADVANTAGE_FNS`): `grpo`, `rloo`, `reinforce`, `opmd`, `asymre`, `rec`,
+`step_wise_grpo`, `raft` (RAFT's best-of-group selection) (group estimators, `[N]`) and
+`reinforceplusplus`, `on_policy_distill` (token-level, `[N, T]`).
 
-``keep`` marks the rows an estimator keeps; ``source`` (None unless GRPO's ``duplicate_experiences`` copied
-groups) maps each output row to the input sample it is a copy of (see ``AdvantageResult``).
+An estimator subclasses `AdvantageFn`, declares its hyperparameters as `arguments` (`Argument` specs, see
+`trl_ext.components`) and is registered with `@register_advantage(name)`.
+
+`keep` marks the rows an estimator keeps; `source` (None unless GRPO's `duplicate_experiences` copied
+groups) maps each output row to the input sample it is a copy of (see `AdvantageResult`).
 """
 
+from ..components import Argument
 from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn, register_advantage
 from .group import (
     AsymREAdvantage,
@@ -34,6 +38,7 @@ __all__ = [
     "ADVANTAGE_FNS",
     "AdvantageFn",
     "AdvantageResult",
+    "Argument",
     "AsymREAdvantage",
     "GRPOAdvantage",
     "OPMDAdvantage",

@@ -1,18 +1,18 @@
-"""Shared machinery for advantage estimators: registry, hyperparameter / input validation, group statistics.
+"""Shared machinery for advantage estimators: base class and registry, input validation, group statistics.
 
-An advantage estimator turns per-sample rewards ``R`` (one per generated completion) into advantages ``A``.
+An advantage estimator turns per-sample rewards `R` (one per generated completion) into advantages `A`.
 Group estimators (GRPO, RLOO, OPMD, ...) compare each sample with the other samples of its *group* — the
 completions generated for the same prompt, identified by a shared group id.  Token-level estimators
 (REINFORCE++, on-policy distillation) return one advantage per response token.
 
-Group statistics are computed vectorized: group ids are mapped to ``0..G-1`` (``torch.unique`` for tensors,
-a dict for Python sequences) and per-group sums are accumulated with ``index_add_``.  Following verl
-(``verl/trainer/ppo/core_algos.py``) and Trinity-RFT (``trinity/algorithm/advantage_fn``), a group with a
+Group statistics are computed vectorized: group ids are mapped to `0..G-1` (`torch.unique` for tensors,
+a dict for Python sequences) and per-group sums are accumulated with `index_add_`.  Following verl
+(`verl/trainer/ppo/core_algos.py`) and Trinity-RFT (`trinity/algorithm/advantage_fn`), a group with a
 single sample uses mean 0 and standard deviation 1.
 
 Trinity-RFT drops or duplicates experiences by editing its list of experiences; here the rows stay fixed
-(row ``i`` of every output is sample ``i`` of the input unless ``AdvantageResult.source`` says otherwise) and
-``AdvantageResult.keep`` / ``.source`` describe the edit.
+(row `i` of every output is sample `i` of the input unless `AdvantageResult.source` says otherwise) and
+`AdvantageResult.keep` / `.source` describe the edit.
 """
 
 from __future__ import annotations
@@ -22,34 +22,26 @@ from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from .._validation import (
-    check_bool,
-    check_choice,
-    check_number,
-    declared_inputs,
-    make_register,
-    signature_defaults,
-)
-
-__all__ = ["check_bool", "check_choice", "check_number"]  # re-exported for the estimators
+from .._validation import declared_inputs
+from ..components import Component, Registry
 
 GroupIds = torch.Tensor | Sequence[Hashable]
 
 
 class AdvantageResult(NamedTuple):
-    """Output of ``AdvantageFn.compute``.
+    """Output of `AdvantageFn.compute`.
 
-    ``advantages``: ``[N]`` (group estimators) or ``[N, T]`` (token-level estimators), in the rewards'
-    float dtype, one per INPUT sample.  ``advantages`` holds the raw values even for samples an estimator
-    drops (except REC, whose dropped samples get 0 as in the reference); ``AdvantageFn.__call__`` zeroes them.
+    `advantages`: `[N]` (group estimators) or `[N, T]` (token-level estimators), in the rewards'
+    float dtype, one per INPUT sample.  `advantages` holds the raw values even for samples an estimator
+    drops (except REC, whose dropped samples get 0 as in the reference); `AdvantageFn.__call__` zeroes them.
 
-    ``keep``: bool ``[N]``, one per OUTPUT row; ``False`` marks rows that must not contribute to the loss.
+    `keep`: bool `[N]`, one per OUTPUT row; `False` marks rows that must not contribute to the loss.
 
-    ``source``: ``None`` (the identity) or long ``[N]``: output row ``i`` is a copy of input sample
-    ``source[i]``, its data (completion, masks, log-probs) AND its advantage ``advantages[source[i]]``.  Only
-    GRPO's ``duplicate_experiences`` sets it (a skipped group's rows become copies of a valid group's); rows
-    that are not copies have ``source[i] = i``.  A consumer must gather its per-row tensors with ``source``
-    (across processes when the batch was gathered), then apply ``keep`` to the gathered rows.
+    `source`: `None` (the identity) or long `[N]`: output row `i` is a copy of input sample
+    `source[i]`, its data (completion, masks, log-probs) AND its advantage `advantages[source[i]]`.  Only
+    GRPO's `duplicate_experiences` sets it (a skipped group's rows become copies of a valid group's); rows
+    that are not copies have `source[i] = i`.  A consumer must gather its per-row tensors with `source`
+    (across processes when the batch was gathered), then apply `keep` to the gathered rows.
     """
 
     advantages: torch.Tensor
@@ -57,48 +49,16 @@ class AdvantageResult(NamedTuple):
     source: torch.Tensor | None = None
 
 
-ADVANTAGE_FNS: dict[str, type[AdvantageFn]] = {}
-
-
-register_advantage = make_register(ADVANTAGE_FNS, "advantage function")
-"""Class decorator: ``@register_advantage(name)`` registers an ``AdvantageFn`` subclass in ``ADVANTAGE_FNS``."""
-
-
-def get_advantage_fn(name: str, **hyperparams: Any) -> AdvantageFn:
-    """Instantiate the advantage estimator registered as ``name`` with the given hyperparameters."""
-    if name not in ADVANTAGE_FNS:
-        valid = ", ".join(sorted(ADVANTAGE_FNS))
-        raise ValueError(f"unknown advantage function {name!r}; valid names: {valid}")
-    return ADVANTAGE_FNS[name](**hyperparams)
-
-
-class AdvantageFn:
+class AdvantageFn(Component):
     """Base class of all advantage estimators.
 
-    Subclasses declare their hyperparameters as keyword-only ``__init__`` arguments with defaults (these are
-    what ``default_args()`` returns), validate them eagerly, and implement ``compute`` (under
-    ``torch.no_grad``).
+    Subclasses declare their hyperparameters as `arguments` (`Argument` specs: the constructor's keywords,
+    validated at construction; `check_arguments` adds the rules that relate several of them) and implement
+    `compute` (under `torch.no_grad`).
     """
 
-    name: ClassVar[str] = ""
-    #: True for estimators returning ``[N, T]`` token-level advantages.
+    #: True for estimators returning `[N, T]` token-level advantages.
     token_level: ClassVar[bool] = False
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> AdvantageFn:
-        # Reject unknown hyperparameters with a ValueError listing the valid ones (not __init__'s TypeError).
-        valid = cls.default_args()
-        unknown = [k for k in kwargs if k not in valid]
-        if unknown:
-            raise ValueError(
-                f"{cls.name}: unknown hyperparameter(s) {', '.join(map(repr, unknown))}; "
-                f"valid hyperparameters: {', '.join(valid) or '(none)'}"
-            )
-        return super().__new__(cls)
-
-    @classmethod
-    def default_args(cls) -> dict[str, Any]:
-        """Constructor defaults, read from the ``__init__`` signature."""
-        return signature_defaults(cls.__init__)
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:
@@ -107,29 +67,28 @@ class AdvantageFn:
         positional = ("rewards", "group_ids")
         return tuple(name for name in declared_inputs(cls.compute) if name not in positional)
 
-    def hyperparams(self) -> dict[str, Any]:
-        """Current hyperparameter values."""
-        return {k: getattr(self, k) for k in self.default_args()}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparams().items())
-        return f"{type(self).__name__}({args})"
-
     def compute(self, *args: Any, **kwargs: Any) -> AdvantageResult:
         raise NotImplementedError
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Same arguments as ``compute``; returns one advantage per output row: ``advantages[source]`` (when
-        ``source`` is set), with the rows ``keep`` drops set to 0."""
+        """Same arguments as `compute`; returns one advantage per output row: `advantages[source]` (when
+        `source` is set), with the rows `keep` drops set to 0."""
         res = self.compute(*args, **kwargs)
         advantages = res.advantages if res.source is None else res.advantages[res.source]
         keep = res.keep.reshape(res.keep.shape + (1,) * (advantages.dim() - 1))
         return advantages.masked_fill(~keep, 0.0)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Hyperparameter validation
-# ----------------------------------------------------------------------------------------------------------
+ADVANTAGE_FNS = Registry("advantage function", AdvantageFn)
+"""The advantage estimators by name."""
+
+register_advantage = ADVANTAGE_FNS.register
+"""Class decorator: `@register_advantage(name)` registers an `AdvantageFn` subclass in `ADVANTAGE_FNS`."""
+
+
+def get_advantage_fn(name: str, **kwargs: Any) -> AdvantageFn:
+    """The advantage estimator registered as `name`, built with `kwargs` (its arguments)."""
+    return ADVANTAGE_FNS.build(name, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -138,7 +97,7 @@ class AdvantageFn:
 
 
 def nonfinite_message(name: str, values: torch.Tensor, where: torch.Tensor | None = None) -> str | None:
-    """Describe the non-finite entries of ``values`` (within ``where``), e.g. ``"rewards[3] is nan"``."""
+    """Describe the non-finite entries of `values` (within `where`), e.g. `"rewards[3] is nan"`."""
     bad = ~torch.isfinite(values)
     if where is not None:
         bad &= where
@@ -165,7 +124,7 @@ def as_float_tensor(owner: str, name: str, value: Any, device: torch.device | No
 
 
 def check_rewards(owner: str, rewards: Any) -> torch.Tensor:
-    """Validate sequence-level rewards: 1-D ``[N]``, numeric (ints -> float32), all finite."""
+    """Validate sequence-level rewards: 1-D `[N]`, numeric (ints -> float32), all finite."""
     rewards = as_float_tensor(owner, "rewards", rewards)
     if rewards.dim() != 1:
         raise ValueError(f"{owner}: rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
@@ -176,7 +135,7 @@ def check_rewards(owner: str, rewards: Any) -> torch.Tensor:
 
 
 def check_per_sample(owner: str, name: str, value: Any, like: torch.Tensor) -> torch.Tensor:
-    """Validate an extra finite per-sample tensor ``[N]`` matching ``like`` (the rewards)."""
+    """Validate an extra finite per-sample tensor `[N]` matching `like` (the rewards)."""
     value = as_float_tensor(owner, name, value, device=like.device).to(like.device)
     if value.shape != like.shape:
         raise ValueError(f"{owner}: {name} must have shape {tuple(like.shape)} like rewards, got {tuple(value.shape)}")
@@ -187,7 +146,7 @@ def check_per_sample(owner: str, name: str, value: Any, like: torch.Tensor) -> t
 
 
 def check_mask(owner: str, name: str, mask: Any, shape: torch.Size, device: torch.device) -> torch.Tensor:
-    """Validate a 0/1 (or bool) mask of the given shape; return it as a bool tensor on ``device``."""
+    """Validate a 0/1 (or bool) mask of the given shape; return it as a bool tensor on `device`."""
     mask = torch.as_tensor(mask, device=device)
     if mask.shape != shape:
         raise ValueError(f"{owner}: {name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
@@ -201,7 +160,7 @@ def check_mask(owner: str, name: str, mask: Any, shape: torch.Size, device: torc
 def group_index(
     owner: str, ids: GroupIds, n: int, device: torch.device, name: str = "group_ids"
 ) -> tuple[torch.Tensor, int]:
-    """Map ``n`` ids (int tensor or sequence of hashables) to a long tensor of ``0..G-1``; return it and G."""
+    """Map `n` ids (int tensor or sequence of hashables) to a long tensor of `0..G-1`; return it and G."""
     if isinstance(ids, torch.Tensor):
         if ids.dim() != 1:
             raise ValueError(f"{owner}: {name} must be 1-D [N], got shape {tuple(ids.shape)}")
@@ -236,7 +195,7 @@ def group_index(
 
 
 def group_sum(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
-    """Per-group sum of ``values`` ``[N]`` -> ``[G]``."""
+    """Per-group sum of `values` `[N]` -> `[G]`."""
     return values.new_zeros(num_groups).index_add_(0, index, values)
 
 
@@ -247,9 +206,9 @@ def group_stats(
     member: torch.Tensor | None = None,
     unbiased: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-group ``(count, mean, std)`` over the ``member`` samples (default all), each ``[G]``.
+    """Per-group `(count, mean, std)` over the `member` samples (default all), each `[G]`.
 
-    ``std`` is the unbiased (``unbiased=True``, Bessel-corrected) or population standard deviation; a group
+    `std` is the unbiased (`unbiased=True`, Bessel-corrected) or population standard deviation; a group
     with at most one member gets mean 0 and std 1 (verl / Trinity-RFT).
     """
     weight = torch.ones_like(values) if member is None else member.to(values.dtype)
@@ -263,9 +222,9 @@ def group_stats(
 
 
 def group_positions(index: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(position, order, starts)``: each sample's position within its group (0-based, in index order),
-    the samples sorted by group (stable), and where each group starts in ``order``; the ``k``-th sample of
-    group ``g`` is ``order[starts[g] + k]``."""
+    """`(position, order, starts)`: each sample's position within its group (0-based, in index order),
+    the samples sorted by group (stable), and where each group starts in `order`; the `k`-th sample of
+    group `g` is `order[starts[g] + k]`."""
     n = index.numel()
     order = torch.argsort(index, stable=True)
     counts = torch.bincount(index, minlength=num_groups)
@@ -276,7 +235,7 @@ def group_positions(index: torch.Tensor, num_groups: int) -> tuple[torch.Tensor,
 
 
 def rank_within_groups(index: torch.Tensor, num_groups: int, score: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
-    """Rank of each ``member`` sample among the members of its group by DESCENDING ``score`` (0 = largest).
+    """Rank of each `member` sample among the members of its group by DESCENDING `score` (0 = largest).
 
     Ties keep index order (stable sorts).  Non-members get rank -1.
     """

@@ -1,13 +1,13 @@
 """Group-relative outcome advantage estimators (one scalar advantage per sample).
 
-All estimators here take ``rewards`` ``[N]`` and ``group_ids`` (``[N]`` int tensor or sequence of hashables)
-and return ``AdvantageResult(advantages [N], keep [N], source)``.  Notation: ``R`` the sample's reward,
-``mean`` / ``std`` the mean / unbiased (Bessel-corrected, ``torch.std``) standard deviation of the rewards of
-its group (of size ``n``); a group of one uses ``mean = 0`` and ``std = 1`` (verl / Trinity-RFT convention).
-REC is the exception: it uses the population std (see ``RECAdvantage``).
+All estimators here take `rewards` `[N]` and `group_ids` (`[N]` int tensor or sequence of hashables)
+and return `AdvantageResult(advantages [N], keep [N], source)`.  Notation: `R` the sample's reward,
+`mean` / `std` the mean / unbiased (Bessel-corrected, `torch.std`) standard deviation of the rewards of
+its group (of size `n`); a group of one uses `mean = 0` and `std = 1` (verl / Trinity-RFT convention).
+REC is the exception: it uses the population std (see `RECAdvantage`).
 
-Each estimator follows Trinity-RFT 0.6.0 (``trinity/algorithm/advantage_fn``) exactly, groups of one
-included, except where a docstring says otherwise (GRPO's ``rank_penalty``, REC's group of one).
+Each estimator follows Trinity-RFT 0.6.0 (`trinity/algorithm/advantage_fn`) exactly, groups of one
+included, except where a docstring says otherwise (GRPO's `rank_penalty`, REC's group of one).
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
+from ..components import Argument
 from .base import (
     AdvantageFn,
     AdvantageResult,
     GroupIds,
-    check_bool,
-    check_choice,
-    check_number,
     check_per_sample,
     check_rewards,
     group_index,
@@ -33,6 +31,8 @@ from .base import (
     rank_within_groups,
     register_advantage,
 )
+
+STD_CAL_LEVELS = ("group", "batch")
 
 
 def _all_kept(rewards: torch.Tensor) -> torch.Tensor:
@@ -47,10 +47,10 @@ def _grpo(
     std_cal_level: str = "group",
     std_threshold: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """GRPO advantages ``(R - mean) / (std + epsilon)`` ``[N]``, the per-group sizes ``[G]`` and which groups
-    pass ``std_threshold`` ``[G]`` (all when it is None; else more than one sample and group std > threshold).
+    """GRPO advantages `(R - mean) / (std + epsilon)` `[N]`, the per-group sizes `[G]` and which groups
+    pass `std_threshold` `[G]` (all when it is None; else more than one sample and group std > threshold).
 
-    ``std_cal_level="batch"``: ``std`` is the unbiased std of all ``rewards`` (1 when there are at most one).
+    `std_cal_level="batch"`: `std` is the unbiased std of all `rewards` (1 when there are at most one).
     """
     counts, mean, std = group_stats(rewards, index, num_groups)
     if std_cal_level == "batch":
@@ -75,12 +75,12 @@ def duplicate_groups(
     valid: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(keep [N], source [N] or None)`` for Trinity-RFT's ``duplicate_experiences``.
+    """`(keep [N], source [N] or None)` for Trinity-RFT's `duplicate_experiences`.
 
-    Each skipped (not ``valid``) group, in group order, is replaced by a copy of a valid group drawn uniformly
-    with replacement (``torch.randint`` over the valid groups, in group order): its ``k``-th sample (in index
-    order) becomes a copy of the chosen group's ``k``-th sample.  Needs groups of equal size.  With no skipped
-    group, or no valid one, nothing is copied (``source`` None) and ``keep`` marks the valid groups' samples.
+    Each skipped (not `valid`) group, in group order, is replaced by a copy of a valid group drawn uniformly
+    with replacement (`torch.randint` over the valid groups, in group order): its `k`-th sample (in index
+    order) becomes a copy of the chosen group's `k`-th sample.  Needs groups of equal size.  With no skipped
+    group, or no valid one, nothing is copied (`source` None) and `keep` marks the valid groups' samples.
     """
     skipped = (~valid).nonzero().flatten()
     kept_groups = valid.nonzero().flatten()
@@ -107,9 +107,9 @@ def unlikeliness_rewards(
 ) -> torch.Tensor:
     """Unlikeliness reward (He et al. 2025, arXiv 2506.02355).
 
-    Within each group of size ``G``, the samples with ``R > 0`` are ranked by ``seq_logprobs`` in descending
-    order (rank 0 = most likely; ties by index) and get ``R * (1 - penalty * (G - rank) / G)``; samples with
-    ``R <= 0`` are unchanged.
+    Within each group of size `G`, the samples with `R > 0` are ranked by `seq_logprobs` in descending
+    order (rank 0 = most likely; ties by index) and get `R * (1 - penalty * (G - rank) / G)`; samples with
+    `R <= 0` are unchanged.
     """
     positive = rewards > 0
     rank = rank_within_groups(index, num_groups, seq_logprobs, positive).to(rewards.dtype)
@@ -118,7 +118,7 @@ def unlikeliness_rewards(
 
 
 class _GroupAdvantageFn(AdvantageFn):
-    """Shared ``compute`` plumbing: validate the inputs, map group ids, call ``_advantages``."""
+    """Shared `compute` plumbing: validate the inputs, map group ids, call `_advantages`."""
 
     @torch.no_grad()
     def compute(self, rewards: torch.Tensor, group_ids: GroupIds) -> AdvantageResult:
@@ -132,50 +132,78 @@ class _GroupAdvantageFn(AdvantageFn):
 
 @register_advantage("grpo")
 class GRPOAdvantage(AdvantageFn):
-    """GRPO: ``A = (R - mean) / (std + epsilon)`` (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
+    """GRPO: `A = (R - mean) / (std + epsilon)` (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
 
-    Ports verl ``compute_grpo_outcome_advantage`` and Trinity-RFT ``GRPOGroupedAdvantage``: ``mean`` / ``std``
-    are the group's mean and unbiased std; a group of one gets mean 0 and std 1 (``A = R / (1 + epsilon)``).
+    Ports verl `compute_grpo_outcome_advantage` and Trinity-RFT `GRPOGroupedAdvantage`: `mean` / `std`
+    are the group's mean and unbiased std; a group of one gets mean 0 and std 1 (`A = R / (1 + epsilon)`).
 
-    * ``std_cal_level="batch"``: ``std`` is the unbiased std of ALL rewards of the batch (1 if N <= 1); the
+    * `std_cal_level="batch"`: `std` is the unbiased std of ALL rewards of the batch (1 if N <= 1); the
       mean stays per group (0 for a group of one).
-    * ``std_threshold``: a group is skipped (``keep=False`` for its samples) when it has a single sample —
-      whatever the threshold — or its group std (unbiased, also with ``std_cal_level="batch"``) is
-      ``<= std_threshold``.
-    * ``duplicate_experiences`` (only with ``std_threshold``; POLARIS, hkunlp.github.io/blog/2025/Polaris):
+    * `std_threshold`: a group is skipped (`keep=False` for its samples) when it has a single sample —
+      whatever the threshold — or its group std (unbiased, also with `std_cal_level="batch"`) is
+      `<= std_threshold`.
+    * `duplicate_experiences` (only with `std_threshold`; POLARIS, hkunlp.github.io/blog/2025/Polaris):
       instead of shrinking the batch, every skipped group is replaced by a copy of a valid group drawn
-      uniformly with replacement (``compute(..., generator=)`` seeds the draw): ``AdvantageResult.source``
-      maps each row of a skipped group to the same-position sample of the chosen group (``keep=True``, that
-      sample's advantage); see ``duplicate_groups``.  Needs groups of equal size; when every group is
+      uniformly with replacement (`compute(..., generator=)` seeds the draw): `AdvantageResult.source`
+      maps each row of a skipped group to the same-position sample of the chosen group (`keep=True`, that
+      sample's advantage); see `duplicate_groups`.  Needs groups of equal size; when every group is
       skipped nothing is kept.
-    * ``rank_penalty``: the unlikeliness reward of He et al. 2025, "Rewarding the Unlikely: Lifting GRPO
-      Beyond Distribution Sharpening" (arXiv 2506.02355); needs ``seq_logprobs`` [N] (summed token log-probs
-      under the sampling policy).  Positive rewards are rescaled by ``1 - rank_penalty * (G - rank) / G``
-      (see ``unlikeliness_rewards``) and the rescaled rewards replace ``R`` everywhere (numerator, group and
+    * `rank_penalty`: the unlikeliness reward of He et al. 2025, "Rewarding the Unlikely: Lifting GRPO
+      Beyond Distribution Sharpening" (arXiv 2506.02355); needs `seq_logprobs` [N] (summed token log-probs
+      under the sampling policy).  Positive rewards are rescaled by `1 - rank_penalty * (G - rank) / G`
+      (see `unlikeliness_rewards`) and the rescaled rewards replace `R` everywhere (numerator, group and
       batch statistics).  Deliberately NOT Trinity-RFT's version, which scales every reward by
-      ``1 - rank_penalty * rank / n`` (rank of the mean token log-prob, ascending) for the group statistics
+      `1 - rank_penalty * rank / n` (rank of the mean token log-prob, ascending) for the group statistics
       only and keeps the unscaled reward in the numerator (README, "Deliberate differences").
     """
 
-    def __init__(
-        self,
-        *,
-        epsilon: float = 1e-6,
-        std_threshold: float | None = None,
-        duplicate_experiences: bool = False,
-        rank_penalty: float | None = None,
-        std_cal_level: str = "group",
-    ) -> None:
-        self.epsilon = check_number(self.name, "epsilon", epsilon, gt=0)
-        self.std_threshold = check_number(self.name, "std_threshold", std_threshold, ge=0, allow_none=True)
-        self.duplicate_experiences = check_bool(self.name, "duplicate_experiences", duplicate_experiences)
-        if duplicate_experiences and std_threshold is None:
+    arguments = (
+        Argument(
+            "epsilon",
+            1e-6,
+            "ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased "
+            "group std; a group whose rewards are all equal gets advantage 0.",
+            gt=0,
+            config_name="advantage_epsilon",
+        ),
+        Argument(
+            "std_threshold",
+            None,
+            "Drop (mask out) the groups whose reward std is at or below this value.",
+            type=float,
+            ge=0,
+        ),
+        Argument(
+            "duplicate_experiences",
+            False,
+            "With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so "
+            "every step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the "
+            "reference's `duplicate_experiences`.",
+        ),
+        Argument(
+            "rank_penalty",
+            None,
+            "Unlikeliness reward (He et al. 2025, arXiv 2506.02355): a positive reward R of a group of G samples "
+            "becomes R·(1 − rank_penalty·(G − rank)/G), rank 0 being the most likely by `seq_logprobs`; None: off.",
+            type=float,
+            ge=0,
+            le=1,
+            in_config=False,  # needs per-sample log-probs when the advantages are computed: library only
+        ),
+        Argument(
+            "std_cal_level",
+            "group",
+            "Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean).",
+            choices=STD_CAL_LEVELS,
+        ),
+    )
+
+    def check_arguments(self) -> None:
+        if self.duplicate_experiences and self.std_threshold is None:
             raise ValueError(
                 f"{self.name}: duplicate_experiences=True has no effect without std_threshold (only groups skipped "
                 "by std_threshold are duplicated); set std_threshold or duplicate_experiences=False"
             )
-        self.rank_penalty = check_number(self.name, "rank_penalty", rank_penalty, ge=0, le=1, allow_none=True)
-        self.std_cal_level = check_choice(self.name, "std_cal_level", std_cal_level, ("group", "batch"))
 
     @torch.no_grad()
     def compute(
@@ -186,8 +214,8 @@ class GRPOAdvantage(AdvantageFn):
         seq_logprobs: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> AdvantageResult:
-        """``seq_logprobs`` is required when ``rank_penalty`` is set (and ignored otherwise); ``generator``
-        seeds the random choice of ``duplicate_experiences``."""
+        """`seq_logprobs` is required when `rank_penalty` is set (and ignored otherwise); `generator`
+        seeds the random choice of `duplicate_experiences`."""
         rewards = check_rewards(self.name, rewards)
         index, num_groups = group_index(self.name, group_ids, rewards.numel(), rewards.device)
         if self.rank_penalty is not None:
@@ -206,14 +234,11 @@ class GRPOAdvantage(AdvantageFn):
 
 @register_advantage("rloo")
 class RLOOAdvantage(_GroupAdvantageFn):
-    """RLOO: leave-one-out baseline ``A_i = R_i - mean_{j != i} R_j = n (R_i - mean) / (n - 1)``.
+    """RLOO: leave-one-out baseline `A_i = R_i - mean_{j != i} R_j = n (R_i - mean) / (n - 1)`.
 
     Kool et al. 2019 "Buy 4 REINFORCE Samples, Get a Baseline for Free!"; Ahmadian et al. 2024
-    (arXiv 2402.14740).  Ports verl ``compute_rloo_outcome_advantage``; a group of one gets ``A = R``.
+    (arXiv 2402.14740).  Ports verl `compute_rloo_outcome_advantage`; a group of one gets `A = R`.
     """
-
-    def __init__(self) -> None:
-        pass
 
     def _advantages(self, rewards: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
         counts, mean, _ = group_stats(rewards, index, num_groups)
@@ -224,10 +249,7 @@ class RLOOAdvantage(_GroupAdvantageFn):
 
 @register_advantage("reinforce")
 class ReinforceAdvantage(_GroupAdvantageFn):
-    """Plain REINFORCE: ``A = R`` (no baseline; used by TOPR, Le Roux et al. 2025, arXiv 2503.14286)."""
-
-    def __init__(self) -> None:
-        pass
+    """Plain REINFORCE: `A = R` (no baseline; used by TOPR, Le Roux et al. 2025, arXiv 2503.14286)."""
 
     def _advantages(self, rewards: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
         return rewards.clone()
@@ -235,16 +257,22 @@ class ReinforceAdvantage(_GroupAdvantageFn):
 
 @register_advantage("opmd")
 class OPMDAdvantage(_GroupAdvantageFn):
-    """OPMD (online policy mirror descent) baseline: ``A = R - b``.
+    """OPMD (online policy mirror descent) baseline: `A = R - b`.
 
-    ``b = mean`` (``opmd_baseline="mean"``) or ``b = tau * (logsumexp(R / tau) - log n)`` over the group
-    (``"logavgexp"``); a group of one uses ``b = 0``.  Ports Trinity-RFT ``OPMDGroupAdvantage``
-    (``trinity/algorithm/advantage_fn/opmd_advantage.py``); see Yao et al. 2025 (arXiv 2509.24203).
+    `b = mean` (`opmd_baseline="mean"`) or `b = tau * (logsumexp(R / tau) - log n)` over the group
+    (`"logavgexp"`); a group of one uses `b = 0`.  Ports Trinity-RFT `OPMDGroupAdvantage`
+    (`trinity/algorithm/advantage_fn/opmd_advantage.py`); see Yao et al. 2025 (arXiv 2509.24203).
     """
 
-    def __init__(self, *, opmd_baseline: str = "mean", tau: float = 1.0) -> None:
-        self.opmd_baseline = check_choice(self.name, "opmd_baseline", opmd_baseline, ("mean", "logavgexp"))
-        self.tau = check_number(self.name, "tau", tau, gt=0)
+    arguments = (
+        Argument(
+            "opmd_baseline",
+            "mean",
+            "Group baseline: `mean`, or `logavgexp` = τ·(logsumexp(R/τ) − log n).",
+            choices=("mean", "logavgexp"),
+        ),
+        Argument("tau", 1.0, "τ of the `logavgexp` baseline.", gt=0, config_name="advantage_tau"),
+    )
 
     def _advantages(self, rewards: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
         counts, mean, _ = group_stats(rewards, index, num_groups)
@@ -260,14 +288,20 @@ class OPMDAdvantage(_GroupAdvantageFn):
 
 @register_advantage("asymre")
 class AsymREAdvantage(_GroupAdvantageFn):
-    """AsymRE: ``A = R - (mean + baseline_shift)``; a group of one has baseline 0 (no shift): ``A = R``.
+    """AsymRE: `A = R - (mean + baseline_shift)`; a group of one has baseline 0 (no shift): `A = R`.
 
     Arnal et al. 2025, "Asymmetric REINFORCE for off-Policy Reinforcement Learning" (arXiv 2506.20520);
-    ports Trinity-RFT ``ASYMREGroupAdvantage``.  A negative shift favours positive samples.
+    ports Trinity-RFT `ASYMREGroupAdvantage`.  A negative shift favours positive samples.
     """
 
-    def __init__(self, *, baseline_shift: float = -0.1) -> None:
-        self.baseline_shift = check_number(self.name, "baseline_shift", baseline_shift)
+    arguments = (
+        Argument(
+            "baseline_shift",
+            -0.1,
+            "The baseline is the group mean plus this shift; a negative shift favours positive updates (AsymRE "
+            "paper §3).",
+        ),
+    )
 
     def _advantages(self, rewards: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
         counts, mean, _ = group_stats(rewards, index, num_groups)
@@ -277,33 +311,41 @@ class AsymREAdvantage(_GroupAdvantageFn):
 
 @register_advantage("rec")
 class RECAdvantage(AdvantageFn):
-    """REC: ``A = R - mean``, or ``(R - mean) / (std + epsilon)`` with ``std_normalize``.
+    """REC: `A = R - mean`, or `(R - mean) / (std + epsilon)` with `std_normalize`.
 
     Yao, Chen et al. 2025, "Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm" (arXiv 2509.24203);
-    ports Trinity-RFT ``RECGroupedAdvantage``:
+    ports Trinity-RFT `RECGroupedAdvantage`:
 
-    1. A sample is *positive* when ``R >= mean`` of its FULL group (ties count as positive), else negative.
-    2. ``drop="balance"`` (RED-Drop): in a group with more negatives than positives, ``neg - pos`` randomly
-       chosen negatives (a uniform subset; ``compute(..., generator=)`` seeds it) are dropped: ``keep=False``
-       and ``A = 0``.  Positives, ties included, are never dropped.
-    3. ``mean`` and ``std`` are then computed over the KEPT samples of the group, ``std`` being the
-       POPULATION std (``unbiased=False``) — also without ``drop``, where every sample is kept.  A group with
+    1. A sample is *positive* when `R >= mean` of its FULL group (ties count as positive), else negative.
+    2. `drop="balance"` (RED-Drop): in a group with more negatives than positives, `neg - pos` randomly
+       chosen negatives (a uniform subset; `compute(..., generator=)` seeds it) are dropped: `keep=False`
+       and `A = 0`.  Positives, ties included, are never dropped.
+    3. `mean` and `std` are then computed over the KEPT samples of the group, `std` being the
+       POPULATION std (`unbiased=False`) — also without `drop`, where every sample is kept.  A group with
        at most one kept sample uses mean 0 and std 1.
 
-    A group of one is kept and gets ``A = R`` (``R / (1 + epsilon)`` with ``std_normalize``); Trinity-RFT
+    A group of one is kept and gets `A = R` (`R / (1 + epsilon)` with `std_normalize`); Trinity-RFT
     0.6.0 crashes on it (README, "Deliberate differences").
     """
 
-    def __init__(self, *, epsilon: float = 1e-6, std_normalize: bool = False, drop: str | None = None) -> None:
-        self.epsilon = check_number(self.name, "epsilon", epsilon, gt=0)
-        self.std_normalize = check_bool(self.name, "std_normalize", std_normalize)
-        self.drop = check_choice(self.name, "drop", drop, (None, "balance"))
+    arguments = (
+        Argument("epsilon", 1e-6, "ε of the std normalization.", gt=0, config_name="advantage_epsilon"),
+        Argument("std_normalize", False, "Divide the centred rewards by the group std."),
+        Argument(
+            "drop",
+            None,
+            "`balance`: in each group, randomly drop negative-advantage samples until there are no more of them "
+            "than positive ones (seeded by `seed` and the step).",
+            type=str,
+            choices=("balance",),
+        ),
+    )
 
     @torch.no_grad()
     def compute(
         self, rewards: torch.Tensor, group_ids: GroupIds, *, generator: torch.Generator | None = None
     ) -> AdvantageResult:
-        """``generator`` seeds the random choice of ``drop="balance"``."""
+        """`generator` seeds the random choice of `drop="balance"`."""
         rewards = check_rewards(self.name, rewards)
         index, num_groups = group_index(self.name, group_ids, rewards.numel(), rewards.device)
         keep = _all_kept(rewards)
@@ -326,33 +368,38 @@ class RECAdvantage(AdvantageFn):
 
 @register_advantage("step_wise_grpo")
 class StepWiseGRPOAdvantage(AdvantageFn):
-    """Step-wise GRPO for multi-turn runs (Trinity-RFT ``StepWiseGRPOAdvantageFn``, after rLLM).
+    """Step-wise GRPO for multi-turn runs (Trinity-RFT `StepWiseGRPOAdvantageFn`, after rLLM).
 
-    Each sample is one step of a run (``run_ids``); the run's reward is the reward of its last step (highest
-    index).  GRPO advantages ``(R_run - mean) / (std + epsilon)`` are computed over the runs of each group
+    Each sample is one step of a run (`run_ids`); the run's reward is the reward of its last step (highest
+    index).  GRPO advantages `(R_run - mean) / (std + epsilon)` are computed over the runs of each group
     (the task) and broadcast to every step of the run:
 
-    * ``mean`` / ``std``: mean / unbiased std over the group's runs; a group of a single run uses mean 0 and
+    * `mean` / `std`: mean / unbiased std over the group's runs; a group of a single run uses mean 0 and
       std 1.
-    * ``std_cal_level="batch"``: ``std`` is the unbiased std of the last-step rewards of ALL runs of the batch
+    * `std_cal_level="batch"`: `std` is the unbiased std of the last-step rewards of ALL runs of the batch
       (1 when there is at most one run); the mean stays per group.
-    * ``enable_step_norm``: each step's advantage is divided by its run's number of steps.
-    * ``std_threshold``: a group is skipped (``keep=False`` for all its steps) when it has a single run or its
-      std over runs (the group std, also with ``std_cal_level="batch"``) is ``<= std_threshold``.
+    * `enable_step_norm`: each step's advantage is divided by its run's number of steps.
+    * `std_threshold`: a group is skipped (`keep=False` for all its steps) when it has a single run or its
+      std over runs (the group std, also with `std_cal_level="batch"`) is `<= std_threshold`.
     """
 
-    def __init__(
-        self,
-        *,
-        epsilon: float = 1e-6,
-        enable_step_norm: bool = False,
-        std_cal_level: str = "group",
-        std_threshold: float | None = None,
-    ) -> None:
-        self.epsilon = check_number(self.name, "epsilon", epsilon, gt=0)
-        self.enable_step_norm = check_bool(self.name, "enable_step_norm", enable_step_norm)
-        self.std_cal_level = check_choice(self.name, "std_cal_level", std_cal_level, ("group", "batch"))
-        self.std_threshold = check_number(self.name, "std_threshold", std_threshold, ge=0, allow_none=True)
+    arguments = (
+        Argument("epsilon", 1e-6, "ε of (R_run − mean)/(std + ε), the statistics taken over the group's runs.", gt=0),
+        Argument("enable_step_norm", False, "Divide each step's advantage by its run's number of steps."),
+        Argument(
+            "std_cal_level",
+            "group",
+            "Divide by the std over the runs of the `group` or of the whole `batch` (the mean stays the group mean).",
+            choices=STD_CAL_LEVELS,
+        ),
+        Argument(
+            "std_threshold",
+            None,
+            "Drop (mask out) the groups of a single run or whose std over runs is at or below this value.",
+            type=float,
+            ge=0,
+        ),
+    )
 
     @torch.no_grad()
     def compute(
@@ -385,13 +432,19 @@ class RAFTSelection(AdvantageFn):
     """RAFT's reward-ranked selection (Dong et al. 2023, "RAFT: Reward rAnked FineTuning", arXiv 2304.06767).
 
     Not an advantage estimate but the rejection step of RAFT: each group keeps its best-rewarded sample (the
-    first one on ties), and only if ``R >= min_reward`` when ``min_reward`` is set; every other sample is
-    dropped (``keep = False``).  Kept samples get advantage 1, so any advantage-weighted loss reduces to SFT on
-    the selected completions (RAFT trains the ``sft`` loss on them).
+    first one on ties), and only if `R >= min_reward` when `min_reward` is set; every other sample is
+    dropped (`keep = False`).  Kept samples get advantage 1, so any advantage-weighted loss reduces to SFT on
+    the selected completions (RAFT trains the `sft` loss on them).
     """
 
-    def __init__(self, *, min_reward: float | None = None) -> None:
-        self.min_reward = check_number(self.name, "min_reward", min_reward, allow_none=True)
+    arguments = (
+        Argument(
+            "min_reward",
+            None,
+            "Keep a group's best completion only if its reward is at least this value (default: always keep the best).",
+            type=float,
+        ),
+    )
 
     @torch.no_grad()
     def compute(self, rewards: torch.Tensor, group_ids: GroupIds) -> AdvantageResult:

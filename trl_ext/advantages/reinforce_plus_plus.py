@@ -1,19 +1,19 @@
 """REINFORCE++ token-level advantages (Hu 2025, "REINFORCE++", arXiv 2501.03262).
 
-Ports Trinity-RFT ``REINFORCEPLUSPLUSAdvantageFn`` / verl ``compute_reinforce_plus_plus_outcome_advantage``::
+Ports Trinity-RFT `REINFORCEPLUSPLUSAdvantageFn` / verl `compute_reinforce_plus_plus_outcome_advantage`::
 
     returns_t = r_t + gamma * returns_{t+1}     over ALL positions t of the row (never reset)
     A = masked_whiten(returns, response_mask) * response_mask
 
-``r_t`` is the outcome reward on the row's last token (see ``ReinforcePlusPlusAdvantage``) or the given token
+`r_t` is the outcome reward on the row's last token (see `ReinforcePlusPlusAdvantage`) or the given token
 rewards, and 0 elsewhere.  The running return is carried across masked positions inside a response — the tool
-outputs spliced between model turns of a multi-turn rollout (TRL's loss mask ``completion_mask * tool_mask``)
-— so earlier turns get the discounted return of the whole rollout; with ``gamma < 1`` the masked positions
+outputs spliced between model turns of a multi-turn rollout (TRL's loss mask `completion_mask * tool_mask`)
+— so earlier turns get the discounted return of the whole rollout; with `gamma < 1` the masked positions
 count in the discount too, as in the reference.
 
-``masked_whiten(x, m) = (x - mean) * rsqrt(var + 1e-8)`` with Trinity-RFT's masked statistics over ALL valid
-tokens of the batch (no grouping): ``mean = sum(x m) / (sum(m) + 1e-8)``, ``var = sum((x - mean)^2 m) /
-(sum(m) + 1e-8) * sum(m) / (sum(m) - 1)`` (unbiased); fewer than two valid tokens is an error.
+`masked_whiten(x, m) = (x - mean) * rsqrt(var + 1e-8)` with Trinity-RFT's masked statistics over ALL valid
+tokens of the batch (no grouping): `mean = sum(x m) / (sum(m) + 1e-8)`, `var = sum((x - mean)^2 m) /
+(sum(m) + 1e-8) * sum(m) / (sum(m) - 1)` (unbiased); fewer than two valid tokens is an error.
 """
 
 from __future__ import annotations
@@ -22,20 +22,20 @@ from typing import Any
 
 import torch
 
+from ..components import Argument
 from .base import (
     AdvantageFn,
     AdvantageResult,
     as_float_tensor,
     check_mask,
-    check_number,
     nonfinite_message,
     register_advantage,
 )
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) * rsqrt(var + eps)``: Trinity-RFT's ``masked_whiten`` (masked mean, unbiased masked variance,
-    both dividing by ``sum(mask) + 1e-8``); values outside ``mask`` are ignored."""
+    """`(x - mean) * rsqrt(var + eps)`: Trinity-RFT's `masked_whiten` (masked mean, unbiased masked variance,
+    both dividing by `sum(mask) + 1e-8`); values outside `mask` are ignored."""
     n = mask.sum()
     if n <= 1:
         raise ValueError(f"masked_whiten needs at least 2 valid tokens, got {int(n)}")
@@ -52,21 +52,29 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
 class ReinforcePlusPlusAdvantage(AdvantageFn):
     """REINFORCE++: discounted token returns whitened over the batch's valid tokens (see module docstring).
 
-    ``rewards`` is either ``[N]`` or token-level ``[N, T]``; returns ``[N, T]`` advantages, 0 where
-    ``response_mask`` (the loss mask, may have gaps) is 0.  ``group_ids`` is unused.
+    `rewards` is either `[N]` or token-level `[N, T]`; returns `[N, T]` advantages, 0 where
+    `response_mask` (the loss mask, may have gaps) is 0.  `group_ids` is unused.
 
-    ``completion_mask`` (optional, ``[N, T]``, must contain ``response_mask``): the tokens of the completion,
-    masked tool outputs included (TRL's ``completion_mask``; Trinity-RFT's attention mask over the response).
-    A scalar reward sits on the row's last ``completion_mask`` token — where Trinity-RFT puts it — and token
-    rewards count wherever ``completion_mask`` is 1.  Without it, ``response_mask`` plays that role: the reward
-    sits on the last loss token.  The two differ only with ``gamma < 1`` for a completion that ends with masked
+    `completion_mask` (optional, `[N, T]`, must contain `response_mask`): the tokens of the completion,
+    masked tool outputs included (TRL's `completion_mask`; Trinity-RFT's attention mask over the response).
+    A scalar reward sits on the row's last `completion_mask` token — where Trinity-RFT puts it — and token
+    rewards count wherever `completion_mask` is 1.  Without it, `response_mask` plays that role: the reward
+    sits on the last loss token.  The two differ only with `gamma < 1` for a completion that ends with masked
     tokens (a rollout stopped after a tool output).
     """
 
     token_level = True
 
-    def __init__(self, *, gamma: float = 1.0) -> None:
-        self.gamma = check_number(self.name, "gamma", gamma, ge=0, le=1)
+    arguments = (
+        Argument(
+            "gamma",
+            1.0,
+            "Discount of the token-level returns (the outcome reward sits on the last token); the returns are "
+            "whitened over all valid tokens of the generation batch.",
+            ge=0,
+            le=1,
+        ),
+    )
 
     @torch.no_grad()
     def compute(

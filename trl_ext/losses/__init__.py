@@ -10,7 +10,10 @@ Pure torch: importing this package needs nothing but torch.
 non-finite values) are in `trl_ext.losses.base`.
 """
 
-from . import cispo, dpo, gspo, importance_sampling, mix, opmd, ppo, rec, sapo, sft, sppo, topr  # noqa: F401
+import importlib
+import pkgutil
+
+from ..components import MEAN, SHARE, Argument
 from .base import (
     BATCH_INPUTS,
     EPS,
@@ -38,14 +41,21 @@ from .sft import SFTISLoss, SFTLoss, SFTPhiLoss
 from .sppo import SPPOPolicyLoss
 from .topr import TOPRPolicyLoss
 
+# Every module of the package registers its losses on import: a new loss is one file here (and one algorithm record).
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 __all__ = [
     "BATCH_INPUTS",
     "ENTROPY_FNS",
     "EPS",
     "KL_FNS",
     "LOSS_AGG_MODES",
+    "MEAN",
     "POLICY_LOSSES",
+    "SHARE",
     "WINDOW_INPUTS",
+    "Argument",
     "CISPOPolicyLoss",
     "DPOLoss",
     "EntropyFn",

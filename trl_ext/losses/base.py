@@ -39,6 +39,7 @@ into `x`, while `exp(where(m, x, 0))` does not.
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 import numbers
 from collections.abc import Iterable, Mapping
@@ -47,22 +48,22 @@ from typing import Any, ClassVar
 
 import torch
 
-from .._validation import (
-    build_from_registry,
-    check_bool,
-    check_choice,
-    check_number,
-    declared_inputs,
-    make_register,
-    signature_defaults,
-)
-
-__all__ = ["build_from_registry", "check_bool", "check_choice", "check_number"]  # re-exported for the losses
+from .._validation import check_choice, declared_inputs
+from ..components import SHARE, Argument, Component, Registry
 
 EPS = 1e-8
 """The ε of every masked mean, as in Trinity-RFT / verl (`masked_mean`)."""
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+LOSS_AGG_HELP = (
+    "How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on "
+    "all processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of "
+    "each sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums), "
+    "`seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend "
+    "on how the window is split into micro-batches and processes."
+)
+"""The help text of every `loss_agg_mode` argument."""
 
 Metrics = dict[str, torch.Tensor]
 
@@ -128,16 +129,20 @@ def check_loss_agg_mode(owner: str, value: Any, name: str = "loss_agg_mode") -> 
     check_choice(owner, name, value, LOSS_AGG_MODES)
 
 
+def loss_agg_mode_argument(default: str) -> Argument:
+    """The `loss_agg_mode` argument of a loss, one of `LOSS_AGG_MODES`, defaulting to `default`."""
+    return Argument("loss_agg_mode", default, LOSS_AGG_HELP, choices=LOSS_AGG_MODES)
+
+
 def resolve_clip_range(
     owner: str, clip_range: float | None, clip_range_low: float | None, clip_range_high: float | None
 ) -> tuple[float, float]:
-    """PPO-style ε: `clip_range_low` / `clip_range_high` fall back to the symmetric `clip_range`."""
-    low = clip_range_low if clip_range_low is not None else clip_range
-    high = clip_range_high if clip_range_high is not None else clip_range
+    """PPO-style ε (each value already checked by its spec): `clip_range_low` / `clip_range_high` fall back to the
+    symmetric `clip_range`."""
+    low = clip_range if clip_range_low is None else clip_range_low
+    high = clip_range if clip_range_high is None else clip_range_high
     if low is None or high is None:
         raise ValueError(f"{owner}: no clip range given; set clip_range, or both clip_range_low and clip_range_high")
-    check_number(owner, "clip_range_low" if clip_range_low is not None else "clip_range", low, ge=0)
-    check_number(owner, "clip_range_high" if clip_range_high is not None else "clip_range", high, ge=0)
     return float(low), float(high)
 
 
@@ -487,13 +492,14 @@ def aggregate_loss(
 # --------------------------------------------------------------------------------------------------
 
 
-class PolicyLoss:
+class PolicyLoss(Component):
     """Base class of every policy loss.
 
-    Subclasses declare their hyperparameters as keyword arguments of `__init__` (with Trinity-RFT's
-    names and defaults) and implement `__call__(logprob, ..., **kwargs) -> (loss, metrics)`.
-    `default_args()` is read off the `__init__` signature, so the documented defaults and the
-    constructor's cannot drift apart; the tests pin both against the reference's values.
+    Subclasses declare their hyperparameters as `arguments` (`Argument` specs, with Trinity-RFT's names and
+    defaults: the constructor's keywords after `backend`, validated at construction; `check_arguments` adds the
+    rules that relate several of them), every metric they return in `metrics` (`SHARE` or `MEAN`), and implement
+    `__call__(logprob, ..., **kwargs) -> (loss, metrics)`. `default_args()` is read off the specs; the tests pin
+    it against the reference's values.
 
     The inputs a loss reads are the named parameters of its `__call__` plus `window_inputs` (the window
     counts it takes through `**kwargs`): `inputs()` lists them. `__call__` builds its `MaskedBatch` with
@@ -501,22 +507,18 @@ class PolicyLoss:
     the documented `BATCH_INPUTS`.
     """
 
-    name: ClassVar[str] = ""
     window_inputs: ClassVar[tuple[str, ...]] = WINDOW_INPUTS
     """The keyword-only window inputs the loss reads through `**kwargs` (beyond its named parameters)."""
-    window_shares: ClassVar[tuple[str, ...]] = ()
-    """The metrics that, given the window counts, are this micro-batch's *share* of the window's value (the loss
-    value): a trainer sums them over the window's micro-batches and processes. Every other metric is a value of
-    the micro-batch (a ratio, a clip fraction, a mean reward), which a trainer averages."""
 
-    def __init__(self, backend: str = "verl") -> None:
+    def __init__(self, backend: str = "verl", **kwargs: Any) -> None:
         # Trinity-RFT maps batch keys per training backend; here every key has Trinity's name, so
         # `backend` is accepted for signature compatibility and ignored.
         self.backend = backend
+        super().__init__(**kwargs)
 
     @classmethod
-    def default_args(cls) -> dict[str, Any]:
-        return signature_defaults(cls.__init__)
+    def _leading_parameters(cls) -> list[inspect.Parameter]:
+        return [inspect.Parameter("backend", inspect.Parameter.POSITIONAL_OR_KEYWORD, default="verl", annotation="str")]
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:
@@ -529,28 +531,21 @@ class PolicyLoss:
         return masked_batch(self.name, self.inputs(), logprob, action_mask, kwargs)
 
     def is_window_share(self, metric: str) -> bool:
-        """Whether `metric` (a key of the metrics this loss returns) is a window share (`window_shares`)."""
-        return metric in self.window_shares
-
-    @property
-    def args(self) -> dict[str, Any]:
-        """The hyperparameters this instance was built with (constructor argument names)."""
-        return {name: getattr(self, name) for name in self.default_args()}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
-        return f"{type(self).__name__}({args})"
+        """Whether `metric` (a key of the metrics this loss returns) is this micro-batch's *share* of the window's
+        value (`SHARE` in `metrics`: a trainer sums it over the window's micro-batches and processes) rather than
+        a value of the micro-batch (`MEAN`: a ratio, a clip fraction, which a trainer averages)."""
+        return self.metrics.get(metric) == SHARE
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Metrics]:
         raise NotImplementedError
 
 
-POLICY_LOSSES: dict[str, type[PolicyLoss]] = {}
+POLICY_LOSSES = Registry("policy loss", PolicyLoss)
 """Every policy loss by name: `ppo, gspo, cispo, sapo, topr, sppo, rec, opmd, importance_sampling,
 sft, sft_is, sft_phi, mix, mix_chord, dpo`."""
 
 
-register_policy_loss = make_register(POLICY_LOSSES, "policy loss")
+register_policy_loss = POLICY_LOSSES.register
 """Class decorator: `@register_policy_loss(name)` makes a `PolicyLoss` subclass available to `get_policy_loss`."""
 
 
@@ -560,4 +555,4 @@ def get_policy_loss(name: str, **kwargs: Any) -> PolicyLoss:
     Raises ValueError for an unknown name (listing the valid ones), an unknown argument (listing the
     loss's arguments) or an invalid value (naming the argument and its allowed values).
     """
-    return build_from_registry("policy loss", POLICY_LOSSES, name, kwargs)
+    return POLICY_LOSSES.build(name, **kwargs)

@@ -14,16 +14,12 @@ the absolute `epsilon_high`. The paper sets no lower bound (ε_low = 1.0) and tu
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_bool,
-    check_loss_agg_mode,
-    check_number,
-    register_policy_loss,
-)
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
 
 
 @register_policy_loss("cispo")
@@ -35,34 +31,32 @@ class CISPOPolicyLoss(PolicyLoss):
     are ignored.
     """
 
-    window_shares = ("cispo_loss",)
-
-    def __init__(
-        self,
-        backend: str = "verl",
-        clip_range_low: float = 1.0,
-        clip_range_high: float = 0.28,
-        enable_mask_clip: bool = False,
-        mask_clip_range_low: float = 1.0,
-        mask_clip_range_high: float = 0.28,
-        loss_agg_mode: str = "token-mean",
-    ) -> None:
-        super().__init__(backend)
-        for name, value in [
-            ("clip_range_low", clip_range_low),
-            ("clip_range_high", clip_range_high),
-            ("mask_clip_range_low", mask_clip_range_low),
-            ("mask_clip_range_high", mask_clip_range_high),
-        ]:
-            check_number(self.name, name, value, ge=0)
-        check_bool(self.name, "enable_mask_clip", enable_mask_clip)
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        self.clip_range_low = clip_range_low
-        self.clip_range_high = clip_range_high
-        self.enable_mask_clip = enable_mask_clip
-        self.mask_clip_range_low = mask_clip_range_low
-        self.mask_clip_range_high = mask_clip_range_high
-        self.loss_agg_mode = loss_agg_mode
+    arguments = (
+        Argument(
+            "clip_range_low",
+            1.0,
+            "The stop-gradient IS weight is clamped to [1 − clip_range_low, 1 + clip_range_high]; "
+            "1.0 means no lower bound (MiniMax-M1).",
+            ge=0,
+        ),
+        Argument(
+            "clip_range_high",
+            0.28,
+            "Upper bound ε_high of the IS weight (1 + ε_high). TRL's `loss_type='cispo'` caps the ratio "
+            "at `epsilon_high` itself, so TRL's `epsilon_high=5.0` is `clip_range_high=4.0` here.",
+            ge=0,
+        ),
+        Argument(
+            "enable_mask_clip",
+            False,
+            "Also zero the tokens whose ratio left the trust region in the advantage's direction "
+            "(r > 1 + mask_clip_range_high with A > 0, or r < 1 − mask_clip_range_low with A < 0).",
+        ),
+        Argument("mask_clip_range_low", 1.0, "Lower bound of `enable_mask_clip`.", ge=0),
+        Argument("mask_clip_range_high", 0.28, "Upper bound of `enable_mask_clip`.", ge=0),
+        loss_agg_mode_argument("token-mean"),
+    )
+    metrics: ClassVar[dict[str, str]] = {"cispo_loss": SHARE, "ppo_kl": MEAN, "unmasked_frac": MEAN}
 
     def __call__(
         self,

@@ -17,10 +17,13 @@ mean over the window's pairs.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 
-from .base import Metrics, PolicyLoss, check_number, register_policy_loss
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, register_policy_loss
 
 
 @register_policy_loss("dpo")
@@ -32,16 +35,27 @@ class DPOLoss(PolicyLoss):
     window's `global_valid_seqs`. NaN / ±inf in `logprob` or `ref_logprob` at a valid position (for `[N]` sums:
     in a row with a valid token) make the loss NaN; at masked positions they are ignored. No pairs give 0."""
 
-    window_shares = ("dpo_loss",)
+    arguments = (
+        Argument(
+            "beta", 0.1, "Temperature β of the sigmoid loss −log σ(β·z): how far from the reference it may go.", gt=0
+        ),
+        Argument(
+            "label_smoothing",
+            0.0,
+            "Assumed probability ls that a preference label is flipped (conservative DPO): the loss becomes "
+            "−(1 − ls)·log σ(βz) − ls·log σ(−βz).",
+            ge=0,
+            lt=0.5,
+        ),
+    )
+    metrics: ClassVar[dict[str, str]] = {
+        "chosen_reward": MEAN,
+        "rejected_reward": MEAN,
+        "accuracy_mean": MEAN,
+        "dpo_loss": SHARE,
+    }
 
     window_inputs = ("global_valid_seqs",)
-
-    def __init__(self, backend: str = "verl", beta: float = 0.1, label_smoothing: float = 0.0) -> None:
-        super().__init__(backend)
-        check_number(self.name, "beta", beta, gt=0)
-        check_number(self.name, "label_smoothing", label_smoothing, ge=0, lt=0.5)
-        self.beta = beta
-        self.label_smoothing = label_smoothing
 
     def __call__(
         self, logprob: torch.Tensor, ref_logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs

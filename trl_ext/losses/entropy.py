@@ -18,17 +18,16 @@ position make the bonus NaN, at masked positions they are ignored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from ..components import SHARE, Argument, Component, Registry
 from .base import (
     WINDOW_INPUTS,
     Metrics,
-    build_from_registry,
     check_inputs,
     check_loss_agg_mode,
-    check_number,
     check_window_inputs,
     declared_inputs,
     masked_batch,
@@ -36,20 +35,19 @@ from .base import (
 )
 
 
-class EntropyFn:
-    name = "default"
+class EntropyFn(Component):
+    """The `default` term, over all valid tokens; the base class of the others."""
+
+    arguments = (
+        Argument(
+            "entropy_coef",
+            0.0,
+            "Coefficient of the entropy bonus entropy_coef·agg(entropy), which the trainer subtracts from the loss.",
+        ),
+    )
+    metrics: ClassVar[dict[str, str]] = {"entropy_loss": SHARE}
+
     window_inputs: tuple[str, ...] = WINDOW_INPUTS
-
-    def __init__(self, entropy_coef: float = 0.0) -> None:
-        check_number(self.name, "entropy_coef", entropy_coef)
-        self.entropy_coef = entropy_coef
-
-    @classmethod
-    def default_args(cls) -> dict[str, Any]:
-        return {"entropy_coef": 0.0}
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(entropy_coef={self.entropy_coef!r})"
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:
@@ -73,12 +71,17 @@ class EntropyFn:
         return entropy_loss * self.entropy_coef, {"entropy_loss": entropy_loss.detach()}
 
 
+ENTROPY_FNS = Registry("entropy function", EntropyFn)
+"""The entropy terms by name: `default`, `mix`, `none`."""
+ENTROPY_FNS.register("default")(EntropyFn)
+
+
+@ENTROPY_FNS.register("mix")
 class MixEntropyFn(EntropyFn):
     """The bonus over the non-expert rows only. Window normalization: with the window's counts over all rows
     (`global_valid_toks` / `global_valid_seqs`) and over the expert rows (`expert_valid_toks` /
     `expert_valid_seqs`), the non-expert rows are normalized over their own part of the window."""
 
-    name = "mix"
     window_inputs = ()  # named parameters of __call__
 
     def __call__(
@@ -116,17 +119,17 @@ class MixEntropyFn(EntropyFn):
         return super().__call__(entropy, tokens, loss_agg_mode, **window)
 
 
+@ENTROPY_FNS.register("none")
 class NoEntropy(EntropyFn):
-    name = "none"
+    """No entropy bonus: 0 and no metrics."""
+
+    metrics: ClassVar[dict[str, str]] = {}
 
     def __call__(self, entropy: torch.Tensor, action_mask: torch.Tensor, loss_agg_mode: str = "token-mean", **kwargs):
         check_inputs(self.owner, self.inputs(), kwargs)
         return entropy.new_zeros(()), {}
 
 
-ENTROPY_FNS: dict[str, type[EntropyFn]] = {"default": EntropyFn, "mix": MixEntropyFn, "none": NoEntropy}
-
-
 def get_entropy_fn(name: str, entropy_coef: float = 0.0) -> EntropyFn:
     """The entropy term `name` (`default`, `mix`, `none`) with its coefficient."""
-    return build_from_registry("entropy function", ENTROPY_FNS, name, {"entropy_coef": entropy_coef})
+    return ENTROPY_FNS.build(name, entropy_coef=entropy_coef)

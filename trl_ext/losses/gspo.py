@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import ClassVar
 
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_loss_agg_mode,
-    register_policy_loss,
-    resolve_clip_range,
-)
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
 
 PAPER_CLIP_RANGE_LOW = 3e-4
 PAPER_CLIP_RANGE_HIGH = 4e-4
@@ -38,55 +34,58 @@ class GSPOPolicyLoss(PolicyLoss):
     """GSPO-token. Metrics: `pg_clipfrac`, `ppo_kl` (token mean of −(lp − old)), `ppo_kl_seq`
     (mean over rows of −s), `pg_loss`.
 
-    ε as in the reference constructor: `clip_range_low` / `clip_range_high` fall back to the symmetric
-    `clip_range` (`clip_range=0.2` clips both sides at 0.2), and to the paper's 3e-4 / 4e-4 when that is None
-    too (`default_args()` reports these, as the reference's does). Passing `clip_range` while both bounds are
-    set is an error rather than a silently ignored value.
+    ε as in the reference constructor: a bound not given (or None) falls back to the symmetric `clip_range`
+    (`clip_range=0.2` clips both sides at 0.2), and to the paper's 3e-4 / 4e-4 when that is None too (the specs'
+    defaults: `default_args()` reports these, as the reference's does). Passing `clip_range` while both bounds
+    are set is an error rather than a silently ignored value. An instance holds the resolved bounds.
 
     Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
     in `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN; at masked positions they
     are ignored.
     """
 
-    window_shares = ("pg_loss",)
+    arguments = (
+        Argument("clip_range", None, "Symmetric clip ε (exclusive with `clip_range_low`/`_high`).", type=float, ge=0),
+        Argument(
+            "clip_range_low",
+            PAPER_CLIP_RANGE_LOW,
+            "Lower clip of the sequence ratio; GSPO paper (v2) §5.1 uses 3e-4. Left unset, `clip_range` (if set) "
+            "applies to both sides, as in the reference.",
+            optional=True,
+            ge=0,
+            config_when_set=True,
+        ),
+        Argument(
+            "clip_range_high",
+            PAPER_CLIP_RANGE_HIGH,
+            "Upper clip of the sequence ratio; GSPO paper (v2) §5.1 uses 4e-4. Left unset, `clip_range` (if set) "
+            "applies to both sides, as in the reference.",
+            optional=True,
+            ge=0,
+            config_when_set=True,
+        ),
+        loss_agg_mode_argument("seq-mean-token-mean"),
+    )
+    metrics: ClassVar[dict[str, str]] = {"pg_clipfrac": MEAN, "ppo_kl": MEAN, "ppo_kl_seq": MEAN, "pg_loss": SHARE}
 
-    def __init__(
-        self,
-        backend: str = "verl",
-        clip_range: float | None = None,
-        clip_range_low: float | None = None,
-        clip_range_high: float | None = None,
-        loss_agg_mode: str = "seq-mean-token-mean",
-    ) -> None:
-        super().__init__(backend)
-        if clip_range is not None and clip_range_low is not None and clip_range_high is not None:
+    def check_arguments(self) -> None:
+        low, high = (
+            getattr(self, name) if name in self.given else None for name in ("clip_range_low", "clip_range_high")
+        )
+        if self.clip_range is not None and low is not None and high is not None:
             raise ValueError(
-                f"gspo: clip_range={clip_range!r} would be ignored because clip_range_low and clip_range_high "
+                f"gspo: clip_range={self.clip_range!r} would be ignored because clip_range_low and clip_range_high "
                 "are both set; set either clip_range (both sides) or clip_range_low and clip_range_high"
             )
-        self.clip_range = clip_range
-        if clip_range is None:  # the paper's ε for the bounds not given
-            clip_range_low = PAPER_CLIP_RANGE_LOW if clip_range_low is None else clip_range_low
-            clip_range_high = PAPER_CLIP_RANGE_HIGH if clip_range_high is None else clip_range_high
-        self.clip_range_low, self.clip_range_high = resolve_clip_range(
-            self.name, clip_range, clip_range_low, clip_range_high
-        )
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        if loss_agg_mode != "seq-mean-token-mean":
+        if self.clip_range is None:  # the paper's ε for the bounds not given
+            low = PAPER_CLIP_RANGE_LOW if low is None else low
+            high = PAPER_CLIP_RANGE_HIGH if high is None else high
+        self.clip_range_low, self.clip_range_high = resolve_clip_range(self.name, self.clip_range, low, high)
+        if self.loss_agg_mode != "seq-mean-token-mean":
             warnings.warn(
-                f"gspo: loss_agg_mode={loss_agg_mode!r}; the GSPO objective is 'seq-mean-token-mean'",
-                stacklevel=2,
+                f"gspo: loss_agg_mode={self.loss_agg_mode!r}; the GSPO objective is 'seq-mean-token-mean'",
+                stacklevel=4,  # the caller of the constructor (check_arguments <- Component <- PolicyLoss)
             )
-        self.loss_agg_mode = loss_agg_mode
-
-    @classmethod
-    def default_args(cls) -> dict:
-        # The signature's None bounds resolve to the paper's ε; report those, as the reference's default_args().
-        return {
-            **super().default_args(),
-            "clip_range_low": PAPER_CLIP_RANGE_LOW,
-            "clip_range_high": PAPER_CLIP_RANGE_HIGH,
-        }
 
     def __call__(
         self,

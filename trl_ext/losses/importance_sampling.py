@@ -11,9 +11,12 @@ Tinker sums over tokens; the reference (and the default here) takes the token me
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from .base import Metrics, PolicyLoss, check_loss_agg_mode, register_policy_loss
+from ..components import MEAN, SHARE
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
 
 
 @register_policy_loss("importance_sampling")
@@ -25,12 +28,8 @@ class ImportanceSamplingLoss(PolicyLoss):
     ratio clamp would make it finite; at masked positions they are ignored.
     """
 
-    window_shares = ("pg_loss",)
-
-    def __init__(self, backend: str = "verl", loss_agg_mode: str = "token-mean") -> None:
-        super().__init__(backend)
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        self.loss_agg_mode = loss_agg_mode
+    arguments = (loss_agg_mode_argument("token-mean"),)
+    metrics: ClassVar[dict[str, str]] = {"pg_loss": SHARE, "ratio/mean": MEAN, "approx_kl": MEAN}
 
     def __call__(
         self,

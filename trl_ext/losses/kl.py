@@ -23,62 +23,61 @@ arXiv 1909.08593) updates the coefficient once per batch:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
+from ..components import MEAN, SHARE, Argument, Component, Registry
 from .base import (
     LOSS_AGG_MODES,
     WINDOW_INPUTS,
     MaskedBatch,
     Metrics,
-    build_from_registry,
-    check_bool,
     check_inputs,
     check_loss_agg_mode,
-    check_number,
     declared_inputs,
     masked_batch,
     scalar,
 )
 
 
-class KLFn:
-    """Base class: subclasses implement `kl_from_log_ratio(d, log_ratio_old=None)`."""
+class KLFn(Component):
+    """Base class: subclasses implement `kl_from_log_ratio(d, log_ratio_old=None)`. Metrics of `calculate_kl_loss`:
+    `kl_loss` (agg(KL), a window share like the loss) and `kl_coef`."""
 
-    name = ""
+    arguments = (
+        Argument(
+            "kl_coef",
+            0.001,
+            "Coefficient of the KL term: kl_coef·agg(KL) is added to the loss (`calculate_kl_loss`), or "
+            "kl_coef·KL subtracted from the token rewards (`apply_kl_penalty_to_reward`).",
+            ge=0,
+        ),
+        Argument(
+            "adaptive",
+            False,
+            "Adapt `kl_coef` once per batch with the adaptive KL controller (Ziegler et al. 2019): "
+            "coef ← coef·(1 + clip(KL/target_kl − 1, ±0.2)·batch_size/horizon). Needs `target_kl` and `horizon`.",
+            config_name="adaptive_kl",
+        ),
+        Argument("target_kl", None, "Target KL (> 0) of `adaptive`.", type=float, gt=0),
+        Argument(
+            "horizon", None, "Horizon (in sequences, > 0) of `adaptive`.", type=float, gt=0, config_name="kl_horizon"
+        ),
+    )
+    metrics: ClassVar[dict[str, str]] = {"kl_loss": SHARE, "kl_coef": MEAN}
+
     uses_old_logprob = False  # corrected_k3: the estimator reads old_logprob
 
-    def __init__(
-        self,
-        kl_coef: float = 0.001,
-        adaptive: bool = False,
-        target_kl: float | None = None,
-        horizon: float | None = None,
-    ) -> None:
-        check_number(self.name, "kl_coef", kl_coef, ge=0)
-        check_bool(self.name, "adaptive", adaptive)
-        if adaptive:
-            if target_kl is None or horizon is None:
-                raise ValueError(f"{self.name}: adaptive=True needs target_kl and horizon (both > 0)")
-            check_number(self.name, "target_kl", target_kl, gt=0)
-            check_number(self.name, "horizon", horizon, gt=0)
-        self.kl_coef = float(kl_coef)
-        self.adaptive = adaptive
-        self.target_kl = target_kl
-        self.horizon = horizon
-
-    @classmethod
-    def default_args(cls) -> dict[str, Any]:
-        return {"kl_coef": 0.001, "adaptive": False, "target_kl": None, "horizon": None}
+    def check_arguments(self) -> None:
+        if self.adaptive and (self.target_kl is None or self.horizon is None):
+            raise ValueError(f"{self.name}: adaptive=True needs target_kl and horizon (both > 0)")
+        self.kl_coef = float(self.kl_coef)
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:
         """The keywords `calculate_kl_loss` reads: its named parameters and the window counts."""
         return declared_inputs(cls.calculate_kl_loss, WINDOW_INPUTS)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(kl_coef={self.kl_coef!r}, adaptive={self.adaptive!r})"
 
     def calculate_kl(
         self, logprob: torch.Tensor, ref_logprob: torch.Tensor, old_logprob: torch.Tensor | None = None
@@ -146,8 +145,15 @@ class KLFn:
         self.kl_coef *= 1.0 + error * batch_size / self.horizon
 
 
+KL_FNS = Registry("KL function", KLFn)
+"""KL estimators by name (`kl` and `mse` are verl's names for k1 and k2)."""
+
+
+@KL_FNS.register("none")
 class NoKL(KLFn):
-    name = "none"
+    """No KL term: a 0 loss and no metrics."""
+
+    metrics: ClassVar[dict[str, str]] = {}
 
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         return torch.zeros_like(d)
@@ -160,44 +166,41 @@ class NoKL(KLFn):
         return logprob.new_zeros(()), {}
 
 
+@KL_FNS.register("k1")  # the outermost name is the class's `name`
+@KL_FNS.register("kl")
 class K1(KLFn):
-    name = "k1"
-
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         return -d
 
 
+@KL_FNS.register("k2")
+@KL_FNS.register("mse")
 class K2(KLFn):
-    name = "k2"
-
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         return 0.5 * d.square()
 
 
+@KL_FNS.register("k3")
 class K3(KLFn):
-    name = "k3"
-
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         return torch.exp(d) - 1.0 - d
 
 
+@KL_FNS.register("low_var_kl")
 class LowVarKL(KLFn):
-    name = "low_var_kl"
-
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         d = d.clamp(-20.0, 20.0)
         return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
 
 
+@KL_FNS.register("abs")
 class AbsKL(KLFn):
-    name = "abs"
-
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         return d.abs()
 
 
+@KL_FNS.register("corrected_k3")
 class CorrectedK3(KLFn):
-    name = "corrected_k3"
     uses_old_logprob = True
 
     def kl_from_log_ratio(self, d, log_ratio_old=None):
@@ -205,20 +208,6 @@ class CorrectedK3(KLFn):
         if log_ratio_old is None:
             return k3
         return torch.exp(log_ratio_old).clamp(0.0, 2.0) * k3
-
-
-KL_FNS: dict[str, type[KLFn]] = {
-    "none": NoKL,
-    "k1": K1,
-    "kl": K1,
-    "k2": K2,
-    "mse": K2,
-    "k3": K3,
-    "low_var_kl": LowVarKL,
-    "abs": AbsKL,
-    "corrected_k3": CorrectedK3,
-}
-"""KL estimators by name (`kl` and `mse` are verl's names for k1 and k2)."""
 
 
 def get_kl_fn(
@@ -229,12 +218,7 @@ def get_kl_fn(
     horizon: float | None = None,
 ) -> KLFn:
     """The KL estimator `name` with its coefficient and (optional) adaptive controller."""
-    return build_from_registry(
-        "KL function",
-        KL_FNS,
-        name,
-        {"kl_coef": kl_coef, "adaptive": adaptive, "target_kl": target_kl, "horizon": horizon},
-    )
+    return KL_FNS.build(name, kl_coef=kl_coef, adaptive=adaptive, target_kl=target_kl, horizon=horizon)
 
 
 __all__ = ["KL_FNS", "LOSS_AGG_MODES", "KLFn", "get_kl_fn"]

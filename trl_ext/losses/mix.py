@@ -38,39 +38,83 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
+from typing import ClassVar
 
 import torch
 
+from .._validation import check_number
+from ..components import MEAN, SHARE, Argument
 from .base import (
     EPS,
+    LOSS_AGG_MODES,
     Metrics,
     PolicyLoss,
-    check_bool,
     check_float,
-    check_loss_agg_mode,
-    check_number,
     check_window_inputs,
+    loss_agg_mode_argument,
     part_windows,
     register_policy_loss,
     resolve_clip_range,
     scalar,
 )
-from .ppo import PPOPolicyLoss
+from .ppo import SEQUENCE_MASKING_METRICS, PPOPolicyLoss
 from .sft import SFTLoss, SFTPhiLoss
+
+GEOMETRY_HELP = (
+    "The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for "
+    "window normalization: each part is averaged over its own rows of the optimizer window. Setting any of them "
+    "switches to the reference's per-micro-batch weighting n·w (see `trl_ext.losses.mix`), with the reference's "
+    "defaults (1, False) for the ones left unset."
+)
+
+MIXING_ARGUMENTS = (
+    Argument("clip_range", 0.2, "PPO clip ε of the rollout part.", optional=True, ge=0),
+    Argument("clip_range_low", None, "Lower clip ε_low; defaults to `clip_range`.", type=float, ge=0),
+    Argument("clip_range_high", None, "Upper clip ε_high; defaults to `clip_range`.", type=float, ge=0),
+    Argument("use_dynamic_bsz", False, GEOMETRY_HELP, config_unset=True),
+    *(
+        Argument(name, 1, "Reference geometry: see `use_dynamic_bsz`.", ge=1, config_unset=True)
+        for name in (
+            "ppo_mini_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            "ngpus_trainer",
+            "train_batch_size_usual",
+            "train_batch_size_expert",
+        )
+    ),
+    loss_agg_mode_argument("token-mean"),
+    Argument(
+        "sft_loss_agg_mode",
+        None,
+        "Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.",
+        type=str,
+        choices=LOSS_AGG_MODES,
+    ),
+    Argument(
+        "grpo_loss_agg_mode",
+        None,
+        "Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`.",
+        type=str,
+        choices=LOSS_AGG_MODES,
+    ),
+)
+"""The arguments MIX and MIX-CHORD share (after their μ arguments): the PPO part's ε, the reference's batch
+geometry, which sets the per-micro-batch weights (module docstring), and the aggregation of both parts
+(`sft_loss_agg_mode` / `grpo_loss_agg_mode` override `loss_agg_mode` per part)."""
+
+
+def part_metrics(part: str, names: Iterable[str]) -> dict[str, str]:
+    """The metrics `names` of a part's loss as MIX returns them: prefixed `part/`, and window shares like the loss
+    (each is weighted by the micro-batch's share of the part's window, or by the reference's per-micro-batch
+    weight, so that they add up over the window)."""
+    return {f"{part}/{name}": SHARE for name in names}
 
 
 @register_policy_loss("mix")
 class MIXPolicyLoss(PolicyLoss):
-    """PPO on rollouts + μ·SFT on expert rows, with the reference's per-micro-batch weighting.
-
-    Args:
-        mu: weight of the SFT part.
-        clip_range, clip_range_low, clip_range_high: the PPO part's ε.
-        use_dynamic_bsz, ppo_mini_batch_size, ppo_micro_batch_size_per_gpu, ngpus_trainer,
-        train_batch_size_usual, train_batch_size_expert: the reference's batch geometry, which sets
-            the per-micro-batch weights (module docstring).
-        loss_agg_mode: aggregation of both parts; `sft_loss_agg_mode` / `grpo_loss_agg_mode`
-            override it per part.
+    """PPO on rollouts + μ·SFT on expert rows, with the reference's per-micro-batch weighting. Metrics: `loss`
+    and the parts' metrics (`usual/*`, `expert/*`), all window shares.
 
     Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages`, `expert_mask` (`[B]`, bool or
     0/1), `step` (read by `mix_chord`), the window counts `global_valid_toks` / `global_valid_seqs` /
@@ -79,84 +123,40 @@ class MIXPolicyLoss(PolicyLoss):
     masked positions they are ignored. An empty batch, or an empty part, contributes 0.
     """
 
+    arguments = (
+        Argument("mu", 0.1, "Weight μ ∈ [0, 1] of the SFT part on the expert rows.", ge=0, le=1),
+        *MIXING_ARGUMENTS,
+    )
+    metrics: ClassVar[dict[str, str]] = {
+        "loss": SHARE,
+        **part_metrics("usual", [name for name in PPOPolicyLoss.metrics if name not in SEQUENCE_MASKING_METRICS]),
+        **part_metrics("expert", SFTLoss.metrics),
+    }
+
     schedules_mu = False  # mix_chord: mu follows the step and is logged as `mu`
     window_inputs = ()  # the window counts are named parameters of __call__
 
-    def is_window_share(self, metric: str) -> bool:
-        """`loss` and every per-part metric (`usual/*`, `expert/*`): each part's metrics are weighted by the
-        micro-batch's share of that part's window (or by the reference's per-micro-batch weight), so they add up
-        over the window like the loss. `mu` is not."""
-        return metric == "loss" or metric.startswith(("usual/", "expert/"))
-
-    def __init__(
-        self,
-        backend: str = "verl",
-        mu: float = 0.1,
-        clip_range: float | None = 0.2,
-        clip_range_low: float | None = None,
-        clip_range_high: float | None = None,
-        use_dynamic_bsz: bool = False,
-        ppo_mini_batch_size: int = 1,
-        ppo_micro_batch_size_per_gpu: int = 1,
-        ngpus_trainer: int = 1,
-        train_batch_size_usual: int = 1,
-        train_batch_size_expert: int = 1,
-        loss_agg_mode: str = "token-mean",
-        sft_loss_agg_mode: str | None = None,
-        grpo_loss_agg_mode: str | None = None,
-    ) -> None:
-        super().__init__(backend)
-        resolve_clip_range(self.name, clip_range, clip_range_low, clip_range_high)  # errors name this loss
-        check_number(self.name, "mu", mu, ge=0, le=1)
-        check_bool(self.name, "use_dynamic_bsz", use_dynamic_bsz)
-        for name, value in [
-            ("ppo_mini_batch_size", ppo_mini_batch_size),
-            ("ppo_micro_batch_size_per_gpu", ppo_micro_batch_size_per_gpu),
-            ("ngpus_trainer", ngpus_trainer),
-        ]:
-            check_number(self.name, name, value, integer=True, ge=1)
-        for name, value in [
-            ("train_batch_size_usual", train_batch_size_usual),
-            ("train_batch_size_expert", train_batch_size_expert),
-        ]:
-            check_number(self.name, name, value, integer=True, ge=ngpus_trainer)  # at least one row per GPU
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        for name, value in [
-            ("sft_loss_agg_mode", sft_loss_agg_mode),
-            ("grpo_loss_agg_mode", grpo_loss_agg_mode),
-        ]:
-            if value is not None:
-                check_loss_agg_mode(self.name, value, name)
-        self.mu = mu
-        self.clip_range = clip_range
-        self.clip_range_low = clip_range_low
-        self.clip_range_high = clip_range_high
-        self.use_dynamic_bsz = use_dynamic_bsz
-        self.ppo_mini_batch_size = ppo_mini_batch_size
-        self.ppo_micro_batch_size_per_gpu = ppo_micro_batch_size_per_gpu
-        self.ngpus_trainer = ngpus_trainer
-        self.train_batch_size_usual = train_batch_size_usual
-        self.train_batch_size_expert = train_batch_size_expert
-        self.loss_agg_mode = loss_agg_mode
-        self.sft_loss_agg_mode = sft_loss_agg_mode
-        self.grpo_loss_agg_mode = grpo_loss_agg_mode
+    def check_arguments(self) -> None:
+        resolve_clip_range(self.name, self.clip_range, self.clip_range_low, self.clip_range_high)  # errors name mix
+        for name in ("train_batch_size_usual", "train_batch_size_expert"):  # at least one row per GPU
+            check_number(self.name, name, getattr(self, name), integer=True, ge=self.ngpus_trainer)
         self.grpo_loss_fn = PPOPolicyLoss(
-            clip_range=clip_range,
-            clip_range_low=clip_range_low,
-            clip_range_high=clip_range_high,
-            loss_agg_mode=grpo_loss_agg_mode or loss_agg_mode,
+            clip_range=self.clip_range,
+            clip_range_low=self.clip_range_low,
+            clip_range_high=self.clip_range_high,
+            loss_agg_mode=self.grpo_loss_agg_mode or self.loss_agg_mode,
         )
-        self.sft_loss_fn = self._sft_loss(sft_loss_agg_mode or loss_agg_mode)
+        self.sft_loss_fn = self._sft_loss(self.sft_loss_agg_mode or self.loss_agg_mode)
         # Per-micro-batch weights (module docstring); with use_dynamic_bsz they are further divided by
         # the micro-batch's row count at call time.
-        usual_per_gpu = train_batch_size_usual // ngpus_trainer
-        expert_per_gpu = train_batch_size_expert // ngpus_trainer
-        if use_dynamic_bsz:
-            experience_per_gpu = ppo_mini_batch_size // ngpus_trainer
+        usual_per_gpu = self.train_batch_size_usual // self.ngpus_trainer
+        expert_per_gpu = self.train_batch_size_expert // self.ngpus_trainer
+        if self.use_dynamic_bsz:
+            experience_per_gpu = self.ppo_mini_batch_size // self.ngpus_trainer
             self._weight_usual = experience_per_gpu / usual_per_gpu
             self._weight_expert = experience_per_gpu / expert_per_gpu
         else:
-            gradient_accumulation = ppo_mini_batch_size // ppo_micro_batch_size_per_gpu
+            gradient_accumulation = self.ppo_mini_batch_size // self.ppo_micro_batch_size_per_gpu
             self._weight_usual = gradient_accumulation / usual_per_gpu
             self._weight_expert = gradient_accumulation / expert_per_gpu
 
@@ -271,56 +271,32 @@ class MIXCHORDPolicyLoss(MIXPolicyLoss):
     Requires `step` at call time: the global optimizer step, an int or a `[B]` tensor of equal values.
     """
 
-    schedules_mu = True
+    arguments = (
+        Argument("mu_warmup_steps", 0, "μ rises linearly from 0 to `mu_peak` over this many optimizer steps.", ge=0),
+        Argument(
+            "mu_decay_steps",
+            0,
+            "Then μ decays from `mu_peak` to `mu_valley` over this many steps (cosine), and stays there.",
+            ge=0,
+        ),
+        Argument("mu_peak", 0.1, "μ at the end of the warm-up.", ge=0, le=1),
+        Argument("mu_valley", 0.1, "μ after the decay (CHORD's floor).", ge=0, le=1),
+        Argument(
+            "enable_phi_function",
+            True,
+            "CHORD-φ: weight each expert token's NLL by sg(p(1 − p)), p the policy's probability of the token; "
+            "False uses plain SFT.",
+        ),
+        *MIXING_ARGUMENTS,
+    )
+    metrics: ClassVar[dict[str, str]] = {
+        **MIXPolicyLoss.metrics,
+        **part_metrics("expert", SFTPhiLoss.metrics),
+        "mu": MEAN,
+    }
 
-    def __init__(
-        self,
-        backend: str = "verl",
-        mu_warmup_steps: int = 0,
-        mu_decay_steps: int = 0,
-        mu_peak: float = 0.1,
-        mu_valley: float = 0.1,
-        enable_phi_function: bool = True,
-        clip_range: float | None = 0.2,
-        clip_range_low: float | None = None,
-        clip_range_high: float | None = None,
-        use_dynamic_bsz: bool = False,
-        ppo_mini_batch_size: int = 1,
-        ppo_micro_batch_size_per_gpu: int = 1,
-        ngpus_trainer: int = 1,
-        train_batch_size_usual: int = 1,
-        train_batch_size_expert: int = 1,
-        loss_agg_mode: str = "token-mean",
-        sft_loss_agg_mode: str | None = None,
-        grpo_loss_agg_mode: str | None = None,
-    ) -> None:
-        check_number("mix_chord", "mu_warmup_steps", mu_warmup_steps, integer=True, ge=0)
-        check_number("mix_chord", "mu_decay_steps", mu_decay_steps, integer=True, ge=0)
-        check_number("mix_chord", "mu_peak", mu_peak, ge=0, le=1)
-        check_number("mix_chord", "mu_valley", mu_valley, ge=0, le=1)
-        check_bool("mix_chord", "enable_phi_function", enable_phi_function)
-        self.mu_warmup_steps = mu_warmup_steps
-        self.mu_decay_steps = mu_decay_steps
-        self.mu_peak = mu_peak
-        self.mu_valley = mu_valley
-        self.enable_phi_function = enable_phi_function
-        super().__init__(
-            backend,
-            mu=mu_peak,
-            clip_range=clip_range,
-            clip_range_low=clip_range_low,
-            clip_range_high=clip_range_high,
-            use_dynamic_bsz=use_dynamic_bsz,
-            ppo_mini_batch_size=ppo_mini_batch_size,
-            ppo_micro_batch_size_per_gpu=ppo_micro_batch_size_per_gpu,
-            ngpus_trainer=ngpus_trainer,
-            train_batch_size_usual=train_batch_size_usual,
-            train_batch_size_expert=train_batch_size_expert,
-            loss_agg_mode=loss_agg_mode,
-            sft_loss_agg_mode=sft_loss_agg_mode,
-            grpo_loss_agg_mode=grpo_loss_agg_mode,
-        )
-        self.mu = None  # scheduled by the step: see current_mu
+    schedules_mu = True
+    mu = None  # scheduled by the step: see current_mu
 
     def _sft_loss(self, loss_agg_mode: str) -> PolicyLoss:
         return (SFTPhiLoss if self.enable_phi_function else SFTLoss)(loss_agg_mode=loss_agg_mode)

@@ -12,15 +12,12 @@ not used.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_loss_agg_mode,
-    check_number,
-    register_policy_loss,
-)
+from ..components import SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
 
 
 @register_policy_loss("opmd")
@@ -31,14 +28,11 @@ class OPMDPolicyLoss(PolicyLoss):
     or `advantages` at a valid position make the loss NaN; at masked positions they are ignored.
     """
 
-    window_shares = ("opmd_loss",)
-
-    def __init__(self, backend: str = "verl", tau: float = 1.0, loss_agg_mode: str = "token-mean") -> None:
-        super().__init__(backend)
-        check_number(self.name, "tau", tau, ge=0)
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        self.tau = tau
-        self.loss_agg_mode = loss_agg_mode
+    arguments = (
+        Argument("tau", 1.0, "Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).", ge=0),
+        loss_agg_mode_argument("token-mean"),
+    )
+    metrics: ClassVar[dict[str, str]] = {"opmd_loss": SHARE}
 
     def __call__(
         self, logprob: torch.Tensor, action_mask: torch.Tensor, advantages: torch.Tensor, **kwargs

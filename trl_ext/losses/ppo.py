@@ -1,7 +1,7 @@
 """PPO clipped surrogate with dual clip and optional sequence masking (Trinity-RFT `ppo`, verl `vanilla`).
 
 Papers: Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv 1707.06347); dual clip:
-Ye et al. 2019, "Mastering Complex Control in MOBA Games with Deep RL" (arXiv 1912.09729); sequence
+Ye et al. 2020 (AAAI), "Mastering Complex Control in MOBA Games with Deep RL" (arXiv 1912.09729); sequence
 masking: DeepSeek-AI 2025, DeepSeek-V3.2 (off-policy sequence masking).
 
 Per token, with Δ = clamp(lp − old, ±20) and r = e^Δ:
@@ -18,18 +18,15 @@ the mask exceeds δ (`delta_sequence_masking`): off-policy rows may not push pro
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_bool,
-    check_loss_agg_mode,
-    check_number,
-    register_policy_loss,
-    resolve_clip_range,
-)
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+
+SEQUENCE_MASKING_METRICS = {"seq_mask/masked_tokens": MEAN, "seq_mask/mean_sequence_kl": MEAN}
+"""The metrics PPO adds with `enable_sequence_masking`."""
 
 
 @register_policy_loss("ppo")
@@ -37,12 +34,8 @@ class PPOPolicyLoss(PolicyLoss):
     """Dual-clip PPO. Metrics: `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, `pg_loss` and, with
     sequence masking, `seq_mask/masked_tokens` and `seq_mask/mean_sequence_kl`.
 
-    Args:
-        clip_range: symmetric ε; `clip_range_low` / `clip_range_high` fall back to it.
-        clip_ratio_c: the dual-clip constant c (> 1): a negative-advantage token's loss is at most −A·c.
-        loss_agg_mode: one of `LOSS_AGG_MODES`.
-        enable_sequence_masking, delta_sequence_masking: see the module docstring.
-        fallback_to_policy_gradient: ignore `old_logprob` and take r = 1 (plain policy gradient).
+    `clip_range_low` / `clip_range_high` fall back to the symmetric `clip_range`; an instance holds the resolved
+    bounds.
 
     Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf
     in `logprob`, `old_logprob` or `advantages` (`old_logprob` only where read: not with
@@ -50,35 +43,61 @@ class PPOPolicyLoss(PolicyLoss):
     would make it finite; at masked positions they are ignored.
     """
 
-    window_shares = ("pg_loss",)
+    arguments = (
+        Argument(
+            "clip_range",
+            0.2,
+            "PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.",
+            optional=True,
+            ge=0,
+        ),
+        Argument(
+            "clip_range_low",
+            None,
+            "Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.",
+            type=float,
+            ge=0,
+        ),
+        Argument(
+            "clip_range_high",
+            None,
+            "Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.",
+            type=float,
+            ge=0,
+        ),
+        Argument(
+            "clip_ratio_c",
+            3.0,
+            "Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is "
+            "bounded by −A·c, so a very large ratio cannot blow up the update.",
+            gt=1,
+        ),
+        loss_agg_mode_argument("token-mean"),
+        Argument(
+            "enable_sequence_masking",
+            False,
+            "Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds "
+            "`delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).",
+        ),
+        Argument("delta_sequence_masking", 0.1, "Threshold δ of `enable_sequence_masking`."),
+        Argument(
+            "fallback_to_policy_gradient",
+            False,
+            "Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.",
+        ),
+    )
+    metrics: ClassVar[dict[str, str]] = {
+        "pg_clipfrac": MEAN,
+        "pg_clipfrac_lower": MEAN,
+        "ppo_kl": MEAN,
+        "pg_loss": SHARE,
+        **SEQUENCE_MASKING_METRICS,
+    }
 
-    def __init__(
-        self,
-        backend: str = "verl",
-        clip_range: float | None = 0.2,
-        clip_range_low: float | None = None,
-        clip_range_high: float | None = None,
-        clip_ratio_c: float = 3.0,
-        loss_agg_mode: str = "token-mean",
-        enable_sequence_masking: bool = False,
-        delta_sequence_masking: float = 0.1,
-        fallback_to_policy_gradient: bool = False,
-    ) -> None:
-        super().__init__(backend)
-        self.clip_range = clip_range
+    def check_arguments(self) -> None:
         self.clip_range_low, self.clip_range_high = resolve_clip_range(
-            self.name, clip_range, clip_range_low, clip_range_high
+            self.name, self.clip_range, self.clip_range_low, self.clip_range_high
         )
-        check_number(self.name, "clip_ratio_c", clip_ratio_c, gt=1)
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        check_bool(self.name, "enable_sequence_masking", enable_sequence_masking)
-        check_number(self.name, "delta_sequence_masking", delta_sequence_masking)
-        check_bool(self.name, "fallback_to_policy_gradient", fallback_to_policy_gradient)
-        self.clip_ratio_c = clip_ratio_c
-        self.loss_agg_mode = loss_agg_mode
-        self.enable_sequence_masking = enable_sequence_masking
-        self.delta_sequence_masking = delta_sequence_masking
-        self.fallback_to_policy_gradient = fallback_to_policy_gradient
 
     def __call__(
         self,

@@ -24,15 +24,12 @@ other than `gspo-one-side` is a configuration error (the reference crashes at ca
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_choice,
-    check_number,
-    register_policy_loss,
-)
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, register_policy_loss
 
 CLIP_MODES = ("none", "one-side", "two-side", "ring", "gspo-one-side")
 WEIGHTS = ("none", "importance_sampling", "gspo_importance_sampling", "advantage")
@@ -49,47 +46,72 @@ class RECPolicyLoss(PolicyLoss):
     position make the loss NaN; at masked positions they are ignored.
     """
 
-    window_shares = ("pg_loss",)
+    arguments = (
+        Argument(
+            "epsilon_low",
+            0.2,
+            "Lower clip ε_l (ratio ≥ 1 − ε_l), in (0, 1].",
+            gt=0,
+            le=1,
+            config_name="rec_epsilon_low",
+        ),
+        Argument("epsilon_high", 0.2, "Upper clip ε_h (ratio ≤ 1 + ε_h), > 0.", gt=0, config_name="rec_epsilon_high"),
+        Argument(
+            "epsilon_low_prime",
+            0.6,
+            "`ring` mode: negative-side outer bound ε'_l, in (0, 1].",
+            gt=0,
+            le=1,
+            config_name="rec_epsilon_low_prime",
+        ),
+        Argument(
+            "epsilon_high_prime",
+            2.0,
+            "`ring` mode: outer bound ε'_h, > 0.",
+            gt=0,
+            config_name="rec_epsilon_high_prime",
+        ),
+        Argument(
+            "clip_mode",
+            "none",
+            "Which tokens are kept: `none`, `two-side`, `one-side`, `gspo-one-side` (on the sequence ratio), `ring`.",
+            choices=CLIP_MODES,
+            config_name="rec_clip_mode",
+        ),
+        Argument(
+            "weight",
+            "none",
+            "Advantage reweighting: `none`, `importance_sampling` (A·r), `gspo_importance_sampling` "
+            "(A·sequence ratio; needs `rec_clip_mode='gspo-one-side'`), `advantage` (A·exp(A/temp)).",
+            choices=WEIGHTS,
+            config_name="rec_weight",
+        ),
+        Argument(
+            "regularizer",
+            "none",
+            "Regularizer: `none`, `forward-kl` (−coef·lp), `k2` (coef·(lp − old)²).",
+            choices=REGULARIZERS,
+            config_name="rec_regularizer",
+        ),
+        Argument(
+            "regularizer_coef",
+            0.0,
+            "Coefficient of `rec_regularizer`, ≥ 0.",
+            ge=0,
+            config_name="rec_regularizer_coef",
+        ),
+        Argument("temp", 1.0, "Temperature of `rec_weight='advantage'`, > 0.", gt=0, config_name="rec_temp"),
+    )
+    metrics: ClassVar[dict[str, str]] = {"pg_clipfrac": MEAN, "pg_loss": SHARE}
 
     window_inputs = ("global_valid_toks", "global_valid_seqs")
 
-    def __init__(
-        self,
-        backend: str = "verl",
-        epsilon_low: float = 0.2,
-        epsilon_high: float = 0.2,
-        epsilon_low_prime: float = 0.6,
-        epsilon_high_prime: float = 2.0,
-        clip_mode: str = "none",
-        weight: str = "none",
-        regularizer: str = "none",
-        regularizer_coef: float = 0.0,
-        temp: float = 1.0,
-    ) -> None:
-        super().__init__(backend)
-        check_number(self.name, "epsilon_low", epsilon_low, gt=0, le=1)
-        check_number(self.name, "epsilon_high", epsilon_high, gt=0)
-        check_number(self.name, "epsilon_low_prime", epsilon_low_prime, gt=0, le=1)
-        check_number(self.name, "epsilon_high_prime", epsilon_high_prime, gt=0)
-        check_choice(self.name, "clip_mode", clip_mode, CLIP_MODES)
-        check_choice(self.name, "weight", weight, WEIGHTS)
-        check_choice(self.name, "regularizer", regularizer, REGULARIZERS)
-        check_number(self.name, "regularizer_coef", regularizer_coef, ge=0)
-        check_number(self.name, "temp", temp, gt=0)
-        if weight == "gspo_importance_sampling" and clip_mode != "gspo-one-side":
+    def check_arguments(self) -> None:
+        if self.weight == "gspo_importance_sampling" and self.clip_mode != "gspo-one-side":
             raise ValueError(
-                f"rec: weight='gspo_importance_sampling' needs clip_mode='gspo-one-side' (got {clip_mode!r}): "
+                f"rec: weight='gspo_importance_sampling' needs clip_mode='gspo-one-side' (got {self.clip_mode!r}): "
                 "the sequence ratio it weights by is the one gspo-one-side clips on"
             )
-        self.epsilon_low = epsilon_low
-        self.epsilon_high = epsilon_high
-        self.epsilon_low_prime = epsilon_low_prime
-        self.epsilon_high_prime = epsilon_high_prime
-        self.clip_mode = clip_mode
-        self.weight = weight
-        self.regularizer = regularizer
-        self.regularizer_coef = regularizer_coef
-        self.temp = temp
 
     def _keep(self, ratio: torch.Tensor, seq_ratio: torch.Tensor | None, adv: torch.Tensor) -> torch.Tensor | None:
         low, high = 1.0 - self.epsilon_low, 1.0 + self.epsilon_high

@@ -1,6 +1,6 @@
 """SAPO: Soft Adaptive Policy Optimization (Trinity-RFT `sapo`).
 
-Paper: Qwen 2025, "Soft Adaptive Policy Optimization" (arXiv 2511.20347). A smooth, temperature-
+Paper: Gao et al. 2025 (Qwen), "Soft Adaptive Policy Optimization" (arXiv 2511.20347). A smooth, temperature-
 controlled gate replaces the hard clip:
 
     r = exp(clamp(lp − old, ±20)),   τ = τ_pos where A > 0 else τ_neg
@@ -18,17 +18,12 @@ overflow (the gate is saturated long before); it changes nothing for |lp − old
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_bool,
-    check_loss_agg_mode,
-    check_number,
-    register_policy_loss,
-    scalar,
-)
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, scalar
 
 
 @register_policy_loss("sapo")
@@ -40,27 +35,40 @@ class SAPOPolicyLoss(PolicyLoss):
     ratio clamp would make it finite; at masked positions they are ignored.
     """
 
-    window_shares = ("sapo_loss",)
+    arguments = (
+        Argument(
+            "tau_pos",
+            1.0,
+            "Gate temperature τ for tokens with A > 0. The loss is −A·σ(τ(r − 1))·4/τ; the gradient "
+            "weight is 1 at r = 1 and decays smoothly off-policy, faster for larger τ.",
+            gt=0,
+        ),
+        Argument(
+            "tau_neg",
+            1.05,
+            "Gate temperature for tokens with A ≤ 0; must be ≥ `tau_pos` (the paper decays negative "
+            "updates faster, §3).",
+            gt=0,
+        ),
+        loss_agg_mode_argument("token-mean"),
+        Argument(
+            "detach_gate",
+            False,
+            "Reproduce Trinity-RFT ≤ 0.6: −A·sg(gate)·lp, whose gradient weight is 2/τ at r = 1 and "
+            "grows with r (not the paper's objective).",
+        ),
+    )
+    metrics: ClassVar[dict[str, str]] = {
+        "sapo_loss": SHARE,
+        "ppo_kl": MEAN,
+        "avg_soft_gate": MEAN,
+        "avg_ratio": MEAN,
+        "pos_adv_frac": MEAN,
+    }
 
-    def __init__(
-        self,
-        backend: str = "verl",
-        tau_pos: float = 1.0,
-        tau_neg: float = 1.05,
-        loss_agg_mode: str = "token-mean",
-        detach_gate: bool = False,
-    ) -> None:
-        super().__init__(backend)
-        check_number(self.name, "tau_pos", tau_pos, gt=0)
-        check_number(self.name, "tau_neg", tau_neg, gt=0)
-        if tau_neg < tau_pos:
-            raise ValueError(f"sapo: tau_neg={tau_neg!r} is not valid; must be >= tau_pos ({tau_pos!r})")
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        check_bool(self.name, "detach_gate", detach_gate)
-        self.tau_pos = tau_pos
-        self.tau_neg = tau_neg
-        self.loss_agg_mode = loss_agg_mode
-        self.detach_gate = detach_gate
+    def check_arguments(self) -> None:
+        if self.tau_neg < self.tau_pos:
+            raise ValueError(f"sapo: tau_neg={self.tau_neg!r} is not valid; must be >= tau_pos ({self.tau_pos!r})")
 
     def soft_gate_function(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
         """f(r) = σ(τ·(r − 1))·4/τ with τ = τ_pos where A > 0 else τ_neg."""

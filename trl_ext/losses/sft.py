@@ -13,43 +13,37 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 
-from .base import Metrics, PolicyLoss, check_loss_agg_mode, check_number, register_policy_loss
+from ..components import SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
 
 
 class _SFTBase(PolicyLoss):
-    """The SFT family.
+    """The SFT family: `metrics` is the loss value, its only metric.
 
     Inputs (`inputs()`): `logprob`, `action_mask` and the window counts. NaN / ±inf in `logprob` at a valid
     position make the loss NaN; at masked positions they are ignored.
     """
 
-    metric = ""
-
-    def __init__(self, backend: str = "verl", loss_agg_mode: str = "token-mean") -> None:
-        super().__init__(backend)
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        self.loss_agg_mode = loss_agg_mode
+    arguments = (loss_agg_mode_argument("token-mean"),)
 
     def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def is_window_share(self, metric: str) -> bool:
-        return metric == self.metric  # the loss value, its only metric
-
     def __call__(self, logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
         loss = b.aggregate(self.token_losses(b.select(logprob)), self.loss_agg_mode)
-        return loss, {self.metric: loss.detach()}
+        return loss, dict.fromkeys(self.metrics, loss.detach())
 
 
 @register_policy_loss("sft")
 class SFTLoss(_SFTBase):
     """Negative log-likelihood. Metric: `sft_loss`."""
 
-    metric = "sft_loss"
+    metrics: ClassVar[dict[str, str]] = {"sft_loss": SHARE}
 
     def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
         return -lp
@@ -59,7 +53,7 @@ class SFTLoss(_SFTBase):
 class SFTISLoss(_SFTBase):
     """SFT with an importance weight sg(p). Metric: `sft_is_loss`."""
 
-    metric = "sft_is_loss"
+    metrics: ClassVar[dict[str, str]] = {"sft_is_loss": SHARE}
 
     def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
         return lp * torch.exp(lp.detach()).neg_()
@@ -73,12 +67,17 @@ class SFTPhiLoss(_SFTBase):
     every token loss into inf, so 0 is rejected.
     """
 
-    metric = "sft_phi_loss"
-
-    def __init__(self, backend: str = "verl", loss_agg_mode: str = "token-mean", cutoff_prob: float = 1.0) -> None:
-        super().__init__(backend, loss_agg_mode)
-        check_number(self.name, "cutoff_prob", cutoff_prob, gt=0, le=1)
-        self.cutoff_prob = cutoff_prob
+    arguments = (
+        *_SFTBase.arguments,
+        Argument(
+            "cutoff_prob",
+            1.0,
+            "Tokens the policy predicts with probability above this cutoff get no gradient (1 disables the cutoff).",
+            gt=0,
+            le=1,
+        ),
+    )
+    metrics: ClassVar[dict[str, str]] = {"sft_phi_loss": SHARE}
 
     def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

@@ -1,7 +1,8 @@
 """sPPO: PPO with a log-space trust region on the policy gradient (Trinity-RFT `sppo`).
 
-Trinity-RFT's `sppo_loss_fn` (it cites arXiv 2108.05828). The surrogate is linear in the log-ratio and
-tokens whose (detached) ratio leaves the symmetric-in-log band are dropped:
+Paper: Vaswani et al. 2022 (AISTATS), "A general class of surrogate functions for stable and efficient
+reinforcement learning" (arXiv 2108.05828), as Trinity-RFT's `sppo_loss_fn` cites it. The surrogate is linear in
+the log-ratio and tokens whose (detached) ratio leaves the symmetric-in-log band are dropped:
 
     keep = 1/(1 + ε) ≤ sg(r) ≤ 1 + ε,   L = −A · (lp − old) · keep
 
@@ -10,15 +11,12 @@ Inside the band the gradient is exactly A·∇lp.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_loss_agg_mode,
-    check_number,
-    register_policy_loss,
-)
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
 
 
 @register_policy_loss("sppo")
@@ -30,14 +28,17 @@ class SPPOPolicyLoss(PolicyLoss):
     are ignored.
     """
 
-    window_shares = ("pg_loss",)
-
-    def __init__(self, backend: str = "verl", epsilon: float = 0.3, loss_agg_mode: str = "token-mean") -> None:
-        super().__init__(backend)
-        check_number(self.name, "epsilon", epsilon, gt=0)
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        self.epsilon = epsilon
-        self.loss_agg_mode = loss_agg_mode
+    arguments = (
+        Argument(
+            "epsilon",
+            0.3,
+            "Trust region of sPPO: a token contributes only while 1/(1+ε) ≤ r ≤ 1+ε.",
+            gt=0,
+            config_name="sppo_epsilon",
+        ),
+        loss_agg_mode_argument("token-mean"),
+    )
+    metrics: ClassVar[dict[str, str]] = {"pg_clipfrac": MEAN, "pg_loss": SHARE}
 
     def __call__(
         self,

@@ -13,15 +13,12 @@ advantage plays the role of the reward (use the `reinforce` advantage for the pa
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from .base import (
-    Metrics,
-    PolicyLoss,
-    check_loss_agg_mode,
-    check_number,
-    register_policy_loss,
-)
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
 
 
 @register_policy_loss("topr")
@@ -33,16 +30,16 @@ class TOPRPolicyLoss(PolicyLoss):
     are ignored.
     """
 
-    window_shares = ("topr_loss",)
-
-    def __init__(
-        self, backend: str = "verl", advantage_threshold: float = 0.0, loss_agg_mode: str = "token-mean"
-    ) -> None:
-        super().__init__(backend)
-        check_number(self.name, "advantage_threshold", advantage_threshold)
-        check_loss_agg_mode(self.name, loss_agg_mode)
-        self.advantage_threshold = advantage_threshold
-        self.loss_agg_mode = loss_agg_mode
+    arguments = (
+        Argument(
+            "advantage_threshold",
+            0.0,
+            "Tokens with A > threshold get the full (untruncated) policy gradient; the others are "
+            "weighted by the truncated ratio clamp(r, 0, 1).",
+        ),
+        loss_agg_mode_argument("token-mean"),
+    )
+    metrics: ClassVar[dict[str, str]] = {"topr_loss": SHARE, "avg_alpha": MEAN, "avg_ratio": MEAN}
 
     def __call__(
         self,
