@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 
 import pytest
 
 import trl_ext
-from trl_ext import algorithms
 from trl_ext.losses import ENTROPY_FNS, KL_FNS, POLICY_LOSSES
 
 # name: (use_critic, use_reference, compute_advantage_in_trainer, can_balance_batch, schema)
@@ -110,8 +108,12 @@ def test_advantage_fns_exist():
 
 
 def test_rl_algorithms_have_an_advantage():
+    """Every algorithm on rollouts has one. RAFT's is trl_ext's best-of-group selection `raft` (the reference's
+    table has none: Trinity-RFT selects RAFT's experiences outside the advantage step), so that the record names
+    what its trainer builds."""
     no_advantage = {name for name, spec in trl_ext.ALGORITHMS.items() if spec.advantage_fn is None}
-    assert no_advantage == {"sft", "raft", "dpo"}
+    assert no_advantage == {"sft", "dpo"}
+    assert trl_ext.get_algorithm("raft").advantage_fn == "raft"
 
 
 @pytest.mark.parametrize("bad", ["grpo2", "GRPO", "", "trinity"])
@@ -144,26 +146,6 @@ def test_no_trainer_yet(name):
         with pytest.raises(NotImplementedError, match=f"algorithm {name!r} has no trainer yet") as info:
             getattr(spec, attribute)
         assert f"get_policy_loss({spec.policy_loss_fn!r})" in str(info.value)
-
-
-def test_register_trainer_attaches_classes(monkeypatch):
-    monkeypatch.setattr(algorithms, "_TRAINERS", {})
-    spec = trl_ext.get_algorithm("sapo")
-    assert not spec.has_trainer
-    algorithms.register_trainer("sapo", "collections:OrderedDict", "collections:Counter")
-    assert spec.has_trainer
-    assert spec.config_class is collections.OrderedDict
-    assert spec.trainer_class is collections.Counter
-    # The other algorithms still have none, and the message lists the ones that do.
-    with pytest.raises(NotImplementedError, match="algorithms with a trainer: sapo"):
-        getattr(trl_ext.get_algorithm("gspo"), "trainer_class")  # noqa: B009
-
-
-def test_register_trainer_unknown_algorithm(monkeypatch):
-    monkeypatch.setattr(algorithms, "_TRAINERS", {})
-    with pytest.raises(ValueError, match="unknown algorithm 'nope'"):
-        algorithms.register_trainer("nope", "a:B", "a:C")
-    assert algorithms._TRAINERS == {}
 
 
 def test_spec_is_frozen():

@@ -15,6 +15,7 @@ import trl_ext
 from trl_ext.advantages import ADVANTAGE_FNS
 from trl_ext.losses import POLICY_LOSSES
 from trl_ext.trainers import GRPO_FAMILY_CONFIGS, TRAINER_CONFIGS, GRPOFamilyConfig
+from trl_ext.trainers.arguments import config_arguments
 from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,21 +32,19 @@ def test_fields_are_the_loss_and_advantage_arguments(algorithm):
     spec = trl_ext.get_algorithm(algorithm)
     assert issubclass(config_class, trl.GRPOConfig) and config_class.algorithm == algorithm
     fields = {f.name: f for f in dataclasses.fields(config_class)}
-    loss_args = POLICY_LOSSES[spec.policy_loss_fn].default_args()
-    renamed = {config_class.loss_renames.get(n, n): n for n in config_class.loss_argument_names()}
-    assert set(renamed) == set(loss_args)  # every loss argument, nothing else
-    for argument, name in renamed.items():
-        assert fields[name].default == loss_args[argument], name
-    advantage_args = ADVANTAGE_FNS[config_class.advantage_fn].default_args()
-    advantage_args.pop("rank_penalty", None)  # needs per-sample log-probs at advantage time: library only
-    renamed = {config_class.advantage_renames.get(n, n): n for n in config_class.advantage_argument_names()}
-    assert set(renamed) == set(advantage_args)
-    for argument, name in renamed.items():
-        assert fields[name].default == advantage_args[argument], name
+    for component in (POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS[spec.advantage_fn]):
+        # every argument, by its config name, with its default (unset in the config where it says so)
+        for argument in config_arguments(component):  # GRPO's rank_penalty is library-only (`in_config`)
+            field = fields[argument.field_name]
+            assert field.default == (None if argument.config_unset else argument.default), argument.name
+    own = config_class.loss_argument_names() + config_class.advantage_argument_names()
+    exposed = config_arguments(POLICY_LOSSES[spec.policy_loss_fn]) + config_arguments(ADVANTAGE_FNS[spec.advantage_fn])
+    assert len(own) == len(set(own)) == len(exposed)
+    assert "rank_penalty" not in fields  # library-only: needs per-sample log-probs when advantages are computed
     # The defaults build exactly the library's default components.
     config = make(config_class)
     assert repr(config.build_policy_loss()) == repr(POLICY_LOSSES[spec.policy_loss_fn]())
-    assert repr(config.build_advantage_fn()) == repr(ADVANTAGE_FNS[config_class.advantage_fn]())
+    assert repr(config.build_advantage_fn()) == repr(ADVANTAGE_FNS[spec.advantage_fn]())
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -270,7 +270,11 @@ def test_the_loss_is_handed_exactly_the_inputs_it_declares(algorithm, random_tin
         given.append(set(inputs))
         return loss_fn(**inputs)
 
-    recording.inputs, recording.is_window_share = loss_fn.inputs, loss_fn.is_window_share
+    recording.inputs, recording.is_window_share, recording.metrics = (
+        loss_fn.inputs,
+        loss_fn.is_window_share,
+        loss_fn.metrics,
+    )
     trainer.policy_loss_fn = recording
     trainer.train()
     assert given and all(keys == set(loss_fn.inputs()) for keys in given)

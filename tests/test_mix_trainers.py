@@ -265,6 +265,7 @@ def test_reference_weighting_when_geometry_is_given(tiny_model, tmp_path):
         return loss, metrics
 
     recording.inputs, recording.is_window_share = loss_fn.inputs, loss_fn.is_window_share  # what trainers read
+    recording.metrics = loss_fn.metrics
     trainer.policy_loss_fn = recording
     returned = []
     compute = trainer._compute_loss

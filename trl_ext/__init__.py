@@ -7,59 +7,37 @@ and their configs (`trl_ext.SAPOTrainer`, `trl_ext.SAPOConfig`, ...) are importe
 
 from typing import Any
 
-from .algorithms import ALGORITHMS, AlgorithmSpec, get_algorithm
+from .algorithms import ALGORITHMS, AlgorithmSpec, Paper, get_algorithm, register_algorithm
 
 __version__ = "0.1.0.dev0"
 
-_TRAINER_EXPORTS = (
-    "GRPOFamilyConfig",
-    "GRPOFamilyTrainer",
-    "GRPOConfig",
-    "GRPOTrainer",
-    "GSPOConfig",
-    "GSPOTrainer",
-    "CISPOConfig",
-    "CISPOTrainer",
-    "SAPOConfig",
-    "SAPOTrainer",
-    "TOPRConfig",
-    "TOPRTrainer",
-    "SPPOConfig",
-    "SPPOTrainer",
-    "RECConfig",
-    "RECTrainer",
-    "OPMDConfig",
-    "OPMDTrainer",
-    "AsymREConfig",
-    "AsymRETrainer",
-    "ReinforcePlusPlusConfig",
-    "ReinforcePlusPlusTrainer",
-    "RLOOConfig",
-    "RLOOTrainer",
-    "RAFTConfig",
-    "RAFTTrainer",
-    "MIXConfig",
-    "MIXTrainer",
-    "MIXCHORDConfig",
-    "MIXCHORDTrainer",
-    "OnPolicyDistillConfig",
-    "OnPolicyDistillTrainer",
-    "DPOConfig",
-    "DPOTrainer",
-)
-
 
 def __getattr__(name: str) -> Any:
-    # Trainers import trl / transformers: load them lazily so `import trl_ext` needs only torch.
-    if name in _TRAINER_EXPORTS:
-        from . import trainers
+    # Trainers import trl / transformers: load them lazily so `import trl_ext` needs only torch. Every algorithm's
+    # config and trainer (`SAPOConfig`, `SAPOTrainer`, ...) is here, built from its record.
+    from . import trainers
 
+    if name in _trainer_exports():
         return getattr(trainers, name)
     raise AttributeError(f"module 'trl_ext' has no attribute {name!r}")
 
 
+def _trainer_exports() -> list[str]:
+    from .trainers import algorithm_class_names
+
+    return ["GRPOFamilyConfig", "GRPOFamilyTrainer", *algorithm_class_names()]
+
+
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_TRAINER_EXPORTS])
+    return sorted([*globals(), *_trainer_exports()])
 
 
-__all__ = ["ALGORITHMS", "AlgorithmSpec", "__version__", "get_algorithm", *_TRAINER_EXPORTS]
+__all__ = [
+    "ALGORITHMS",
+    "AlgorithmSpec",
+    "Paper",
+    "__version__",
+    "get_algorithm",
+    "register_algorithm",
+    *_trainer_exports(),
+]

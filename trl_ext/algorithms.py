@@ -1,36 +1,31 @@
-"""The algorithm table: Trinity-RFT's algorithms with their flags and default components.
+"""The algorithm records: one per algorithm, the single source of everything else.
 
     from trl_ext import get_algorithm
     spec = get_algorithm("sapo")
     spec.policy_loss_fn, spec.advantage_fn, spec.kl_loss_fn, spec.entropy_loss_fn  # 'sapo', 'grpo', 'none', 'none'
-    spec.trainer_class                                                             # the TRL trainer
+    spec.config_class, spec.trainer_class                                          # SAPOConfig, SAPOTrainer
 
-The flags (`use_critic`, `use_reference`, `compute_advantage_in_trainer`, `can_balance_batch`,
-`schema`) and default components are those of Trinity-RFT's `trinity.algorithm.algorithm` table and
-its `default_config()`; `repeat_times` is the group size (TRL's `num_generations`). Trainer and config
-classes are attached by `trl_ext.trainers` (imported lazily, so this module needs no trl); until an
-algorithm has one, asking for it raises an error that says so.
+A record names the algorithm, its one paper, its default components (policy loss, advantage, KL, entropy) and
+Trinity-RFT's flags (`use_critic`, `use_reference`, `compute_advantage_in_trainer`, `can_balance_batch`,
+`schema`; `repeat_times` is the group size, TRL's `num_generations`), and which trainer family trains it. The
+config class (TRL's config plus the components' arguments, `trl_ext.trainers.arguments`), the trainer class, the
+package exports (`trl_ext.SAPOTrainer`), the model cards and `trl-ext list` are all derived from the record.
+Adding an algorithm whose loss and advantage exist is one `register_algorithm(AlgorithmSpec(...))`; a new loss is
+its `@register_policy_loss` class plus a record. This module imports neither trl nor torch: the classes are built
+by `trl_ext.trainers` on first use.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
-_TRAINERS: dict[str, tuple[str, str]] = {}
-"""name -> ("module:ConfigClass", "module:TrainerClass"), filled by `register_trainer`."""
+DEFAULT_KL_ESTIMATOR = "k2"
+"""The KL estimator of an algorithm whose record has no KL term by default (Trinity-RFT's `kl_loss_fn: none`)."""
 
-
-def register_trainer(name: str, config_class: str, trainer_class: str) -> None:
-    """Attach a config and a trainer class (as `"module:Class"` import paths) to algorithm `name`."""
-    get_algorithm(name)
-    _TRAINERS[name] = (config_class, trainer_class)
-
-
-def _import(path: str) -> Any:
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+TRAINER_FAMILIES = ("grpo", "mix", "distill", "dpo")
+"""The trainer families (`AlgorithmSpec.trainer`): `grpo` (a `trl.GRPOTrainer` on rollouts), `mix` (rollouts and
+expert demonstrations in one batch), `distill` (rollouts scored by a teacher), `dpo` (a `trl.DPOTrainer`)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +45,13 @@ class Paper:
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """One row of the algorithm table."""
+    """One algorithm's record.
+
+    `trainer` is its trainer family (`TRAINER_FAMILIES`), None for a record without a trainer yet (its losses are
+    in `trl_ext.losses`). `class_prefix` names the classes (`SAPO` -> `SAPOConfig`, `SAPOTrainer`; default: the
+    upper-case name) and `display_name` the algorithm in model cards (default: the upper-case name); `details` is
+    appended to the config's docstring (what the description leaves out, e.g. TRL's equivalent settings).
+    """
 
     name: str
     description: str
@@ -67,33 +68,60 @@ class AlgorithmSpec:
     entropy_loss_fn: str
     repeat_times: int
     sample_strategy: str = "default"
+    trainer: str | None = "grpo"
+    class_prefix: str = ""
+    display_name: str = ""
+    details: str = ""
+
+    def __post_init__(self) -> None:
+        if self.trainer is not None and self.trainer not in TRAINER_FAMILIES:
+            raise ValueError(
+                f"algorithm {self.name!r}: trainer={self.trainer!r} is not valid; must be one of "
+                f"{', '.join(map(repr, TRAINER_FAMILIES))} or None"
+            )
+        if not self.class_prefix:
+            object.__setattr__(self, "class_prefix", self.name.upper())
+        if not self.display_name:
+            object.__setattr__(self, "display_name", self.name.upper())
+
+    @property
+    def kl_estimator(self) -> str:
+        """The default `kl_loss_fn` of the algorithm's config: the record's estimator, or `DEFAULT_KL_ESTIMATOR`
+        where the record has no KL term. (The term itself is off by default either way: the config's KL
+        coefficient `beta` defaults to 0, TRL's default.)"""
+        return DEFAULT_KL_ESTIMATOR if self.kl_loss_fn == "none" else self.kl_loss_fn
 
     @property
     def has_trainer(self) -> bool:
-        return self.name in _TRAINERS
-
-    @property
-    def config_class(self) -> type:
-        return _import(self._trainer_paths()[0])
-
-    @property
-    def trainer_class(self) -> type:
-        return _import(self._trainer_paths()[1])
+        return self.trainer is not None
 
     @property
     def class_names(self) -> tuple[str, str]:
-        """The names of the config and the trainer class, `("SAPOConfig", "SAPOTrainer")`, without importing them."""
-        config, trainer = self._trainer_paths()
-        return config.rpartition(":")[2], trainer.rpartition(":")[2]
+        """The names of the config and the trainer class, `("SAPOConfig", "SAPOTrainer")`, without building them."""
+        self._require_trainer()
+        return f"{self.class_prefix}Config", f"{self.class_prefix}Trainer"
 
-    def _trainer_paths(self) -> tuple[str, str]:
-        if self.name not in _TRAINERS:
-            with_trainer = ", ".join(sorted(_TRAINERS)) or "none yet"
+    @property
+    def config_class(self) -> type:
+        from .trainers import algorithm_classes
+
+        self._require_trainer()
+        return algorithm_classes(self.name)[0]
+
+    @property
+    def trainer_class(self) -> type:
+        from .trainers import algorithm_classes
+
+        self._require_trainer()
+        return algorithm_classes(self.name)[1]
+
+    def _require_trainer(self) -> None:
+        if self.trainer is None:
+            with_trainer = ", ".join(name for name, spec in ALGORITHMS.items() if spec.has_trainer)
             raise NotImplementedError(
                 f"algorithm {self.name!r} has no trainer yet: its losses are available through "
                 f"trl_ext.losses.get_policy_loss({self.policy_loss_fn!r}); algorithms with a trainer: {with_trainer}"
             )
-        return _TRAINERS[self.name]
 
     def default_config(self) -> dict[str, Any]:
         """The reference's `default_config()`: the algorithm's default components."""
@@ -121,6 +149,7 @@ def _spec(
     entropy: str,
     repeat: int,
     sample: str = "default",
+    **naming: Any,
 ) -> AlgorithmSpec:
     # flags: four letters for use_critic, use_reference, compute_advantage_in_trainer, can_balance_batch
     critic, reference, adv_in_trainer, balance = (c == "T" for c in flags)
@@ -140,6 +169,7 @@ def _spec(
         entropy_loss_fn=entropy,
         repeat_times=repeat,
         sample_strategy=sample,
+        **naming,
     )
 
 
@@ -152,80 +182,146 @@ _CHORD = Paper(
 ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
     _spec("sft", "Supervised fine-tuning (negative log-likelihood).",
           None,
-          flags="FFFT", schema="sft", policy="sft", advantage=None, kl_loss="none", entropy="none", repeat=1),
+          flags="FFFT", schema="sft", policy="sft", advantage=None, kl_loss="none", entropy="none", repeat=1,
+          trainer=None),
     _spec("ppo", "PPO with a critic and GAE advantages.",
           Paper("Proximal Policy Optimization Algorithms", "1707.06347"),
-          flags="TTTT", policy="ppo", advantage="ppo", kl_loss="k2", entropy="default", repeat=1),
+          flags="TTTT", policy="ppo", advantage="ppo", kl_loss="k2", entropy="default", repeat=1, trainer=None),
     _spec("grpo", "GRPO: group-normalized advantages, dual-clip PPO loss.",
           Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
-          flags="FTFT", policy="ppo", advantage="grpo", kl_loss="k2", entropy="default", repeat=2),
+          flags="FTFT", policy="ppo", advantage="grpo", kl_loss="k2", entropy="default", repeat=2,
+          details="`loss_agg_mode='token-mean'` is TRL's default `dapo` aggregation; `'seq-mean-token-mean'` is the "
+          "paper's (TRL's `loss_type='grpo'`)."),
     _spec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.",
           Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262"),
-          flags="FTTT", policy="ppo", advantage="reinforceplusplus", kl_loss="k2", entropy="default", repeat=2),
+          flags="FTTT", policy="ppo", advantage="reinforceplusplus", kl_loss="k2", entropy="default", repeat=2,
+          class_prefix="ReinforcePlusPlus", display_name="REINFORCE++",
+          details="The discounted token-level returns of the outcome reward are whitened over the batch's tokens "
+          "(no group baseline)."),
     _spec("rloo", "RLOO: leave-one-out baseline, PPO loss.",
           Paper("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
                 "2402.14740"),
-          flags="FTTT", policy="ppo", advantage="rloo", kl_loss="k2", entropy="default", repeat=2),
+          flags="FTTT", policy="ppo", advantage="rloo", kl_loss="k2", entropy="default", repeat=2,
+          details="The baseline of a completion is the mean reward of the other completions of its prompt."),
     _spec("opmd", "Online policy mirror descent.",
           Paper("Kimi k1.5: Scaling Reinforcement Learning with LLMs", "2501.12599"),
-          flags="FTFT", policy="opmd", advantage="opmd", kl_loss="k2", entropy="default", repeat=2),
+          flags="FTFT", policy="opmd", advantage="opmd", kl_loss="k2", entropy="default", repeat=2,
+          details="Trinity-RFT's OPMD: the group baseline is the mean reward or a soft-max (`logavgexp`) of it, and "
+          "the loss −A·lp is scaled by 1/(1 + τ)."),
     _spec("asymre", "AsymRE: REINFORCE with a shifted (asymmetric) group baseline.",
           Paper("Asymmetric REINFORCE for off-Policy Reinforcement Learning", "2506.20520"),
-          flags="FFFT", policy="opmd", advantage="asymre", kl_loss="none", entropy="default", repeat=2),
+          flags="FFFT", policy="opmd", advantage="asymre", kl_loss="none", entropy="default", repeat=2,
+          class_prefix="AsymRE", display_name="AsymRE",
+          details="The baseline is the group mean shifted by `baseline_shift`; Trinity-RFT trains it with the OPMD "
+          "loss."),
     _spec("dpo", "Direct Preference Optimization on (chosen, rejected) pairs.",
           Paper("Direct Preference Optimization: Your Language Model is Secretly a Reward Model", "2305.18290"),
-          flags="FTFF", schema="dpo", policy="dpo", advantage=None, kl_loss="k2", entropy="default", repeat=2),
+          flags="FTFF", schema="dpo", policy="dpo", advantage=None, kl_loss="k2", entropy="default", repeat=2,
+          trainer="dpo"),
     _spec("topr", "Tapered Off-Policy REINFORCE.",
           Paper("Tapered Off-Policy REINFORCE: Stable and efficient reinforcement learning for LLMs", "2503.14286"),
-          flags="FTFT", policy="topr", advantage="reinforce", kl_loss="none", entropy="none", repeat=2),
+          flags="FTFT", policy="topr", advantage="reinforce", kl_loss="none", entropy="none", repeat=2,
+          details="Full REINFORCE gradient on positive samples, ratio-truncated gradient on negative ones; the "
+          "advantage is the raw reward (no baseline), as in the paper."),
     _spec("cispo", "CISPO: clipped, stop-gradient IS weight on a REINFORCE loss.",
           Paper("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", "2506.13585"),
-          flags="FTFT", policy="cispo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
+          flags="FTFT", policy="cispo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
+          details="Clipped tokens still get a gradient. TRL's equivalent is `loss_type='cispo', epsilon_high=1 + "
+          "clip_range_high`."),
     _spec("gspo", "GSPO: sequence-level (length-normalized) importance ratio.",
           Paper("Group Sequence Policy Optimization", "2507.18071"),
-          flags="FTFT", policy="gspo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
+          flags="FTFT", policy="gspo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
+          details="GSPO-token form: the ratio exp(mean_t log r_t) keeps a per-token gradient path, so token-level "
+          "advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence'`."),
     _spec("sapo", "SAPO: soft, temperature-controlled gate instead of hard clipping.",
           Paper("Soft Adaptive Policy Optimization", "2511.20347"),
-          flags="FTFT", policy="sapo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
+          flags="FTFT", policy="sapo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
+          details="The gate σ(τ(r − 1))·4/τ decays faster for negative advantages. TRL's equivalent is "
+          "`loss_type='sapo'` with `loss_agg_mode='seq-mean-token-mean'`."),
     _spec("mix", "RL on rollouts plus a fixed share of SFT on expert demonstrations.",
           _CHORD,
-          flags="FTFT", policy="mix", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix"),
+          flags="FTFT", policy="mix", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix",
+          trainer="mix",
+          details="Trinity-RFT's MIX, the fixed-μ form of CHORD. A share `expert_data_ratio` of each generation batch "
+          "is expert rows from the trainer's `expert_dataset`; the loss is (1 − μ)·PPO on the rollouts "
+          "(group-normalized advantages) + μ·SFT on the expert rows, each part normalized over its own rows."),
     _spec("mix_chord", "CHORD: scheduled mix of RL and phi-weighted SFT on expert data.",
           _CHORD,
-          flags="FTFT", policy="mix_chord", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix"),
+          flags="FTFT", policy="mix_chord", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix",
+          trainer="mix", class_prefix="MIXCHORD", display_name="MIX-CHORD",
+          details="As MIX, with μ following the global step (linear warm-up to `mu_peak`, cosine decay to "
+          "`mu_valley`) and CHORD-φ token weights on the expert NLL. The paper's recipe (Trinity-RFT's "
+          "`examples/mix_chord`): `mu_warmup_steps=200, mu_decay_steps=400, mu_peak=0.5, mu_valley=0.02`."),
     _spec("raft", "RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning).",
           Paper("RAFT: Reward rAnked FineTuning for Generative Foundation Model Alignment", "2304.06767"),
-          flags="FFFT", policy="sft", advantage=None, kl_loss="none", entropy="none", repeat=1),
+          flags="FFFT", policy="sft", advantage="raft", kl_loss="none", entropy="none", repeat=1,
+          details="Generate `num_generations` completions per prompt, keep the best-rewarded one of each group (the "
+          "`raft` selection), and train the SFT loss on the kept completions only."),
     _spec("sppo", "sPPO: policy gradient inside a log-space trust region.",
-          Paper("sPPO", "2108.05828"),
-          flags="FFFT", policy="sppo", advantage="grpo", kl_loss="none", entropy="none", repeat=2),
+          Paper("A general class of surrogate functions for stable and efficient reinforcement learning", "2108.05828"),
+          flags="FFFT", policy="sppo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
+          class_prefix="SPPO", display_name="sPPO",
+          details="The policy gradient −A·log r is restricted to the tokens inside the trust region "
+          "1/(1+ε) ≤ r ≤ 1+ε, with group-normalized advantages."),
     _spec("rec", "REC: REINFORCE with off-policy clipping / weighting / regularization.",
           Paper("Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm", "2509.24203"),
-          flags="FTFT", policy="rec", advantage="rec", kl_loss="none", entropy="none", repeat=2),
+          flags="FTFT", policy="rec", advantage="rec", kl_loss="none", entropy="none", repeat=2,
+          details="Group-centred rewards with a choice of off-policy clipping (`rec_clip_mode`), reweighting "
+          "(`rec_weight`) and regularization (`rec_regularizer`)."),
     _spec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.",
           Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
-          flags="FTFT", policy="ppo", advantage="step_wise_grpo", kl_loss="k2", entropy="default", repeat=8),
+          flags="FTFT", policy="ppo", advantage="step_wise_grpo", kl_loss="k2", entropy="default", repeat=8,
+          trainer=None),
     _spec("on_policy_distill", "On-policy distillation: teacher log-probs as per-token advantages.",
           Paper("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", "2306.13649"),
-          flags="FFTT", policy="ppo", advantage="on_policy_distill", kl_loss="none", entropy="none", repeat=8),
+          flags="FFTT", policy="ppo", advantage="on_policy_distill", kl_loss="none", entropy="none", repeat=8,
+          trainer="distill", class_prefix="OnPolicyDistill", display_name="On-policy distillation",
+          details="The student samples, a frozen teacher scores the sampled tokens, and the per-token advantage is "
+          "`kl_coef`·(log π_teacher − log π_old) (+ `reward_weight`·Â with task rewards), trained with the `ppo` "
+          "(default) or `importance_sampling` loss (Thinking Machines, \"On-Policy Distillation\", 2025; "
+          "Trinity-RFT's `on_policy_distill`)."),
 ]}
 # fmt: on
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:
-    """The table row of algorithm `name`; an unknown name is a ValueError listing the valid ones."""
+    """The record of algorithm `name`; an unknown name is a ValueError listing the valid ones."""
     try:
         return ALGORITHMS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown algorithm {name!r}; valid names: {', '.join(ALGORITHMS)}") from None
 
 
-# The trainers, attached by import path so that this module never imports trl.
-_GRPO_FAMILY = {
-    "grpo": "GRPO", "gspo": "GSPO", "cispo": "CISPO", "sapo": "SAPO", "topr": "TOPR", "sppo": "SPPO", "rec": "REC",
-    "opmd": "OPMD", "asymre": "AsymRE", "reinforceplusplus": "ReinforcePlusPlus", "rloo": "RLOO", "raft": "RAFT",
-}  # fmt: skip
-_GRPO_FAMILY.update({"mix": "MIX", "mix_chord": "MIXCHORD", "on_policy_distill": "OnPolicyDistill"})
-_GRPO_FAMILY["dpo"] = "DPO"  # a trl.DPOTrainer subclass, not GRPO-family, attached the same way
-for _name, _prefix in _GRPO_FAMILY.items():
-    register_trainer(_name, f"trl_ext.trainers:{_prefix}Config", f"trl_ext.trainers:{_prefix}Trainer")
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Add an algorithm record (e.g. one that trains a loss registered outside trl_ext with `register_policy_loss`);
+    its config and trainer classes are then `spec.config_class` / `spec.trainer_class`, also exported as
+    `trl_ext.<class_prefix>Config` / `<class_prefix>Trainer`. Its components must be registered and its name and
+    class names unused."""
+    from .advantages import ADVANTAGE_FNS
+    from .losses import ENTROPY_FNS, KL_FNS, POLICY_LOSSES
+
+    if not isinstance(spec, AlgorithmSpec):
+        raise TypeError(f"register_algorithm takes an AlgorithmSpec, got {spec!r}")
+    if spec.name in ALGORITHMS:
+        raise ValueError(f"algorithm {spec.name!r} is already registered")
+    if spec.has_trainer:
+        taken = {n: s.name for s in ALGORITHMS.values() if s.has_trainer for n in s.class_names}
+        clash = [n for n in spec.class_names if n in taken]
+        if clash:
+            raise ValueError(
+                f"algorithm {spec.name!r}: class name(s) {', '.join(clash)} already name algorithm "
+                f"{taken[clash[0]]!r}'s classes; set class_prefix"
+            )
+    for kind, registry, value in [
+        ("policy_loss_fn", POLICY_LOSSES, spec.policy_loss_fn),
+        ("advantage_fn", ADVANTAGE_FNS, spec.advantage_fn),
+        ("kl_loss_fn", KL_FNS, spec.kl_loss_fn),
+        ("entropy_loss_fn", ENTROPY_FNS, spec.entropy_loss_fn),
+    ]:
+        if value is not None and value not in registry:
+            raise ValueError(
+                f"algorithm {spec.name!r}: {kind}={value!r} is not registered; registered: "
+                f"{', '.join(sorted(registry))}"
+            )
+    ALGORITHMS[spec.name] = spec
+    return spec

@@ -58,7 +58,8 @@ def list_algorithms() -> str:
         lines.append(f"    {spec.description}")
         lines.append(
             f"    loss: {spec.policy_loss_fn}   advantage: {spec.advantage_fn or '-'}   "
-            f"KL: {spec.kl_loss_fn}   entropy: {spec.entropy_loss_fn}"
+            f"KL estimator: {spec.kl_estimator} (reference default: {spec.kl_loss_fn})   "
+            f"entropy: {spec.entropy_loss_fn}"
         )
         defaults = algorithm_defaults(name)
         lines.append(f"    defaults: {', '.join(f'{field}={value!r}' for field, value in defaults.items())}")

@@ -47,7 +47,7 @@ def no_task_reward(completions: list[Any], **kwargs: Any) -> list[float]:
     return [0.0] * len(completions)
 
 
-class OnPolicyDistillTrainer(GRPOFamilyTrainer):
+class DistillFamilyTrainer(GRPOFamilyTrainer):
     """On-policy distillation from a teacher's log-probs (config: `OnPolicyDistillConfig`).
 
     Takes `trl.GRPOTrainer`'s arguments plus `teacher_model`: a path / Hub id (loaded with
@@ -57,14 +57,14 @@ class OnPolicyDistillTrainer(GRPOFamilyTrainer):
     when `reward_weight` > 0.
     """
 
-    config_class = configs.OnPolicyDistillConfig
+    config_class = configs.DistillFamilyConfig
     _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "grpo", "on-policy-distillation"]
 
     def __init__(
         self,
         model,
         reward_funcs=None,
-        args: configs.OnPolicyDistillConfig | None = None,
+        args: configs.DistillFamilyConfig | None = None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,
@@ -255,7 +255,7 @@ def _output_rows(model: torch.nn.Module) -> int:
     return int(getattr(weight, "ds_shape", weight.shape)[0])
 
 
-def _teacher_argument(owner: str, model: Any, teacher_model: Any, args: configs.OnPolicyDistillConfig) -> Any:
+def _teacher_argument(owner: str, model: Any, teacher_model: Any, args: configs.DistillFamilyConfig) -> Any:
     """The teacher to load: the trainer's `teacher_model`, else the config's `teacher_model_name_or_path`."""
     configured = args.teacher_model_name_or_path
     if teacher_model is None and configured is None:
@@ -294,8 +294,3 @@ def _compare_vocabularies(owner: str, student: dict[str, int], teacher: dict[str
         f"tokens, {len(differing)} tokens with different ids, e.g. {examples}); on-policy distillation scores the "
         "student's token ids with the teacher, so both must share one tokenizer"
     )
-
-
-DISTILL_TRAINERS: dict[str, type[OnPolicyDistillTrainer]] = {
-    OnPolicyDistillTrainer.config_class.algorithm: OnPolicyDistillTrainer
-}

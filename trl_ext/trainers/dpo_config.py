@@ -20,7 +20,7 @@ from trl import DPOConfig as TRLDPOConfig
 from .._validation import check_choice, check_number
 from ..losses import get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
-from .arguments import ALGORITHM_ARGUMENTS
+from .arguments import algorithm_arguments
 from .devices import check_hardware
 from .grpo_config import UnsetTRLFields, build_named, resolve_kl_coefficient, trl_defaults
 
@@ -93,7 +93,7 @@ class _TRLDPOFields(UnsetTRLFields, TRLDPOConfig):
 
 
 @dataclass
-class DPOConfig(*ALGORITHM_ARGUMENTS["dpo"], _TRLDPOFields):
+class DPOConfig(*algorithm_arguments("dpo"), _TRLDPOFields):
     r"""
     Configuration of [`trl_ext.DPOTrainer`]: Direct Preference Optimization (Rafailov et al. 2023, arXiv
     2305.18290) with Trinity-RFT's `dpo` loss, per pair: −(1 − ls)·log σ(βz) − ls·log σ(−βz), z the chosen minus

@@ -25,6 +25,7 @@ import trl
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import use_adapter
 
+from ..components import MEAN, SHARE
 from ..losses import aggregate_loss
 from .dpo_config import DPOConfig
 from .model_card import AlgorithmModelCard
@@ -42,6 +43,14 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
     config_class: ClassVar[type[DPOConfig]] = DPOConfig
     loss_is_scaled_for_ga = True  # the loss is this micro-batch's share of the window's loss
     _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "dpo"]
+    #: TRL's DPO metrics that the trainer adds (means over the micro-batch), the entropy and the router's aux_loss
+    trainer_metrics: ClassVar[dict[str, str]] = {
+        "entropy": SHARE,
+        "aux_loss": MEAN,
+        "rewards/margins": MEAN,
+        "logps/chosen": MEAN,
+        "logps/rejected": MEAN,
+    }
 
     def __init__(self, model, ref_model=None, args: DPOConfig | None = None, *posargs: Any, **kwargs: Any):
         if args is None:
@@ -124,8 +133,7 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
                     "token-mean",
                     global_valid_toks=window["global_valid_toks"],
                 )
-        shares = {"kl", "entropy", *filter(self.policy_loss_fn.is_window_share, metrics)}
-        self._log_loss_metrics(mode, metrics, shares)
+        self._log_loss_metrics(mode, metrics, self.metric_kinds())
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]  # counted with the window (training)
 
         if return_outputs:

@@ -1,20 +1,15 @@
 """Configs of the GRPO-family trainers: `trl.GRPOConfig` plus the algorithm's loss and advantage arguments.
 
-Each algorithm's config is a `trl.GRPOConfig` subclass assembled from small argument dataclasses (in
-`trl_ext.trainers.arguments`, which names them per algorithm in `ALGORITHM_ARGUMENTS`): the policy loss's
-`default_args()` (same names and defaults as `trl_ext.losses`), the advantage function's, and the KL / entropy
-choices shared by every algorithm. TRL's own fields keep TRL's meaning (`beta` is the KL coefficient,
-`entropy_coef` the entropy-bonus coefficient, `num_generations` the group size); a TRL field that selects or
-parameterizes TRL's *own* loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) is rejected whenever it is
-given, even at TRL's default, with the name of the field to use instead, and a TRL feature switch the trainers do not
-implement (`use_liger_kernel`, `scale_rewards`, ...) when it is turned on. Every field is checked on its own at
-construction: a bad value is a ValueError naming the config class, the field, the value and what it may be.
-
-Naming rule: a loss argument keeps its `trl_ext.losses` name unless that name is already a `GRPOConfig` field,
-in which case it takes the loss's name as prefix (`sppo_epsilon`; all of REC's arguments are `rec_*`, since its
-`epsilon_high` collides and `weight` / `temp` are ambiguous in a training config); an advantage argument
-keeps its `trl_ext.advantages` name unless it collides with a `GRPOConfig` field or a loss argument, in which
-case it takes the prefix `advantage_` (`advantage_epsilon`, `advantage_tau`).
+`GRPOFamilyConfig` is the base of every GRPO-family config (`MIXFamilyConfig` of MIX / MIX-CHORD,
+`DistillFamilyConfig` of on-policy distillation). An algorithm's own config (`trl_ext.SAPOConfig`, ...) is built from
+its record by `trl_ext.trainers.algorithm_classes`: the family's base plus the dataclasses that
+`trl_ext.trainers.arguments.algorithm_arguments` generates from the record's loss and advantage `Argument` specs.
+TRL's own fields keep TRL's meaning (`beta` is the KL coefficient, `entropy_coef` the entropy-bonus coefficient,
+`num_generations` the group size); a TRL field that selects or parameterizes TRL's *own* loss (`loss_type`,
+`epsilon`, `sapo_temperature_neg`, ...) is rejected whenever it is given, even at TRL's default, with the name of the
+field to use instead, and a TRL feature switch the trainers do not implement (`use_liger_kernel`, `scale_rewards`,
+...) when it is turned on. Every field is checked on its own at construction: a bad value is a ValueError naming the
+config class, the field, the value and what it may be.
 """
 
 from __future__ import annotations
@@ -28,20 +23,19 @@ from typing import Any, ClassVar
 from trl import GRPOConfig as _TRLGRPOConfig
 
 from .._validation import check_bool, check_choice, check_number
-from ..advantages import get_advantage_fn
-from ..algorithms import get_algorithm
-from ..losses import get_entropy_fn, get_kl_fn, get_policy_loss
+from ..advantages import ADVANTAGE_FNS, get_advantage_fn
+from ..algorithms import DEFAULT_KL_ESTIMATOR, get_algorithm
+from ..losses import POLICY_LOSSES, get_entropy_fn, get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
 from .arguments import (
     _REWARD_ADVANTAGE_FNS,
-    ALGORITHM_ARGUMENTS,
-    AdvantageArguments,
     DocumentedDefault,
-    LossArguments,
-    PPOLossArguments,
     _help,
+    config_arguments,
+    config_renames,
     documented_default,
     is_documented_default,
+    passed_arguments,
 )
 from .devices import check_device, check_hardware
 
@@ -216,13 +210,10 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
     here and are errors when set: the algorithm's own fields replace them.
     """
 
-    #: the algorithm's name; a subclass gets its loss and advantage arguments by also subclassing one
-    #: `LossArguments` and one `AdvantageArguments` dataclass
+    #: the algorithm's name (its record): set on the algorithm's config class, which also has the fields of its
+    #: loss's and advantage's arguments
     algorithm: ClassVar[str] = ""
     unset_trl_fields: ClassVar[dict[str, Any]] = {name: _GRPO_DEFAULTS[name] for name in _TRL_LOSS_FIELDS}
-    loss_renames: ClassVar[dict[str, str]] = {}
-    advantage_fn: ClassVar[str | None] = None
-    advantage_renames: ClassVar[dict[str, str]] = {}
 
     beta: float = field(
         default=DocumentedDefault(0.0),
@@ -249,7 +240,7 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
     entropy_target: float | None = _unused_trl_field("entropy_target")
 
     kl_loss_fn: str = field(
-        default="k2",
+        default=DEFAULT_KL_ESTIMATOR,
         metadata=_help(
             "KL estimator of the KL loss term `beta`·agg(KL(π‖π_ref)), aggregated with "
             "`loss_agg_mode`: `k1`, `k2` (½(log r)², Trinity's GRPO default), `k3` (TRL's), "
@@ -364,47 +355,50 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
 
     # ---- components ---------------------------------------------------------------------------------------
 
-    @classmethod
-    def arguments_of(cls, part: type) -> type | None:
-        """The `LossArguments` or `AdvantageArguments` dataclass (`part`) this config is assembled from."""
-        bases = (b for b in cls.__mro__ if issubclass(b, part) and not issubclass(b, GRPOFamilyConfig))
-        return next((b for b in bases if b is not part), None)
-
-    @classmethod
-    def loss_argument_names(cls) -> list[str]:
-        part = cls.arguments_of(LossArguments)
-        return [f.name for f in dataclasses.fields(part)] if part else []
-
-    @classmethod
-    def advantage_argument_names(cls) -> list[str]:
-        part = cls.arguments_of(AdvantageArguments)
-        return [f.name for f in dataclasses.fields(part)] if part else []
-
-    def _kwargs(self, names: list[str], renames: dict[str, str]) -> dict[str, Any]:
-        return {renames.get(name, name): getattr(self, name) for name in names}
-
-    def _named(self, build, what: str, renames: dict[str, str] | None = None):
-        return build_named(type(self).__name__, what, build, renames)
-
-    def policy_loss_kwargs(self) -> dict[str, Any]:
-        return self._kwargs(self.loss_argument_names(), self.loss_renames)
-
     @property
     def policy_loss_name(self) -> str:
         """The `trl_ext.losses` name of the policy loss: the algorithm's."""
         return get_algorithm(self.algorithm).policy_loss_fn
 
+    @classmethod
+    def advantage_name(cls) -> str | None:
+        """The `trl_ext.advantages` name of the advantage function: the algorithm's."""
+        return get_algorithm(cls.algorithm).advantage_fn if cls.algorithm else None
+
+    @classmethod
+    def loss_argument_names(cls) -> list[str]:
+        """The config fields of the policy loss's arguments."""
+        if not cls.algorithm:
+            return []
+        return [
+            spec.field_name for spec in config_arguments(POLICY_LOSSES[get_algorithm(cls.algorithm).policy_loss_fn])
+        ]
+
+    @classmethod
+    def advantage_argument_names(cls) -> list[str]:
+        """The config fields of the advantage function's arguments."""
+        name = cls.advantage_name()
+        return [spec.field_name for spec in config_arguments(ADVANTAGE_FNS[name])] if name else []
+
+    def _named(self, build, what: str, renames: dict[str, str] | None = None):
+        return build_named(type(self).__name__, what, build, renames)
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        """The policy loss's arguments, from this config's fields."""
+        return passed_arguments(self, POLICY_LOSSES[self.policy_loss_name])
+
     def build_policy_loss(self):
         name = self.policy_loss_name
-        return self._named(lambda: get_policy_loss(name, **self.policy_loss_kwargs()), "policy loss", self.loss_renames)
+        renames = config_renames(POLICY_LOSSES[name])
+        return self._named(lambda: get_policy_loss(name, **self.policy_loss_kwargs()), "policy loss", renames)
 
     def build_advantage_fn(self):
-        if self.advantage_fn is None:
+        name = self.advantage_name()
+        if name is None:
             return None
-        kwargs = self._kwargs(self.advantage_argument_names(), self.advantage_renames)
-        return self._named(
-            lambda: get_advantage_fn(self.advantage_fn, **kwargs), "advantage function", self.advantage_renames
-        )
+        kwargs = passed_arguments(self, ADVANTAGE_FNS[name])
+        renames = config_renames(ADVANTAGE_FNS[name])
+        return self._named(lambda: get_advantage_fn(name, **kwargs), "advantage function", renames)
 
     def build_kl_fn(self):
         return self._named(
@@ -431,8 +425,8 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
 class MIXFamilyConfig(GRPOFamilyConfig):
     """Base of the MIX / MIX-CHORD configs: the share of expert demonstrations in each generation batch.
 
-    (A plain class on purpose: the dataclass fields come from `_ExpertDataArguments`, which the concrete configs
-    list before `GRPOFamilyConfig` so that the field overrides take effect.)
+    (A plain class on purpose: the dataclass fields come from `_ExpertDataArguments`, which the algorithms' configs
+    list before this base so that its field overrides take effect.)
     """
 
     def _check_fields(self) -> None:
@@ -488,16 +482,13 @@ class MIXFamilyConfig(GRPOFamilyConfig):
     @property
     def reference_weighting(self) -> bool:
         """True when a batch-geometry argument is set: the reference's per-micro-batch weighting instead of the
-        window normalization of each part."""
-        return any(getattr(self, name) is not None for name in self.geometry_fields)
-
-    def policy_loss_kwargs(self) -> dict[str, Any]:
-        kwargs = super().policy_loss_kwargs()
-        return {k: v for k, v in kwargs.items() if not (k in self.geometry_fields and v is None)}
+        window normalization of each part (the loss arguments a config leaves unset by default, `config_unset`)."""
+        loss = POLICY_LOSSES[self.policy_loss_name]
+        return any(getattr(self, spec.field_name) is not None for spec in loss.arguments if spec.config_unset)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Per-algorithm configs
+# Docstrings of the algorithms' configs, and the distillation family
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -516,186 +507,13 @@ def _document(cls: type[GRPOFamilyConfig]) -> type[GRPOFamilyConfig]:
     return cls
 
 
-@_document
-@dataclass
-class GRPOConfig(*ALGORITHM_ARGUMENTS["grpo"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`GRPOTrainer`]: GRPO (Shao et al. 2024, "DeepSeekMath", arXiv 2402.03300) with Trinity-RFT's
-    dual-clip PPO loss and group-normalized advantages. `loss_agg_mode="token-mean"` is TRL's default `dapo`
-    aggregation; `"seq-mean-token-mean"` is the paper's (TRL's `loss_type="grpo"`).
+class DistillFamilyConfig(GRPOFamilyConfig):
+    """Base of the on-policy distillation config: the teacher, the choice of policy loss (`ppo` or
+    `importance_sampling`) and the optional task-reward term.
+
+    (A plain class on purpose: the dataclass fields come from the algorithm's argument dataclasses.)
     """
 
-    algorithm: ClassVar[str] = "grpo"
-
-
-@_document
-@dataclass
-class RLOOConfig(*ALGORITHM_ARGUMENTS["rloo"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`RLOOTrainer`]: REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics", arXiv
-    2402.14740): the baseline of a completion is the mean reward of the other completions of its prompt; the
-    update uses the dual-clip PPO loss.
-    """
-
-    algorithm: ClassVar[str] = "rloo"
-
-
-@_document
-@dataclass
-class ReinforcePlusPlusConfig(*ALGORITHM_ARGUMENTS["reinforceplusplus"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`ReinforcePlusPlusTrainer`]: REINFORCE++ (Hu 2025, arXiv 2501.03262): discounted token-level
-    returns of the outcome reward, whitened over the batch's tokens (no group baseline), with the dual-clip PPO
-    loss.
-    """
-
-    algorithm: ClassVar[str] = "reinforceplusplus"
-
-
-@_document
-@dataclass
-class GSPOConfig(*ALGORITHM_ARGUMENTS["gspo"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`GSPOTrainer`]: Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071),
-    GSPO-token form: the importance ratio is the length-normalized sequence ratio exp(mean_t log r_t), with a
-    per-token gradient path so token-level advantages work. TRL's equivalent is `loss_type="grpo",
-    importance_sampling_level="sequence"`.
-    """
-
-    algorithm: ClassVar[str] = "gspo"
-
-
-@_document
-@dataclass
-class CISPOConfig(*ALGORITHM_ARGUMENTS["cispo"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`CISPOTrainer`]: CISPO (MiniMax-M1, arXiv 2506.13585): REINFORCE with a clipped,
-    stop-gradient importance weight, so clipped tokens still get a gradient. TRL's equivalent is
-    `loss_type="cispo", epsilon_high=1 + clip_range_high`.
-    """
-
-    algorithm: ClassVar[str] = "cispo"
-
-
-@_document
-@dataclass
-class SAPOConfig(*ALGORITHM_ARGUMENTS["sapo"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`SAPOTrainer`]: Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv 2511.20347): a
-    smooth, temperature-controlled gate σ(τ(r − 1))·4/τ replaces the hard clip, with a faster decay for negative
-    advantages. TRL's equivalent is `loss_type="sapo"` with `loss_agg_mode="seq-mean-token-mean"`.
-    """
-
-    algorithm: ClassVar[str] = "sapo"
-
-
-@_document
-@dataclass
-class TOPRConfig(*ALGORITHM_ARGUMENTS["topr"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`TOPRTrainer`]: Tapered Off-Policy REINFORCE (Le Roux et al. 2025, arXiv 2503.14286): full
-    REINFORCE gradient on positive samples, ratio-truncated gradient on negative ones; the advantage is the raw
-    reward (no baseline), as in the paper.
-    """
-
-    algorithm: ClassVar[str] = "topr"
-
-
-@_document
-@dataclass
-class SPPOConfig(*ALGORITHM_ARGUMENTS["sppo"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`SPPOTrainer`]: sPPO (arXiv 2108.05828): the policy gradient −A·log r restricted to the
-    tokens inside the trust region 1/(1+ε) ≤ r ≤ 1+ε, with group-normalized advantages.
-    """
-
-    algorithm: ClassVar[str] = "sppo"
-
-
-@_document
-@dataclass
-class RECConfig(*ALGORITHM_ARGUMENTS["rec"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`RECTrainer`]: REC (Yao et al. 2025, "Group-Relative REINFORCE Is Secretly an Off-Policy
-    Algorithm", arXiv 2509.24203): REINFORCE with group-centred rewards and a choice of off-policy clipping
-    (`rec_clip_mode`), reweighting (`rec_weight`) and regularization (`rec_regularizer`).
-    """
-
-    algorithm: ClassVar[str] = "rec"
-
-
-@_document
-@dataclass
-class OPMDConfig(*ALGORITHM_ARGUMENTS["opmd"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`OPMDTrainer`]: online policy mirror descent (Trinity-RFT; Kimi k1.5, arXiv 2501.12599):
-    the group baseline is the mean reward or a soft-max (`logavgexp`) of it, and the loss −A·lp is scaled by
-    1/(1 + τ).
-    """
-
-    algorithm: ClassVar[str] = "opmd"
-
-
-@_document
-@dataclass
-class AsymREConfig(*ALGORITHM_ARGUMENTS["asymre"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`AsymRETrainer`]: Asymmetric REINFORCE (Arnal et al. 2025, arXiv 2506.20520): REINFORCE
-    with the group mean shifted by `baseline_shift` as baseline (Trinity-RFT trains it with the OPMD loss).
-    """
-
-    algorithm: ClassVar[str] = "asymre"
-
-
-@_document
-@dataclass
-class RAFTConfig(*ALGORITHM_ARGUMENTS["raft"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`RAFTTrainer`]: Reward rAnked FineTuning (Dong et al. 2023, arXiv 2304.06767): generate
-    `num_generations` completions per prompt, keep the best-rewarded one of each group, and train the SFT loss
-    on the kept completions only.
-    """
-
-    algorithm: ClassVar[str] = "raft"
-
-
-@_document
-@dataclass
-class MIXConfig(*ALGORITHM_ARGUMENTS["mix"], MIXFamilyConfig):
-    r"""
-    Configuration of [`MIXTrainer`]: RL on rollouts mixed with SFT on expert demonstrations in the same batch
-    (Trinity-RFT's MIX, the fixed-μ form of CHORD, arXiv 2508.11408). A share `expert_data_ratio` of each
-    generation batch is expert rows from the trainer's `expert_dataset`; the loss is (1 − μ)·PPO on the rollouts
-    (group-normalized advantages) + μ·SFT on the expert rows, each part normalized over its own rows.
-    """
-
-    algorithm: ClassVar[str] = "mix"
-
-
-@_document
-@dataclass
-class MIXCHORDConfig(*ALGORITHM_ARGUMENTS["mix_chord"], MIXFamilyConfig):
-    r"""
-    Configuration of [`MIXCHORDTrainer`]: CHORD (Zhang et al. 2025, "On-Policy RL Meets Off-Policy Experts", arXiv
-    2508.11408): as MIX, with μ following the global step (linear warm-up to `mu_peak`, cosine decay to
-    `mu_valley`) and CHORD-φ token weights on the expert NLL. The paper's recipe (Trinity-RFT's
-    `examples/mix_chord`): `mu_warmup_steps=200, mu_decay_steps=400, mu_peak=0.5, mu_valley=0.02`.
-    """
-
-    algorithm: ClassVar[str] = "mix_chord"
-
-
-@_document
-@dataclass
-class OnPolicyDistillConfig(*ALGORITHM_ARGUMENTS["on_policy_distill"], GRPOFamilyConfig):
-    r"""
-    Configuration of [`OnPolicyDistillTrainer`]: on-policy distillation (Agarwal et al. 2024, arXiv 2306.13649;
-    Thinking Machines, "On-Policy Distillation", 2025; Trinity-RFT's `on_policy_distill`). The student samples, a
-    frozen teacher scores the sampled tokens, and the per-token advantage is `kl_coef`·(log π_teacher − log π_old)
-    (+ `reward_weight`·Â with task rewards), trained with the `ppo` (default) or `importance_sampling` loss.
-    """
-
-    algorithm: ClassVar[str] = "on_policy_distill"
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*_TRLGRPOConfig._VALID_DICT_FIELDS, "teacher_model_init_kwargs"]  # JSON
 
     def _check_fields(self) -> None:
@@ -712,12 +530,13 @@ class OnPolicyDistillConfig(*ALGORITHM_ARGUMENTS["on_policy_distill"], GRPOFamil
         if self.teacher_device is not None:
             check_device(owner, "teacher_device", self.teacher_device)
         if self.policy_loss_fn == "importance_sampling":
-            for f in dataclasses.fields(PPOLossArguments):
-                if f.name != "loss_agg_mode" and getattr(self, f.name) != f.default:
+            for spec in POLICY_LOSSES["ppo"].arguments:
+                value = getattr(self, spec.field_name)
+                if spec.name != "loss_agg_mode" and value != spec.default:
                     raise ValueError(
-                        f"{owner}: {f.name}={getattr(self, f.name)!r} is an argument of the ppo loss, but "
+                        f"{owner}: {spec.field_name}={value!r} is an argument of the ppo loss, but "
                         "policy_loss_fn='importance_sampling' (unclipped) does not use it; leave it at its default "
-                        f"({f.default!r}) or use policy_loss_fn='ppo'"
+                        f"({spec.default!r}) or use policy_loss_fn='ppo'"
                     )
 
     @property
@@ -725,26 +544,9 @@ class OnPolicyDistillConfig(*ALGORITHM_ARGUMENTS["on_policy_distill"], GRPOFamil
         return self.policy_loss_fn
 
     def policy_loss_kwargs(self) -> dict[str, Any]:
-        kwargs = super().policy_loss_kwargs()
-        del kwargs["policy_loss_fn"]
-        return kwargs if self.policy_loss_fn == "ppo" else {"loss_agg_mode": kwargs["loss_agg_mode"]}
+        kwargs = passed_arguments(self, POLICY_LOSSES["ppo"])  # the config's loss fields are the ppo loss's
+        return kwargs if self.policy_loss_fn == "ppo" else {"loss_agg_mode": self.loss_agg_mode}
 
     def build_reward_advantage_fn(self):
         """The advantage of the task-reward term (scaled by `reward_weight` in the trainer)."""
         return get_advantage_fn(self.reward_advantage_fn)
-
-
-GRPO_FAMILY_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
-    c.algorithm: c
-    for c in (
-        GRPOConfig, GSPOConfig, CISPOConfig, SAPOConfig, TOPRConfig, SPPOConfig, RECConfig, OPMDConfig,
-        AsymREConfig, ReinforcePlusPlusConfig, RLOOConfig, RAFTConfig,
-    )
-}  # fmt: skip
-MIX_CONFIGS: dict[str, type[MIXFamilyConfig]] = {c.algorithm: c for c in (MIXConfig, MIXCHORDConfig)}
-TRAINER_CONFIGS: dict[str, type[GRPOFamilyConfig]] = {
-    **GRPO_FAMILY_CONFIGS,
-    **MIX_CONFIGS,
-    OnPolicyDistillConfig.algorithm: OnPolicyDistillConfig,
-}
-"""Every GRPO-family config by algorithm name (the plain ones, MIX / MIX-CHORD, on-policy distillation)."""

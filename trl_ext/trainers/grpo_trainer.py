@@ -16,7 +16,8 @@ checkpointing):
   micro-batches and processes.
 
 Every metric of the loss is logged under its `trl_ext.losses` name next to `policy_loss`, `kl`, `kl_coef` and
-`entropy`; metrics named `*_loss` (and the three above) are the optimizer window's values.
+`entropy`; each combines over the optimizer window as its component declares it (`metrics`: a `SHARE` is summed,
+a `MEAN` averaged).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses import aggregate_loss
-from . import grpo_config as configs
 from .grpo_config import GRPOFamilyConfig
 from .model_card import AlgorithmModelCard
 from .window_metrics import WindowMetrics
@@ -53,8 +53,9 @@ _STATE_FILE = "trl_ext_state.json"
 class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
-    Use an algorithm's subclass (`SAPOTrainer`, `GSPOTrainer`, ...) with its config (`SAPOConfig`, ...); the
-    constructor takes exactly `trl.GRPOTrainer`'s arguments.
+    Use an algorithm's trainer (`SAPOTrainer`, `GSPOTrainer`, ...: built from its record by
+    `trl_ext.trainers.algorithm_classes`) with its config (`SAPOConfig`, ...); the constructor takes exactly
+    `trl.GRPOTrainer`'s arguments.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOFamilyConfig
@@ -333,9 +334,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / scale
             metrics["aux_loss"] = aux_loss.detach()
-        # The window shares: the loss terms (as the policy loss declares its own), not e.g. the router's aux_loss.
-        shares = {"policy_loss", "kl", "entropy", "entropy_loss", *filter(self.policy_loss_fn.is_window_share, metrics)}
-        logged = self._log_loss_metrics(mode, metrics, shares)
+        logged = self._log_loss_metrics(mode, metrics, self.metric_kinds())
         if logged and mode == "train" and self.kl_fn.adaptive:  # the optimizer step: update beta from the window's KL
             self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
             self.beta = self.kl_fn.kl_coef
@@ -399,84 +398,3 @@ def _check_prompt_column(owner: str, split: str, dataset: Any) -> None:
             f"{owner}: {split} has no 'prompt' column (columns: {', '.join(map(repr, columns)) or 'none'}); "
             "rename the column holding the prompts to 'prompt', e.g. dataset.rename_column('question', 'prompt')"
         )
-
-
-class GRPOTrainer(GRPOFamilyTrainer):
-    """GRPO with Trinity-RFT's dual-clip PPO loss and group-normalized advantages (config: `GRPOConfig`)."""
-
-    config_class = configs.GRPOConfig
-
-
-class GSPOTrainer(GRPOFamilyTrainer):
-    """GSPO-token: length-normalized sequence importance ratio (config: `GSPOConfig`)."""
-
-    config_class = configs.GSPOConfig
-
-
-class CISPOTrainer(GRPOFamilyTrainer):
-    """CISPO: clipped stop-gradient IS weight on a REINFORCE loss (config: `CISPOConfig`)."""
-
-    config_class = configs.CISPOConfig
-
-
-class SAPOTrainer(GRPOFamilyTrainer):
-    """SAPO: soft, temperature-controlled gate instead of a hard clip (config: `SAPOConfig`)."""
-
-    config_class = configs.SAPOConfig
-
-
-class TOPRTrainer(GRPOFamilyTrainer):
-    """TOPR: tapered off-policy REINFORCE (config: `TOPRConfig`)."""
-
-    config_class = configs.TOPRConfig
-
-
-class SPPOTrainer(GRPOFamilyTrainer):
-    """sPPO: policy gradient inside a log-space trust region (config: `SPPOConfig`)."""
-
-    config_class = configs.SPPOConfig
-
-
-class RECTrainer(GRPOFamilyTrainer):
-    """REC: REINFORCE with off-policy clipping, weighting and regularization (config: `RECConfig`)."""
-
-    config_class = configs.RECConfig
-
-
-class OPMDTrainer(GRPOFamilyTrainer):
-    """OPMD: online policy mirror descent (config: `OPMDConfig`)."""
-
-    config_class = configs.OPMDConfig
-
-
-class AsymRETrainer(GRPOFamilyTrainer):
-    """AsymRE: REINFORCE with a shifted group baseline (config: `AsymREConfig`)."""
-
-    config_class = configs.AsymREConfig
-
-
-class ReinforcePlusPlusTrainer(GRPOFamilyTrainer):
-    """REINFORCE++: whitened token-level returns with the PPO loss (config: `ReinforcePlusPlusConfig`)."""
-
-    config_class = configs.ReinforcePlusPlusConfig
-
-
-class RLOOTrainer(GRPOFamilyTrainer):
-    """RLOO: leave-one-out baseline with the PPO loss (config: `RLOOConfig`)."""
-
-    config_class = configs.RLOOConfig
-
-
-class RAFTTrainer(GRPOFamilyTrainer):
-    """RAFT: SFT on the best completion of each group (config: `RAFTConfig`)."""
-
-    config_class = configs.RAFTConfig
-
-
-GRPO_FAMILY_TRAINERS: dict[str, type[GRPOFamilyTrainer]] = {
-    cls.config_class.algorithm: cls
-    for cls in (
-        GRPOTrainer, GSPOTrainer, CISPOTrainer, SAPOTrainer, TOPRTrainer, SPPOTrainer, RECTrainer, OPMDTrainer,
-        AsymRETrainer, ReinforcePlusPlusTrainer, RLOOTrainer, RAFTTrainer,
-    )
-}  # fmt: skip

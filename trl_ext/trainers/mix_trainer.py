@@ -42,7 +42,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
     the prompts of `train_dataset`.
     """
 
-    config_class = configs.MIXConfig
+    config_class = configs.MIXFamilyConfig
 
     def __init__(
         self,
@@ -319,18 +319,3 @@ def _append_rows(rollouts: dict[str, Any], expert: dict[str, torch.Tensor], pad_
             )
         merged[key] = torch.cat([value, extra.to(value.dtype)])
     return merged
-
-
-class MIXTrainer(MIXFamilyTrainer):
-    """MIX: (1 − μ)·PPO on rollouts + μ·SFT on expert demonstrations in the same batch (config: `MIXConfig`)."""
-
-    config_class = configs.MIXConfig
-
-
-class MIXCHORDTrainer(MIXFamilyTrainer):
-    """CHORD: MIX with μ scheduled by the global step and φ-weighted SFT (config: `MIXCHORDConfig`)."""
-
-    config_class = configs.MIXCHORDConfig
-
-
-MIX_TRAINERS = {cls.config_class.algorithm: cls for cls in (MIXTrainer, MIXCHORDTrainer)}

@@ -15,10 +15,8 @@ import shutil
 from typing import Any
 
 from ..algorithms import get_algorithm
-from .arguments import ALGORITHM_ARGUMENTS
+from .arguments import algorithm_arguments
 
-_DISPLAY_NAMES = {"reinforceplusplus": "REINFORCE++", "on_policy_distill": "On-policy distillation",
-                  "mix_chord": "MIX-CHORD", "asymre": "AsymRE", "sppo": "sPPO"}  # fmt: skip
 _UNNAMED_BASE = "[None](https://huggingface.co/None)"  # TRL's template for a base model it does not name
 # TRL fields that are the ported loss's arguments, in the TRL config's field order
 _TRL_LOSS_FIELDS = {"dpo": ("label_smoothing", "beta")}
@@ -37,7 +35,7 @@ def paper(algorithm: str) -> dict[str, str]:
 
 
 def display_name(algorithm: str) -> str:
-    return _DISPLAY_NAMES.get(algorithm, algorithm.upper())
+    return get_algorithm(algorithm).display_name
 
 
 def field_default(f: dataclasses.Field) -> Any:
@@ -48,9 +46,9 @@ def field_default(f: dataclasses.Field) -> Any:
 
 def _settings_base(config_class: type, algorithm: str) -> type:
     """The config class whose fields are not the algorithm's settings: the first class of the config's MRO that is
-    neither one of the argument dataclasses it is assembled from (`ALGORITHM_ARGUMENTS`), nor one of their bases, nor
+    neither one of the argument dataclasses it is assembled from (`algorithm_arguments`), nor one of their bases, nor
     derived from them (`GRPOFamilyConfig`, `MIXFamilyConfig`, DPO's `trl.DPOConfig` base)."""
-    parts = ALGORITHM_ARGUMENTS.get(algorithm, ())
+    parts = algorithm_arguments(algorithm)
     return next(c for c in config_class.__mro__[1:] if not any(issubclass(p, c) or issubclass(c, p) for p in parts))
 
 
@@ -68,12 +66,12 @@ def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Fie
 
 def algorithm_defaults(algorithm: str) -> dict[str, Any]:
     """`algorithm_fields` of the algorithm's config, as {name: default}, without importing the config (nor trl):
-    from the argument dataclasses it is assembled from (`ALGORITHM_ARGUMENTS`), for `trl-ext list`.
+    from the argument dataclasses it is assembled from (`algorithm_arguments`), for `trl-ext list`.
 
     A config's fields are its base's, then those of its argument dataclasses, the last base first; a field that
     changes a base field's default (`base_fields` of its dataclass) keeps its place among the base's fields, and so
     do the TRL fields the loss reads, whose defaults are the loss's `default_args()` (equal to TRL's)."""
-    parts = ALGORITHM_ARGUMENTS[algorithm]
+    parts = algorithm_arguments(algorithm)
     own: dict[str, dataclasses.Field] = {}
     for part in reversed(parts):
         own.update({f.name: f for f in dataclasses.fields(part)})

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
+from typing import ClassVar
 
 import torch
+
+from ..components import MEAN, SHARE
+from ..losses import KLFn
 
 
 class WindowMetrics:
@@ -14,16 +18,40 @@ class WindowMetrics:
     _window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
     _window_steps: int = 0
 
+    #: the metrics a trainer adds itself: the policy loss's value, the mean token entropy (a share under the window's
+    #: token count), the MoE router's auxiliary loss
+    trainer_metrics: ClassVar[dict[str, str]] = {"policy_loss": SHARE, "entropy": SHARE, "aux_loss": MEAN}
+
+    def metric_kinds(self) -> dict[str, str]:
+        """How each logged metric combines over the window: as the policy loss, the KL term (logged as `kl` and
+        `kl_coef`) and the entropy term declare it, and the trainer's own `trainer_metrics`."""
+        kl = {**KLFn.metrics, **self.kl_fn.metrics}  # `none` returns no metrics; the estimators' kinds are KLFn's
+        entropy = getattr(self, "entropy_fn", None)
+        return {
+            **self.policy_loss_fn.metrics,
+            **(entropy.metrics if entropy is not None else {}),
+            "kl": kl["kl_loss"],
+            "kl_coef": kl["kl_coef"],
+            **self.trainer_metrics,
+        }
+
     def _log_loss_metrics(
-        self, mode: str, metrics: dict[str, torch.Tensor], shares: Collection[str]
+        self, mode: str, metrics: dict[str, torch.Tensor], kinds: Mapping[str, str]
     ) -> dict[str, float]:
         """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
         with one collective and one host sync; returns what was logged ({} mid-window).
 
-        `shares` names the metrics that are this micro-batch's share of the window's value (the loss terms under
-        window normalization, as each loss declares them): in training their sum over the window's micro-batches
-        and processes is logged. Every other metric (ratios, clip fractions, the MoE router's `aux_loss`, ...) is
-        averaged over the micro-batches and processes, as TRL averages what it logs per micro-batch."""
+        `kinds` says how each metric combines over the window, as the components declare it (`metrics`):
+        `SHARE` metrics are this micro-batch's share of the window's value (the loss terms under window
+        normalization), and in training their sum over the window's micro-batches and processes is logged; `MEAN`
+        metrics (ratios, clip fractions, the MoE router's `aux_loss`, ...) are averaged over the micro-batches and
+        processes, as TRL averages what it logs per micro-batch. A metric without a declared kind is an error."""
+        undeclared = [name for name in metrics if kinds.get(name) not in (SHARE, MEAN)]
+        if undeclared:
+            raise ValueError(
+                f"{type(self).__name__}: metric(s) {', '.join(map(repr, undeclared))} have no declared kind; a loss "
+                "declares each metric it returns in its `metrics` ({name: SHARE or MEAN}, trl_ext.components)"
+            )
         values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in metrics])
         steps = 1
         if mode == "train":
@@ -35,7 +63,7 @@ class WindowMetrics:
         totals = self.accelerator.reduce(values, reduction="sum").tolist()
         logged = {}
         for name, total in zip(metrics, totals, strict=True):
-            share = mode == "train" and name in shares
+            share = mode == "train" and kinds[name] == SHARE
             logged[name] = total if share else total / (self.accelerator.num_processes * steps)
             self._metrics[mode][name].append(logged[name])
         return logged

@@ -1,0 +1,150 @@
+"""One record per algorithm: a loss and an algorithm defined outside trl_ext, through the public API only, get a
+generated config (fields from the loss's argument specs), a generated trainer that trains, package exports, `trl-ext
+list` and model-card entries. The built-in algorithms' classes come from their records the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import ClassVar
+
+import pytest
+import torch
+from trainer_helpers import changed, cpu_config, length_reward, logged, snapshot
+
+import trl_ext
+from trl_ext import ALGORITHMS, Paper, get_algorithm, register_algorithm
+from trl_ext.components import MEAN, SHARE, Argument
+from trl_ext.losses import POLICY_LOSSES, PolicyLoss, register_policy_loss
+from trl_ext.toy import build_tokenizer, toy_dataset
+
+NAME = "capped_pg"
+
+
+class CappedPolicyGradient(PolicyLoss):
+    """L = −A·min(r, max_ratio), token mean: a policy gradient whose ratio is capped from above (defined here, as a
+    user would, with the public API)."""
+
+    arguments = (
+        Argument("max_ratio", 2.0, "Upper cap of the importance ratio r = π/π_old.", gt=1),
+        Argument("loss_agg_mode", "token-mean", "How the per-token loss is reduced.", choices=("token-mean",)),
+    )
+    metrics: ClassVar[dict[str, str]] = {"capped_pg_loss": SHARE, "capped_frac": MEAN}
+
+    def __call__(self, logprob, old_logprob, action_mask, advantages, **kwargs):
+        batch = self.masked_batch(logprob, action_mask, kwargs)
+        adv = batch.advantages(advantages)
+        ratio = torch.exp(batch.select(logprob - batch.check("old_logprob", old_logprob)).clamp(-20, 20))
+        loss = batch.aggregate(batch.select(-adv * ratio.clamp(max=self.max_ratio)), self.loss_agg_mode)
+        return loss, {"capped_pg_loss": loss.detach(), "capped_frac": batch.valid_mean(ratio > self.max_ratio)}
+
+
+@pytest.fixture(scope="module")
+def outside_algorithm():
+    """Register the loss and an algorithm record for it (GRPO's advantages and flags), and remove both after."""
+    register_policy_loss(NAME)(CappedPolicyGradient)
+    spec = register_algorithm(
+        dataclasses.replace(
+            get_algorithm("grpo"),
+            name=NAME,
+            description="Capped-ratio policy gradient with group-normalized advantages.",
+            paper=Paper("A test algorithm", "2501.00001"),
+            policy_loss_fn=NAME,
+            class_prefix="CappedPG",
+            display_name="Capped PG",
+            details="",
+        )
+    )
+    yield spec
+    del ALGORITHMS[NAME], POLICY_LOSSES[NAME]
+
+
+def test_the_outside_algorithm_gets_a_config_from_its_loss_and_advantage_specs(outside_algorithm):
+    config_class = outside_algorithm.config_class
+    assert config_class.__name__ == "CappedPGConfig" and config_class.algorithm == NAME
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    assert fields["max_ratio"].default == 2.0
+    assert fields["max_ratio"].metadata["help"] == "Upper cap of the importance ratio r = π/π_old."
+    assert fields["advantage_epsilon"].default == 1e-6  # GRPO's advantage arguments, by their config names
+    assert "Capped-ratio policy gradient" in config_class.__doc__ and "max_ratio (`float`" in config_class.__doc__
+    with pytest.raises(ValueError, match=r"CappedPGConfig \(policy loss\): capped_pg: max_ratio=0.5 is not valid"):
+        cpu_config(config_class, "unused", max_ratio=0.5)
+    with pytest.raises(ValueError, match=r"CappedPGConfig: loss_type='dapo' is a trl\.GRPOConfig field"):
+        cpu_config(config_class, "unused", loss_type="dapo")
+
+
+def test_the_outside_algorithm_trains_with_its_generated_trainer(outside_algorithm, random_tiny_model, tmp_path):
+    trainer_class = outside_algorithm.trainer_class
+    assert trainer_class.__name__ == "CappedPGTrainer" and trainer_class.config_class is outside_algorithm.config_class
+    assert trl_ext.CappedPGTrainer is trainer_class and trl_ext.trainers.CappedPGConfig is trainer_class.config_class
+    assert isinstance(trainer_class.__mro__[1], type) and issubclass(trainer_class, trl_ext.GRPOFamilyTrainer)
+    trainer = trainer_class(
+        model=random_tiny_model,
+        reward_funcs=length_reward,
+        args=cpu_config(
+            trainer_class.config_class, str(tmp_path), max_ratio=1.5, max_steps=2, save_strategy="steps", save_steps=2
+        ),
+        train_dataset=toy_dataset(32),
+        processing_class=build_tokenizer(),
+    )
+    assert isinstance(trainer.policy_loss_fn, CappedPolicyGradient) and trainer.policy_loss_fn.max_ratio == 1.5
+    before = snapshot(trainer.model)
+    trainer.train()
+    assert changed(before, trainer.model)
+    losses, fractions = logged(trainer, "capped_pg_loss"), logged(trainer, "capped_frac")
+    assert len(losses) == 2 and len(fractions) == 2
+    assert all(0.0 <= f <= 1.0 for f in fractions)
+    assert logged(trainer, "policy_loss") == pytest.approx(losses)  # the declared SHARE metric is the window's loss
+    card = open(os.path.join(str(tmp_path), "README.md"), encoding="utf-8").read()  # written with the checkpoint
+    assert "Capped PG" in card and "A test algorithm" in card and "`max_ratio` | `1.5`" in card
+
+
+def test_the_outside_algorithm_is_listed(outside_algorithm):
+    from trl_ext.cli import list_algorithms
+
+    listing = list_algorithms()
+    assert f"{NAME}  CappedPGTrainer / CappedPGConfig  A test algorithm (arXiv 2501.00001)" in listing
+    assert "max_ratio=2.0" in listing
+    assert "CappedPGTrainer" in trl_ext.__all__ or "CappedPGTrainer" in dir(trl_ext)
+
+
+def test_register_algorithm_rejects_duplicates_and_unknown_components(outside_algorithm):
+    with pytest.raises(ValueError, match=f"algorithm '{NAME}' is already registered"):
+        register_algorithm(outside_algorithm)
+    with pytest.raises(ValueError, match="policy_loss_fn='no_such_loss' is not registered"):
+        register_algorithm(
+            dataclasses.replace(outside_algorithm, name="other", policy_loss_fn="no_such_loss", class_prefix="Other")
+        )
+    with pytest.raises(ValueError, match="CappedPGConfig, CappedPGTrainer already name algorithm 'capped_pg'"):
+        register_algorithm(dataclasses.replace(outside_algorithm, name="other"))
+    with pytest.raises(ValueError, match="trainer='ppo' is not valid; must be one of 'grpo', 'mix', 'distill', 'dpo'"):
+        dataclasses.replace(outside_algorithm, trainer="ppo")
+    with pytest.raises(ValueError, match="policy loss 'capped_pg' is already registered"):
+        register_policy_loss(NAME)(CappedPolicyGradient)
+    assert "other" not in ALGORITHMS
+
+
+@pytest.mark.parametrize("name", [n for n, s in ALGORITHMS.items() if s.trainer in ("grpo", "mix", "distill")])
+def test_builtin_configs_are_built_from_their_records(name):
+    """Every built-in GRPO-family config has exactly the record's loss and advantage argument fields (by their
+    config names, with the specs' defaults) on top of its family's base."""
+    from trl_ext.advantages import ADVANTAGE_FNS
+    from trl_ext.trainers.arguments import algorithm_arguments, config_arguments
+    from trl_ext.trainers.classes import FAMILY_BASES
+
+    spec = get_algorithm(name)
+    config_class = spec.config_class
+    assert config_class.__name__ == spec.class_names[0] and config_class.algorithm == name
+    base_fields = {f.name for f in dataclasses.fields(FAMILY_BASES[spec.trainer][0])}
+    own = {f.name: f for f in dataclasses.fields(config_class)}
+    for component in [POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS.get(spec.advantage_fn)]:
+        for argument in config_arguments(component) if component else ():
+            field = own[argument.field_name]
+            if argument.config_unset:
+                assert field.default is None, argument
+            else:
+                assert field.default == argument.default, argument
+            assert field.metadata["help"].startswith(argument.help), argument
+    parts = {f.name for part in algorithm_arguments(name) for f in dataclasses.fields(part)}
+    assert set(own) == base_fields | parts
+    assert str(spec.paper) in config_class.__doc__
