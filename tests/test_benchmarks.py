@@ -35,3 +35,41 @@ def test_learning_curves_write_the_plot_and_numbers(toy_cache, tiny_teacher, tmp
     data = json.load(open(out_prefix + ".json"))
     assert set(data["curves"]) == {"sapo", "on_policy_distill"} and data["curves"]["sapo"]["steps"] == [1, 2, 3]
     assert os.path.getsize(out_prefix + ".png") > 10_000
+
+
+def test_gpu_report_runs_at_the_tiny_shape(toy_cache, tmp_path):
+    """The GPU report's whole path (warm-up runs, interleaved rounds, the table) at its CPU-sized shape."""
+    output = tmp_path / "report.md"
+    _run(
+        "gpu_report.py",
+        "--shape",
+        "tiny",
+        "--rows",
+        "sapo,dpo",
+        "--rounds",
+        "2",
+        "--steps",
+        "2",
+        "--output",
+        str(output),
+    )
+    rows = [line.split("|")[1:-1] for line in output.read_text().splitlines() if line.startswith(("| sapo", "| dpo"))]
+    assert [cells[0].strip() for cells in rows] == ["sapo", "dpo"]
+    for cells in rows:
+        ours, theirs, ratio = (float(cells[i]) for i in (1, 2, 3))
+        assert abs(ratio - ours / theirs) < 0.01  # the ratio is of the two measured medians
+        low, high = map(float, cells[4].split("-"))
+        assert low <= ratio <= high
+
+
+def test_ratio_interval_brackets_the_ratio():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from gpu_report import ratio_interval
+    finally:
+        sys.path.pop(0)
+    theirs = [1.0 + 0.01 * i for i in range(20)]
+    assert ratio_interval([2 * t for t in theirs], theirs)[0] > 1.8  # twice as slow: the interval excludes 1
+    low, high = ratio_interval(theirs, theirs)
+    assert low < 1.0 < high and high - low < 0.3
+    assert ratio_interval([3.0] * 5, [1.5] * 5) == (2.0, 2.0)
