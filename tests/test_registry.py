@@ -129,6 +129,7 @@ def test_builtin_configs_are_built_from_their_records(name):
     """Every built-in GRPO-family config has exactly the record's loss and advantage argument fields (by their
     config names, with the specs' defaults) on top of its family's base."""
     from trl_ext.advantages import ADVANTAGE_FNS
+    from trl_ext.losses.kl import KLFn
     from trl_ext.trainers.arguments import algorithm_arguments, config_arguments
     from trl_ext.trainers.classes import FAMILY_BASES
 
@@ -137,7 +138,7 @@ def test_builtin_configs_are_built_from_their_records(name):
     assert config_class.__name__ == spec.class_names[0] and config_class.algorithm == name
     base_fields = {f.name for f in dataclasses.fields(FAMILY_BASES[spec.trainer][0])}
     own = {f.name: f for f in dataclasses.fields(config_class)}
-    for component in [POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS.get(spec.advantage_fn)]:
+    for component in [POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS.get(spec.advantage_fn), KLFn]:
         for argument in config_arguments(component) if component else ():
             field = own[argument.field_name]
             if argument.config_unset:
@@ -148,3 +149,32 @@ def test_builtin_configs_are_built_from_their_records(name):
     parts = {f.name for part in algorithm_arguments(name) for f in dataclasses.fields(part)}
     assert set(own) == base_fields | parts
     assert str(spec.paper) in config_class.__doc__
+    assert own["kl_loss_fn"].default == spec.kl_estimator
+
+
+def test_kl_fields_come_from_the_kl_specs():
+    """The KL term's config fields are its `Argument` specs (type, default, range), named by their config names;
+    its coefficient is the family's own field (TRL's `beta`, DPO's `kl_coef`)."""
+    import trl_ext
+    from trl_ext.losses.kl import KL_FNS, KLFn
+    from trl_ext.trainers.arguments import config_arguments
+
+    generated = [spec.field_name for spec in config_arguments(KLFn)]
+    assert generated == ["adaptive_kl", "target_kl", "kl_horizon"]
+    fields = {f.name: f for f in dataclasses.fields(trl_ext.SAPOConfig)}
+    # (HfArgumentParser rewrites an Optional field's type to the bare type once a parser is built on the class)
+    assert fields["kl_horizon"].type in (int, int | None) and fields["target_kl"].type in (float, float | None)
+    assert (
+        fields["kl_loss_fn"].metadata["choices"]
+        == sorted(KL_FNS)
+        == trl_ext.DPOConfig.__dataclass_fields__["kl_loss_fn"].metadata["choices"]
+    )
+    assert not set(generated) & {f.name for f in dataclasses.fields(trl_ext.DPOConfig)}  # DPO: no adaptive KL
+    # validation from the spec, reported by the config field's name
+    with pytest.raises(ValueError, match=r"SAPOConfig: kl_horizon=1000.5 is not valid; must be an integer > 0"):
+        trl_ext.SAPOConfig(output_dir="out", use_cpu=True, kl_horizon=1000.5)
+    config = trl_ext.SAPOConfig(
+        output_dir="out", use_cpu=True, beta=0.1, adaptive_kl=True, target_kl=0.05, kl_horizon=300
+    )
+    kl = config.build_kl_fn()
+    assert (kl.kl_coef, kl.adaptive, kl.target_kl, kl.horizon) == (0.1, True, 0.05, 300)

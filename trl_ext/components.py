@@ -111,20 +111,22 @@ class Argument:
                 text = str(err).split("must be ", 1)[1]
         return text + (" or None" if self.optional else "")
 
-    def check(self, owner: str, value: Any) -> Any:
-        """`value` if this argument allows it, else a ValueError naming `owner`, the argument and the rule."""
+    def check(self, owner: str, value: Any, name: str = "") -> Any:
+        """`value` if this argument allows it, else a ValueError naming `owner`, the argument (as `name`, e.g. its
+        config field, when given) and the rule."""
+        name = name or self.name
         if value is None and self.optional:
             return value
         if self.choices:
-            return check_choice(owner, self.name, value, (*self.choices, None) if self.optional else self.choices)
+            return check_choice(owner, name, value, (*self.choices, None) if self.optional else self.choices)
         if self.type is bool:
-            return check_bool(owner, self.name, value)
+            return check_bool(owner, name, value)
         if self.type is str:
             if not isinstance(value, str):
-                raise ValueError(f"{owner}: {self.name}={value!r} is not valid; must be {self.rule}")
+                raise ValueError(f"{owner}: {name}={value!r} is not valid; must be {self.rule}")
             return value
         bounds = {"gt": self.gt, "ge": self.ge, "lt": self.lt, "le": self.le}
-        return check_number(owner, self.name, value, integer=self.type is int, allow_none=self.optional, **bounds)
+        return check_number(owner, name, value, integer=self.type is int, allow_none=self.optional, **bounds)
 
 
 class Component:

@@ -91,16 +91,6 @@ REFUSED = {
 _HANDLED = {"logprob", "action_mask", *DATA_KEYS, *WINDOW_INPUTS}
 
 
-def _loss_agg_mode(fn: PolicyLoss) -> str:
-    """The aggregation a loss uses: its `loss_agg_mode`, or REC's mode fixed by its `clip_mode`."""
-    mode = getattr(fn, "loss_agg_mode", None)
-    if mode is not None:
-        return mode
-    if fn.name == "rec":
-        return "seq-mean-token-mean" if fn.clip_mode == "gspo-one-side" else "token-mean"
-    return "token-mean"
-
-
 class NeMoRLLoss:
     """A trl_ext policy loss behind NeMo-RL's `LossFunction` protocol (build it with `as_loss_function`).
 
@@ -111,7 +101,7 @@ class NeMoRLLoss:
 
     def __init__(self, policy_loss: PolicyLoss, normalizer: torch.Tensor | float | None = None) -> None:
         self.policy_loss = policy_loss
-        self.loss_agg_mode = _loss_agg_mode(policy_loss)
+        self.loss_agg_mode = getattr(policy_loss, "loss_agg_mode", "token-mean")  # REC: fixed by its clip_mode
         self.loss_type = LossType.TOKEN_LEVEL if self.loss_agg_mode == "token-mean" else LossType.SEQUENCE_LEVEL
         self.normalizer = normalizer
         self._inputs = policy_loss.inputs()
@@ -187,9 +177,10 @@ def as_loss_function(name: str, *, normalizer: torch.Tensor | float | None = Non
         )
     if normalizer is not None:
         check_window_input(name, "normalizer", normalizer)
-        if _loss_agg_mode(fn) != "seq-mean-token-sum-norm" or "normalizer" not in fn.inputs():
+        mode = getattr(fn, "loss_agg_mode", "token-mean")
+        if mode != "seq-mean-token-sum-norm" or "normalizer" not in fn.inputs():
             raise ValueError(
                 f"{name}: normalizer={normalizer!r} only applies to loss_agg_mode='seq-mean-token-sum-norm' "
-                f"(this loss aggregates by {_loss_agg_mode(fn)!r})"
+                f"(this loss aggregates by {mode!r})"
             )
     return NeMoRLLoss(fn, normalizer)

@@ -52,17 +52,24 @@ class KLFn(Component):
             "Coefficient of the KL term: kl_coef·agg(KL) is added to the loss (`calculate_kl_loss`), or "
             "kl_coef·KL subtracted from the token rewards (`apply_kl_penalty_to_reward`).",
             ge=0,
+            in_config=False,  # a trainer family's own field: TRL's `beta` in the GRPO family, `kl_coef` in DPO
         ),
         Argument(
             "adaptive",
             False,
-            "Adapt `kl_coef` once per batch with the adaptive KL controller (Ziegler et al. 2019): "
-            "coef ← coef·(1 + clip(KL/target_kl − 1, ±0.2)·batch_size/horizon). Needs `target_kl` and `horizon`.",
+            "Adapt the KL coefficient after every batch (in a trainer: every optimizer step) with the adaptive KL "
+            "controller (Ziegler et al. 2019): coef ← coef·(1 + clip(KL/target_kl − 1, ±0.2)·sequences/horizon), "
+            "from a coefficient > 0. Needs `target_kl` and the horizon.",
             config_name="adaptive_kl",
         ),
-        Argument("target_kl", None, "Target KL (> 0) of `adaptive`.", type=float, gt=0),
+        Argument("target_kl", None, "Target KL (> 0) of the adaptive KL controller.", type=float, gt=0),
         Argument(
-            "horizon", None, "Horizon (in sequences, > 0) of `adaptive`.", type=float, gt=0, config_name="kl_horizon"
+            "horizon",
+            None,
+            "Horizon of the adaptive KL controller, in sequences (an integer > 0).",
+            type=int,
+            gt=0,
+            config_name="kl_horizon",
         ),
     )
     metrics: ClassVar[dict[str, str]] = {"kl_loss": SHARE, "kl_coef": MEAN}

@@ -113,6 +113,12 @@ class RECPolicyLoss(PolicyLoss):
                 "the sequence ratio it weights by is the one gspo-one-side clips on"
             )
 
+    @property
+    def loss_agg_mode(self) -> str:
+        """REC's aggregation, fixed by `clip_mode`: the sequence mean of token means for `gspo-one-side`, else the
+        token mean."""
+        return "seq-mean-token-mean" if self.clip_mode == "gspo-one-side" else "token-mean"
+
     def _keep(self, ratio: torch.Tensor, seq_ratio: torch.Tensor | None, adv: torch.Tensor) -> torch.Tensor | None:
         low, high = 1.0 - self.epsilon_low, 1.0 + self.epsilon_high
         if self.clip_mode == "none":
@@ -162,8 +168,7 @@ class RECPolicyLoss(PolicyLoss):
             pg_losses = pg_losses - self.regularizer_coef * lp
         elif self.regularizer == "k2":
             pg_losses = pg_losses + self.regularizer_coef * b.select(logprob - old).square()
-        mode = "seq-mean-token-mean" if self.clip_mode == "gspo-one-side" else "token-mean"
-        loss = b.aggregate(pg_losses, mode)
+        loss = b.aggregate(pg_losses, self.loss_agg_mode)
         if clipfrac is None:  # clip_mode "none" keeps every token
             clipfrac = torch.zeros((), dtype=loss.dtype, device=loss.device)
         metrics = {"pg_clipfrac": clipfrac, "pg_loss": loss.detach()}

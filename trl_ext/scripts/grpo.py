@@ -171,7 +171,7 @@ def _main(algorithm: str, argv: list[str]):
     if expert:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
         extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
     if model is None:
-        if algorithm == "on_policy_distill" and training_args.teacher_model_name_or_path is None:
+        if spec.trainer == "distill" and training_args.teacher_model_name_or_path is None:
             training_args.teacher_model_name_or_path = toy.tiny_teacher_path()  # the toy student's teacher
         model = toy.tiny_model_path()
 

@@ -19,10 +19,10 @@ from functools import cache
 from typing import Any, ClassVar
 
 from ..advantages import ADVANTAGE_FNS
-from ..algorithms import get_algorithm
+from ..algorithms import DEFAULT_KL_ESTIMATOR, get_algorithm
 from ..components import Argument, Component
 from ..losses import POLICY_LOSSES
-from ..losses.kl import KL_FNS
+from ..losses.kl import KL_FNS, KLFn
 
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
@@ -85,26 +85,42 @@ class AdvantageArguments:
     component: ClassVar[type[Component]]
 
 
+class KLArguments:
+    """Base of the generated KL-term argument dataclass (`GRPO_KL_ARGUMENTS`)."""
+
+    kind: ClassVar[str] = "KL term"
+    component: ClassVar[type[Component]]
+
+
+def config_arguments(component: type[Component]) -> tuple[Argument, ...]:
+    """The arguments of `component` that a training config exposes (`in_config`)."""
+    return tuple(spec for spec in component.arguments if spec.in_config)
+
+
+def argument_field(spec: Argument, component: type[Component], part: type) -> tuple[str, Any, Any]:
+    """`(name, type, field)` of the config field of argument `spec`: named `field_name`, with the spec's type, default
+    (None for a `config_unset` argument; a `documented_default` for a `config_when_set` one) and help text (plus the
+    allowed values as `choices`)."""
+    kind = spec.type | None if spec.optional or spec.config_unset else spec.type
+    if spec.config_unset:
+        default = None
+    elif spec.config_when_set:
+        default = documented_default(spec.default)
+    else:
+        default = spec.default
+    text = spec.help
+    if spec.config_name:
+        owner = f"the `{component.name}` {part.kind}'s" if component.name else f"the {part.kind}'s"
+        text += f" ({owner} `{spec.name}`)"
+    metadata = _help(text, choices=list(spec.choices)) if spec.choices else _help(text)
+    return spec.field_name, kind, field(default=default, metadata=metadata)
+
+
 @cache
-def component_arguments(component: type[Component], part: type) -> type:
-    """The config fields of `component`'s arguments, as a dataclass subclassing `part` (`LossArguments` or
-    `AdvantageArguments`): one field per `Argument`, named `field_name`, with the spec's type, default (None for a
-    `config_unset` argument; a `documented_default` for a `config_when_set` one) and help text (plus the allowed
-    values as `choices`)."""
-    fields = []
-    for spec in config_arguments(component):
-        kind = spec.type | None if spec.optional or spec.config_unset else spec.type
-        if spec.config_unset:
-            default = None
-        elif spec.config_when_set:
-            default = documented_default(spec.default)
-        else:
-            default = spec.default
-        text = spec.help
-        if spec.config_name:
-            text += f" (the `{component.name}` {part.kind}'s `{spec.name}`)"
-        metadata = _help(text, choices=list(spec.choices)) if spec.choices else _help(text)
-        fields.append((spec.field_name, kind, field(default=default, metadata=metadata)))
+def component_arguments(component: type[Component], part: type, leading: tuple[tuple[str, Any, Any], ...] = ()) -> type:
+    """The config fields of `component`'s arguments (`argument_field`), after the `leading` ones, as a dataclass
+    subclassing `part` (`LossArguments`, `AdvantageArguments` or `KLArguments`)."""
+    fields = [*leading, *(argument_field(spec, component, part) for spec in config_arguments(component))]
     cls = dataclasses.make_dataclass(
         f"{component.__name__}Arguments",
         fields,
@@ -118,9 +134,28 @@ def component_arguments(component: type[Component], part: type) -> type:
     return cls
 
 
-def config_arguments(component: type[Component]) -> tuple[Argument, ...]:
-    """The arguments of `component` that a training config exposes (`in_config`)."""
-    return tuple(spec for spec in component.arguments if spec.in_config)
+def kl_estimator_field(default: str, term: str) -> tuple[str, type, Any]:
+    """`(name, type, field)` of a config's `kl_loss_fn`: which `KL_FNS` estimator the KL term `term` uses."""
+    names = ", ".join(f"`{name}`" for name in sorted(KL_FNS) if name != "none")
+    text = (
+        f"KL estimator of {term}: {names} (formulas in `trl_ext.losses.kl`; `k2` = ½(log r)², `k3` is TRL's), or "
+        "`none` (no KL term: its coefficient becomes 0)."
+    )
+    return "kl_loss_fn", str, field(default=default, metadata=_help(text, choices=sorted(KL_FNS)))
+
+
+GRPO_KL_ARGUMENTS = component_arguments(
+    KLFn,
+    KLArguments,
+    leading=(
+        kl_estimator_field(
+            DEFAULT_KL_ESTIMATOR,
+            "the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0)",
+        ),
+    ),
+)
+"""The KL fields of every GRPO-family config: the estimator `kl_loss_fn` and the KL term's arguments (`adaptive_kl`,
+`target_kl`, `kl_horizon`); its coefficient is TRL's `beta`."""
 
 
 def passed_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
@@ -246,24 +281,22 @@ class _DistillPolicyLossArguments:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+_DPO_KL_ESTIMATOR = kl_estimator_field(
+    get_algorithm("dpo").kl_estimator, "the KL term `kl_coef`·token-mean(KL(π‖π_ref)) over the completion tokens"
+)
+
+
 @dataclass
 class DPOKLArguments:
     """The KL term of Trinity-RFT's DPO algorithm: `kl_coef`·token-mean(KL(π‖π_ref)) over the completion tokens."""
 
-    kl_loss_fn: str = field(
-        default="k2",
-        metadata={
-            "help": "KL estimator of the KL term kl_coef·token-mean(KL(π‖π_ref)) over the chosen and rejected "
-            "completion tokens: `k1`, `k2` (Trinity-RFT's DPO default), `k3`, `low_var_kl`, `abs`, `corrected_k3`, "
-            "or `none` (no KL term, whatever `kl_coef`'s default).",
-            "choices": sorted(KL_FNS),
-        },
-    )
+    kl_loss_fn: str = _DPO_KL_ESTIMATOR[2]
     kl_coef: float = field(
-        default=DocumentedDefault(0.001),
+        default=DocumentedDefault(KLFn.argument("kl_coef").default),
         metadata={
-            "help": "Coefficient of the KL term (Trinity-RFT's default 0.001); 0 or `kl_loss_fn='none'` turns it "
-            "off. Needs per-token reference log-probs, so not with `precompute_ref_log_probs=True`."
+            "help": f"Coefficient of the KL term (Trinity-RFT's default {KLFn.argument('kl_coef').default}); 0 or "
+            "`kl_loss_fn='none'` turns it off. Needs per-token reference log-probs, so not with "
+            "`precompute_ref_log_probs=True`."
         },
     )
 

@@ -21,7 +21,7 @@ from .arguments import algorithm_arguments
 from .distill_trainer import DistillFamilyTrainer
 from .dpo_config import DPOConfig
 from .dpo_trainer import DPOTrainer
-from .grpo_config import DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig, _document
+from .grpo_config import DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig, document_parameters
 from .grpo_trainer import GRPOFamilyTrainer
 from .mix_trainer import MIXFamilyTrainer
 
@@ -50,7 +50,9 @@ def algorithm_classes(name: str) -> tuple[type, type]:
     kl_field = config_base.__dataclass_fields__["kl_loss_fn"]  # the record's estimator as the field's default
     namespace["kl_loss_fn"] = dataclasses.field(default=spec.kl_estimator, metadata=kl_field.metadata)
     namespace["__annotations__"] = {"kl_loss_fn": kl_field.type}
-    config = _document(dataclass(type(config_name, (*algorithm_arguments(name), config_base), namespace)))
+    config = dataclass(type(config_name, (*algorithm_arguments(name), config_base), namespace))
+    closing = "Every other parameter is `trl.GRPOConfig`'s, plus `GRPOFamilyConfig`'s KL / entropy fields."
+    config = document_parameters(config, GRPOFamilyConfig, closing)
     trainer_doc = f"{spec.display_name}: {spec.description} (config: `{config_name}`).\n\n    {trainer_base.__doc__}"
     trainer = type(
         trainer_name,

@@ -22,7 +22,7 @@ from ..losses import get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS
 from .arguments import algorithm_arguments
 from .devices import check_hardware
-from .grpo_config import UnsetTRLFields, build_named, resolve_kl_coefficient, trl_defaults
+from .grpo_config import UnsetTRLFields, build_named, document_parameters, resolve_kl_coefficient, trl_defaults
 
 _DPO_DEFAULTS = trl_defaults(TRLDPOConfig)
 
@@ -105,16 +105,6 @@ class DPOConfig(*algorithm_arguments("dpo"), _TRLDPOFields):
     when set: `loss_type` other than `sigmoid`, `loss_weights` other than `[1.0]`, `ld_alpha` other than 1.0,
     `f_divergence_type` other than `reverse_kl`, `use_weighting` / `use_liger_kernel` turned on, and
     `f_alpha_divergence_coef` / `discopop_tau` set at all.
-
-    Parameters specific to this trainer:
-
-        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
-            KL estimator of the KL term: `k1`, `k2` (½(log r)², Trinity-RFT's DPO default), `k3`, `low_var_kl`,
-            `abs`, `corrected_k3`, or `none` (no KL term: the coefficient becomes 0).
-        kl_coef (`float`, *optional*, defaults to `0.001`):
-            Coefficient of the KL term (Trinity-RFT's default); 0 turns it off, and so does `kl_loss_fn='none'`
-            (an explicit non-zero `kl_coef` is then an error). It needs per-token reference log-probs, so it cannot
-            be combined with `precompute_ref_log_probs=True`.
     """
 
     algorithm: ClassVar[str] = "dpo"
@@ -171,3 +161,6 @@ class DPOConfig(*algorithm_arguments("dpo"), _TRLDPOFields):
     def build_kl_fn(self):
         name = self.kl_loss_fn if self.kl_coef != 0 else "none"
         return build_named(type(self).__name__, "KL", partial(get_kl_fn, name, kl_coef=self.kl_coef))
+
+
+document_parameters(DPOConfig, _TRLDPOFields, "Every other parameter is `trl.DPOConfig`'s.")

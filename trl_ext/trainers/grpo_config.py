@@ -22,13 +22,14 @@ from typing import Any, ClassVar
 
 from trl import GRPOConfig as _TRLGRPOConfig
 
-from .._validation import check_bool, check_choice, check_number
+from .._validation import check_choice, check_number
 from ..advantages import ADVANTAGE_FNS, get_advantage_fn
-from ..algorithms import DEFAULT_KL_ESTIMATOR, get_algorithm
+from ..algorithms import get_algorithm
 from ..losses import POLICY_LOSSES, get_entropy_fn, get_kl_fn, get_policy_loss
-from ..losses.kl import KL_FNS
+from ..losses.kl import KL_FNS, KLFn
 from .arguments import (
     _REWARD_ADVANTAGE_FNS,
+    GRPO_KL_ARGUMENTS,
     DocumentedDefault,
     _help,
     config_arguments,
@@ -198,7 +199,7 @@ class UnsetTRLFields:
 
 
 @dataclass
-class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
+class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
     r"""
     Base configuration of the trl_ext GRPO-family trainers: every `trl.GRPOConfig` field, plus the KL and entropy
     choices shared by all algorithms. Use an algorithm's subclass (`SAPOConfig`, `GSPOConfig`, ...), which adds
@@ -239,28 +240,6 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
     entropy_coef_delta: float | None = _unused_trl_field("entropy_coef_delta")
     entropy_target: float | None = _unused_trl_field("entropy_target")
 
-    kl_loss_fn: str = field(
-        default=DEFAULT_KL_ESTIMATOR,
-        metadata=_help(
-            "KL estimator of the KL loss term `beta`·agg(KL(π‖π_ref)), aggregated with "
-            "`loss_agg_mode`: `k1`, `k2` (½(log r)², Trinity's GRPO default), `k3` (TRL's), "
-            "`low_var_kl`, `abs`, `corrected_k3`, or `none` (no KL term: `beta` becomes 0). Only used when "
-            "`beta` > 0.",
-            choices=sorted(KL_FNS),
-        ),
-    )
-    adaptive_kl: bool = field(
-        default=False,
-        metadata=_help(
-            "Adapt `beta` (> 0) after every optimizer step with the adaptive KL controller (Ziegler et al. "
-            "2019): β ← β·(1 + clip(KL/target_kl − 1, ±0.2)·sequences/kl_horizon). Needs `target_kl` and "
-            "`kl_horizon`."
-        ),
-    )
-    target_kl: float | None = field(default=None, metadata=_help("Target KL (> 0) of `adaptive_kl`."))
-    kl_horizon: int | None = field(
-        default=None, metadata=_help("Horizon (in sequences, an integer > 0) of `adaptive_kl`.")
-    )
     entropy_loss_fn: str = field(
         default="default",
         metadata=_help(
@@ -312,9 +291,8 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
         owner = type(self).__name__
         check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))
         check_number(owner, "beta", self.beta, ge=0)
-        check_bool(owner, "adaptive_kl", self.adaptive_kl)
-        check_number(owner, "target_kl", self.target_kl, gt=0, allow_none=True)
-        check_number(owner, "kl_horizon", self.kl_horizon, gt=0, integer=True, allow_none=True)
+        for spec in config_arguments(KLFn):
+            spec.check(owner, getattr(self, spec.field_name), spec.field_name)
         if self.adaptive_kl and (self.target_kl is None or self.kl_horizon is None):
             raise ValueError(
                 f"{owner}: adaptive_kl=True needs target_kl and kl_horizon (both > 0); got "
@@ -401,17 +379,9 @@ class GRPOFamilyConfig(UnsetTRLFields, _TRLGRPOConfig):
         return self._named(lambda: get_advantage_fn(name, **kwargs), "advantage function", renames)
 
     def build_kl_fn(self):
-        return self._named(
-            lambda: get_kl_fn(
-                self.kl_loss_fn if self.beta != 0 else "none",
-                kl_coef=self.beta,
-                adaptive=self.adaptive_kl,
-                target_kl=self.target_kl,
-                horizon=self.kl_horizon,
-            ),
-            "KL",
-            {"beta": "kl_coef", "adaptive_kl": "adaptive", "kl_horizon": "horizon"},
-        )
+        name = self.kl_loss_fn if self.beta != 0 else "none"
+        kwargs = {"kl_coef": self.beta, **passed_arguments(self, KLFn)}
+        return self._named(lambda: get_kl_fn(name, **kwargs), "KL", {"beta": "kl_coef", **config_renames(KLFn)})
 
     def build_entropy_fn(self):
         return self._named(lambda: get_entropy_fn(self.entropy_loss_fn, entropy_coef=self.entropy_coef), "entropy")
@@ -492,9 +462,10 @@ class MIXFamilyConfig(GRPOFamilyConfig):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _document(cls: type[GRPOFamilyConfig]) -> type[GRPOFamilyConfig]:
-    """Append a TRL-style parameter list of the algorithm's own fields to the class docstring."""
-    shared = {f.name for f in dataclasses.fields(GRPOFamilyConfig)}
+def document_parameters(cls: type, base: type, closing: str) -> type:
+    """Append a TRL-style parameter list of `cls`'s fields that `base` does not have to its docstring, then
+    `closing` (where the other parameters come from)."""
+    shared = {f.name for f in dataclasses.fields(base)}
     own = [f for f in dataclasses.fields(cls) if f.name not in shared]
     lines = ["", "    Parameters specific to this algorithm:", ""]
     for f in own:
@@ -502,7 +473,7 @@ def _document(cls: type[GRPOFamilyConfig]) -> type[GRPOFamilyConfig]:
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         lines.append(f"        {f.name} (`{kind}`, *optional*, defaults to `{default!r}`):")
         lines.append(f"            {f.metadata['help']}")
-    lines += ["", "    Every other parameter is `trl.GRPOConfig`'s, plus `GRPOFamilyConfig`'s KL / entropy fields."]
+    lines += ["", f"    {closing}"]
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines) + "\n"
     return cls
 

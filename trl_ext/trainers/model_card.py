@@ -135,7 +135,7 @@ class AlgorithmModelCard:
             ("advantage", f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"),
         ]
         if hasattr(args, "kl_loss_fn"):
-            coefficient = getattr(args, "kl_coef", None) if self.algorithm == "dpo" else args.beta
+            coefficient = args.kl_coef if spec.trainer == "dpo" else args.beta  # GRPO family: TRL's `beta`
             rows.append(("KL term", f"`{args.kl_loss_fn}`, coefficient {coefficient}"))
         rows += [(f"`{f.name}`", f"`{getattr(args, f.name)!r}`") for f in algorithm_fields(type(args), self.algorithm)]
         table = "\n".join(f"| {name} | {value} |" for name, value in rows)
