@@ -13,7 +13,8 @@ from functools import cache
 from typing import Any
 
 
-def _rule(gt, ge, lt, le, integer: bool) -> str:
+def number_rule(gt, ge, lt, le, integer: bool) -> str:
+    """What `check_number` allows, in words (`an integer >= 1`, `in (0, 1]`, ...)."""
     low = f"({gt:g}" if gt is not None else f"[{ge:g}" if ge is not None else None
     high = f"{lt:g})" if lt is not None else f"{le:g}]" if le is not None else None
     kind = "an integer" if integer else "a finite number"
@@ -46,7 +47,7 @@ def check_number(
     ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
     ok = ok and (lt is None or value < lt) and (le is None or value <= le)
     if not ok:
-        rule = _rule(gt, ge, lt, le, integer) + (" or None" if allow_none else "")
+        rule = number_rule(gt, ge, lt, le, integer) + (" or None" if allow_none else "")
         if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
             rule = f"finite and {rule}" if rule != "a finite number" else rule
         raise ValueError(f"{owner}: {name}={value!r} is not valid; must be {rule}")

@@ -30,7 +30,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ._validation import check_bool, check_choice, check_number
+from ._validation import check_bool, check_choice, check_number, number_rule
 
 SHARE = "share"
 """A metric that is the micro-batch's share of a window aggregate (a loss term): summed over the window."""
@@ -105,10 +105,7 @@ class Argument:
         elif self.type is str:
             text = "a string"
         else:
-            try:
-                check_number("", "", None, gt=self.gt, ge=self.ge, lt=self.lt, le=self.le, integer=self.type is int)
-            except ValueError as err:
-                text = str(err).split("must be ", 1)[1]
+            text = number_rule(self.gt, self.ge, self.lt, self.le, integer=self.type is int)
         return text + (" or None" if self.optional else "")
 
     def check(self, owner: str, value: Any, name: str = "") -> Any:

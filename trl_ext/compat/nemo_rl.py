@@ -175,12 +175,12 @@ def as_loss_function(name: str, *, normalizer: torch.Tensor | float | None = Non
             f"policy loss {name!r} is not available through NeMo-RL's loss protocol: it reads "
             f"{', '.join(missing)}, which NeMo-RL's data does not carry"
         )
+    loss = NeMoRLLoss(fn, normalizer)
     if normalizer is not None:
         check_window_input(name, "normalizer", normalizer)
-        mode = getattr(fn, "loss_agg_mode", "token-mean")
-        if mode != "seq-mean-token-sum-norm" or "normalizer" not in fn.inputs():
+        if loss.loss_agg_mode != "seq-mean-token-sum-norm" or "normalizer" not in fn.inputs():
             raise ValueError(
                 f"{name}: normalizer={normalizer!r} only applies to loss_agg_mode='seq-mean-token-sum-norm' "
-                f"(this loss aggregates by {mode!r})"
+                f"(this loss aggregates by {loss.loss_agg_mode!r})"
             )
-    return NeMoRLLoss(fn, normalizer)
+    return loss

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..losses import get_kl_fn, get_policy_loss
+from ..losses import EPS, get_kl_fn, get_policy_loss  # EPS = verl's masked_mean / seq-mean-token-mean ε
 
 __all__ = [
     "AGG_LOSS_MODES",
@@ -52,8 +52,6 @@ __all__ = [
 ]
 
 AGG_LOSS_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
-EPS = 1e-8  # verl's masked_mean / seq-mean-token-mean ε
 
 
 # --------------------------------------------------------------------------------------------------

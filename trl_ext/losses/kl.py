@@ -222,7 +222,7 @@ def get_kl_fn(
     kl_coef: float = 0.001,
     adaptive: bool = False,
     target_kl: float | None = None,
-    horizon: float | None = None,
+    horizon: int | None = None,
 ) -> KLFn:
     """The KL estimator `name` with its coefficient and (optional) adaptive controller."""
     return KL_FNS.build(name, kl_coef=kl_coef, adaptive=adaptive, target_kl=target_kl, horizon=horizon)

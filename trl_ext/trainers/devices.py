@@ -23,8 +23,6 @@ _ANYWHERE = ("cpu", "meta", "disk")
 
 def _available(kind: str) -> tuple[bool, int]:
     """Whether the accelerator type `kind` (cuda, xpu, mps, npu, ...) is usable here, and how many devices it has."""
-    if kind == "cuda":
-        return torch.cuda.is_available(), torch.cuda.device_count()
     backend = getattr(torch, kind, None)
     if backend is None or not hasattr(backend, "is_available"):
         return False, 0

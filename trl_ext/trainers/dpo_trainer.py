@@ -133,7 +133,7 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
                     "token-mean",
                     global_valid_toks=window["global_valid_toks"],
                 )
-        self._log_loss_metrics(mode, metrics, self.metric_kinds())
+        self._log_loss_metrics(mode, metrics)
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]  # counted with the window (training)
 
         if return_outputs:

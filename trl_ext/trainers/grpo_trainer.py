@@ -334,7 +334,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / scale
             metrics["aux_loss"] = aux_loss.detach()
-        logged = self._log_loss_metrics(mode, metrics, self.metric_kinds())
+        logged = self._log_loss_metrics(mode, metrics)
         if logged and mode == "train" and self.kl_fn.adaptive:  # the optimizer step: update beta from the window's KL
             self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
             self.beta = self.kl_fn.kl_coef

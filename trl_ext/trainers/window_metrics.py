@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 import torch
@@ -35,17 +34,16 @@ class WindowMetrics:
             **self.trainer_metrics,
         }
 
-    def _log_loss_metrics(
-        self, mode: str, metrics: dict[str, torch.Tensor], kinds: Mapping[str, str]
-    ) -> dict[str, float]:
+    def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
         """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
         with one collective and one host sync; returns what was logged ({} mid-window).
 
-        `kinds` says how each metric combines over the window, as the components declare it (`metrics`):
+        `metric_kinds()` says how each metric combines over the window, as the components declare it (`metrics`):
         `SHARE` metrics are this micro-batch's share of the window's value (the loss terms under window
         normalization), and in training their sum over the window's micro-batches and processes is logged; `MEAN`
         metrics (ratios, clip fractions, the MoE router's `aux_loss`, ...) are averaged over the micro-batches and
         processes, as TRL averages what it logs per micro-batch. A metric without a declared kind is an error."""
+        kinds = self.metric_kinds()
         undeclared = [name for name in metrics if kinds.get(name) not in (SHARE, MEAN)]
         if undeclared:
             raise ValueError(
