@@ -21,7 +21,6 @@ import trl_ext
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.cli import list_algorithms
 from trl_ext.trainers import TRAINER_CONFIGS
-from trl_ext.trainers.dpo_config import _TRL_LOSS_PARAMETERS
 from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS, _TRL_SWITCH_FIELDS, DocumentedDefault
 from trl_ext.trainers.model_card import field_default
 
@@ -117,16 +116,41 @@ def test_kl_loss_fn_none_on_the_command_line():
 TRL_GRPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(trl.GRPOConfig)}
 
 
-@pytest.mark.parametrize("algorithm", GRPO_FAMILY)
+ALGORITHM_CONFIGS = [name for name in GRPO_FAMILY if not trl_ext.get_algorithm(name).trl_losses]
+
+
+def _trl_value(field):
+    default = TRL_GRPO_DEFAULTS[field]
+    return default if default is not None else 1.5  # None (TRL's "off") is indistinguishable from unset
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHM_CONFIGS)
 @pytest.mark.parametrize("field", list(_TRL_LOSS_FIELDS))
 def test_trl_loss_fields_are_errors_even_at_trls_default(make, algorithm, field):
     config_class = TRAINER_CONFIGS[algorithm]
-    default = TRL_GRPO_DEFAULTS[field]
-    value = default if default is not None else 0.5  # None (TRL's "off") is indistinguishable from unset
+    value = _trl_value(field)
     with raises_naming(config_class, field, value, "does not use"):
         make(config_class, **{field: value})
     assert config_class.__dataclass_fields__[field].default is None
-    assert config_class.__dataclass_fields__[field].metadata["help"].startswith("Not used by trl_ext")
+    assert (
+        "The algorithms' configs (SAPOConfig, ...): not used"
+        in config_class.__dataclass_fields__[field].metadata["help"]
+    )
+
+
+@pytest.mark.parametrize("field", list(_TRL_LOSS_FIELDS))
+def test_grpo_config_trains_trls_loss_when_a_trl_loss_field_is_set(make, field):
+    """`trl_ext.GRPOConfig` is the config a `trl.GRPOConfig` user swaps in: a TRL loss field selects TRL's loss."""
+    value = _trl_value(field)
+    config = make(trl_ext.GRPOConfig, **{field: value})
+    assert config.uses_trl_loss and config.policy_loss_name == "trl_grpo"
+    assert getattr(config.build_policy_loss(), field) == value
+    assert config.kl_loss_fn == "k3"  # TRL's estimator
+    assert config.build_advantage_fn().epsilon == 1e-4  # TRL's (R - mean) / (std + 1e-4)
+    assert config.to_dict()[field] == value  # kept in the logged dict (it re-loads)
+    plain = make(trl_ext.GRPOConfig)
+    assert not plain.uses_trl_loss and plain.policy_loss_name == "ppo" and plain.kl_loss_fn == "k2"
+    assert field not in plain.to_dict()
 
 
 @pytest.mark.parametrize("algorithm", GRPO_FAMILY)
@@ -163,38 +187,39 @@ def test_trl_loss_fields_on_the_command_line_and_in_yaml(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
+    "kwargs",
     [
-        ("loss_type", "ipo"),
-        ("loss_type", ["sigmoid", "ipo"]),
-        ("loss_weights", [2.0]),
-        ("loss_weights", [True]),
-        ("ld_alpha", 0.5),
-        ("f_divergence_type", "forward_kl"),
-        ("f_alpha_divergence_coef", 0.5),  # TRL's default: still an error, the port never reads it
-        ("discopop_tau", 0.05),  # TRL's default: idem
-        ("use_weighting", True),
-        ("use_liger_kernel", True),
-        ("use_weighting", 1),
+        {"loss_type": "ipo"},
+        {"loss_type": ["sigmoid", "ipo"], "loss_weights": [1.0, 0.5]},
+        {"ld_alpha": 0.5},
+        {"f_divergence_type": "forward_kl"},
+        {"f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 0.3},
+        {"loss_type": "discopop", "discopop_tau": 0.1},
+        {"use_weighting": True},
+        {"precompute_ref_log_probs": True},
     ],
 )
-def test_dpo_trl_loss_fields(make, field, value):
-    with raises_naming(trl_ext.DPOConfig, field, value, "does not use"):
+def test_dpo_config_takes_every_trl_loss_option(make, kwargs):
+    config = make(trl_ext.DPOConfig, **kwargs)
+    loss = config.build_policy_loss()
+    for field, value in kwargs.items():
+        if field == "loss_type":  # the loss keeps the list of loss types as a tuple
+            assert loss.loss_type == tuple(value if isinstance(value, list) else [value])
+        elif field == "loss_weights":
+            assert list(loss.loss_weights) == value
+        elif field != "precompute_ref_log_probs":
+            assert getattr(loss, field) == value, field
+    if "precompute_ref_log_probs" in kwargs:  # the KL term needs per-token reference log-probs: off by default
+        assert config.kl_coef == 0.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("loss_weights", [True]), ("use_weighting", 1), ("loss_type", "dpo"), ("ld_alpha", 1.5)],
+)
+def test_dpo_bad_loss_options_name_the_field(make, field, value):
+    with pytest.raises(ValueError, match=rf"DPOConfig.*{field}="):
         make(trl_ext.DPOConfig, **{field: value})
-
-
-def test_dpo_values_that_describe_the_ported_loss_are_accepted(make):
-    for kwargs in (
-        {"loss_type": "sigmoid"},
-        {"loss_type": ["sigmoid"]},
-        {"loss_weights": [1.0]},
-        {"ld_alpha": 1.0},
-        {"f_divergence_type": "reverse_kl"},
-        {"use_weighting": False, "use_liger_kernel": False},
-    ):
-        make(trl_ext.DPOConfig, **kwargs)
-    config = make(trl_ext.DPOConfig)
-    assert (config.f_alpha_divergence_coef, config.discopop_tau) == (0.5, 0.05)  # TRL's defaults for TRL's code
 
 
 def _reload(config):
@@ -208,8 +233,8 @@ def test_dumped_config_reloads_and_copies(make, tmp_path, algorithm):
     config_class = CONFIGS[algorithm]
     config = make(config_class, kl_loss_fn="none")
     d = config.to_dict()
-    unused = _TRL_LOSS_PARAMETERS if algorithm == "dpo" else _TRL_LOSS_FIELDS
-    assert not set(unused) & set(d)
+    if algorithm != "dpo":  # unset TRL loss fields are left out (DPO's loss fields are all TRL's, kept)
+        assert not set(_TRL_LOSS_FIELDS) & set(d)
     assert "kl_loss_fn" in d and d[kl_field(config_class)] == 0.0
     reloaded = _reload(config)
     assert reloaded.to_dict() == d
@@ -232,9 +257,10 @@ def test_a_copy_made_from_the_values_is_accepted(make, algorithm):
     derived = {} if algorithm == "dpo" else {"generation_batch_size": None}
     copied = dataclasses.replace(config, learning_rate=1e-5, **derived)
     assert copied.learning_rate == 1e-5 and copied.to_dict() == {**config.to_dict(), "learning_rate": 1e-5}
-    field = "discopop_tau" if algorithm == "dpo" else "loss_type"
-    with raises_naming(config_class, field):  # what the user sets is still an error
-        dataclasses.replace(config, **{field: TRL_GRPO_DEFAULTS.get(field, 0.05)}, **derived)
+    if algorithm == "dpo" or trl_ext.get_algorithm(algorithm).trl_losses:
+        return  # these configs take TRL's loss fields
+    with raises_naming(config_class, "loss_type"):  # what the user sets is still an error
+        dataclasses.replace(config, loss_type=TRL_GRPO_DEFAULTS["loss_type"], **derived)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""The DPO trainer: trl.DPOTrainer with the ported `dpo` loss and the KL term (tiny model, CPU)."""
+"""The DPO trainer: trl.DPOTrainer with trl_ext's DPO loss and the KL term (tiny model, CPU). TRL's loss options, one
+by one against trl.DPOTrainer, are in test_dpo_trl_losses.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from transformers import AutoModelForCausalLM
 
 import trl_ext
 from trl_ext import DPOConfig, DPOTrainer
+from trl_ext.losses.dpo import TRLDPOLoss
 from trl_ext.toy import build_tokenizer, toy_preference_dataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,30 +43,76 @@ def test_attached_to_the_algorithm_table():
     args = DPOConfig(output_dir="unused", **CPU)
     assert (args.beta, args.label_smoothing, args.kl_loss_fn, args.kl_coef) == (0.1, 0.0, "k2", 0.001)
     loss, kl = args.build_policy_loss(), args.build_kl_fn()
-    assert (loss.name, loss.beta, loss.label_smoothing) == ("dpo", 0.1, 0.0) and (kl.name, kl.kl_coef) == ("k2", 0.001)
+    assert type(loss) is TRLDPOLoss and loss.name == "dpo" and (kl.name, kl.kl_coef) == ("k2", 0.001)
+    # every loss option is a trl.DPOConfig field with TRL's default, and the loss's default
+    trl_defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                    for f in dataclasses.fields(trl.DPOConfig)}  # fmt: skip
+    assert loss.args == {**{name: trl_defaults[name] for name in TRLDPOLoss.default_args()}, "loss_weights": [1.0]}
     assert DPOConfig(output_dir="unused", kl_coef=0.0, **CPU).build_kl_fn().name == "none"
+    options = {"loss_type": ["ipo", "sft"], "loss_weights": [1.0, 0.5], "ld_alpha": 0.5, "discopop_tau": 0.1}
+    built = DPOConfig(output_dir="unused", **CPU, **options).build_policy_loss()
+    assert built.args == {**TRLDPOLoss.default_args(), **options}
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"loss_type": ["ipo"]}, r"loss_type=\['ipo'\] is a trl.DPOConfig field that trl_ext's DPO trainer"),
-        ({"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5]}, r"loss_type=\['sigmoid', 'sft'\]"),
-        ({"ld_alpha": 0.5}, r"ld_alpha=0.5 .* LD-DPO"),
-        ({"f_divergence_type": "js_divergence"}, r"f_divergence_type='js_divergence' .* reverse-KL"),
-        ({"use_weighting": True}, r"use_weighting=True .* WPO"),
-        ({"discopop_tau": 0.1}, r"discopop_tau=0.1"),
+        ({"loss_type": "dpo"}, r"loss_type='dpo' is not valid; must be one of 'sigmoid', 'hinge', .*'sigmoid_norm'"),
+        ({"loss_type": ["ipo", "sft"], "loss_weights": [1.0]}, r"loss_weights=\[1.0\] has 1 weight\(s\) but loss_type"),
+        ({"loss_weights": [True]}, r"loss_weights=\[True\] is not valid"),
+        ({"loss_type": "bco_pair", "f_divergence_type": "forward_kl"}, r"f_divergence_type='forward_kl' only applies"),
+        ({"f_divergence_type": "kl"}, r"f_divergence_type='kl' is not valid; must be one of 'reverse_kl'"),
+        ({"f_alpha_divergence_coef": float("nan")}, r"f_alpha_divergence_coef=nan is not valid"),
+        ({"ld_alpha": -0.5}, r"ld_alpha=-0.5 is not valid; must be in \[0, 1\] or None"),
+        ({"use_weighting": True, "loss_type": "aot_unpaired"}, r"use_weighting=True does not .*'aot_unpaired'"),
+        ({"use_weighting": True, "loss_type": ["sigmoid", "sft"]}, r"use_weighting=True does not apply to .*'sft'"),
+        ({"use_weighting": 1}, r"use_weighting=1 is not valid; must be True or False"),
+        ({"discopop_tau": 0.0}, r"discopop_tau=0.0 is not valid; must be > 0"),
+        ({"loss_type": "exo_pair"}, r"'exo_pair' needs label_smoothing > 0"),
         ({"label_smoothing": 0.5}, r"label_smoothing=0.5 is not valid; must be in \[0, 0.5\)"),
         ({"beta": 0.0}, r"beta=0.0 is not valid; must be > 0"),
         ({"kl_coef": -0.1}, r"kl_coef=-0.1 is not valid; must be >= 0"),
         ({"kl_loss_fn": "k9"}, r"kl_loss_fn|k9"),
         ({"kl_loss_fn": "none", "kl_coef": 0.001}, r"kl_coef=0.001 adds a KL term but kl_loss_fn='none'"),
-        ({"precompute_ref_log_probs": True}, r"precompute_ref_log_probs=True .* set kl_coef=0"),
+        ({"precompute_ref_log_probs": True, "kl_coef": 0.001}, r"kl_coef=0.001 .*precompute_ref_log_probs=True"),
     ],
 )
 def test_bad_config(overrides, message):
-    with pytest.raises(ValueError, match=message):
+    """Errors at construction, naming the config, the field and what it may be."""
+    with pytest.raises(ValueError, match=rf"^DPOConfig\b.*{message}"):
         DPOConfig(output_dir="unused", **{**CPU, **overrides})
+
+
+def test_loss_weights_of_another_length_are_an_error_in_trl_too():
+    with pytest.raises(ValueError, match="`loss_weights` must have the same length as `loss_type`"):
+        trl.DPOConfig(output_dir="unused", **CPU, loss_type=["ipo", "sft"], loss_weights=[1.0])
+
+
+def test_precomputed_reference_with_the_default_config(random_tiny_model, tmp_path):
+    """`precompute_ref_log_probs=True` alone trains: the KL term (it needs per-token reference log-probs) is off unless
+    kl_coef is set, and setting it is the error above. kl_loss_fn='none' or kl_coef=0 are accepted as well."""
+    args = _config(DPOConfig, tmp_path, precompute_ref_log_probs=True)
+    assert args.kl_coef == 0.0 and type(args.kl_coef) is float and args.build_kl_fn().name == "none"
+    for explicit in ({"kl_coef": 0.0}, {"kl_loss_fn": "none"}):
+        assert _config(DPOConfig, tmp_path, precompute_ref_log_probs=True, **explicit).build_kl_fn().name == "none"
+    trainer = DPOTrainer(
+        model=random_tiny_model, args=args, train_dataset=toy_preference_dataset(8), processing_class=build_tokenizer()
+    )
+    assert trainer.ref_model is None and "ref_chosen_logps" in trainer.train_dataset.column_names
+    trainer.train()
+    assert trainer.state.global_step == 1 and logged(trainer, "dpo_loss") and not logged(trainer, "kl")
+
+
+def test_loss_options_on_the_command_line():
+    parser = trl.TrlParser((DPOConfig,))
+    base = ["--output_dir", "unused", "--use_cpu", "--bf16", "false", "--report_to", "none"]
+    (config,) = parser.parse_args_and_config([*base, "--loss_type", "ipo", "sft", "--loss_weights", "1", "0.5"])
+    loss = config.build_policy_loss()
+    assert (loss.loss_type, loss.loss_weights) == (("ipo", "sft"), (1.0, 0.5))
+    (config,) = parser.parse_args_and_config([*base, "--precompute_ref_log_probs", "true"])
+    assert config.kl_coef == 0.0
+    with pytest.raises(ValueError, match=r"DPOConfig: kl_coef=0.001 .*precompute_ref_log_probs=True"):
+        parser.parse_args_and_config([*base, "--precompute_ref_log_probs", "true", "--kl_coef", "0.001"])
 
 
 def test_wrong_config_class(random_tiny_model, tmp_path):
@@ -81,6 +130,7 @@ def test_first_update_equals_trl_sigmoid_dpo(random_tiny_model, tmp_path, precom
     """Label smoothing 0, KL off: the ported loss is TRL's sigmoid DPO, so one SGD step moves every parameter the
     same way, with the reference live or precomputed."""
     common = dict(optim="sgd", learning_rate=1.0, precompute_ref_log_probs=precompute, max_grad_norm=0.0)
+    kl_off = {} if precompute else {"kl_coef": 0.0}  # precomputed: off by default
     dataset = toy_preference_dataset(16)
     theirs = trl.DPOTrainer(
         model=random_tiny_model,
@@ -90,7 +140,7 @@ def test_first_update_equals_trl_sigmoid_dpo(random_tiny_model, tmp_path, precom
     )
     before = snapshot(theirs.model)
     theirs.train()
-    ours = _trainer(random_tiny_model, tmp_path / "ours", dataset=dataset, kl_coef=0.0, **common)
+    ours = _trainer(random_tiny_model, tmp_path / "ours", dataset=dataset, **kl_off, **common)
     ours.train()
     assert changed(before, theirs.model)
     for (name, a), b in zip(theirs.model.named_parameters(), ours.model.parameters(), strict=True):

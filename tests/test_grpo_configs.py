@@ -60,20 +60,16 @@ def test_every_field_is_typed_and_documented(algorithm):
     assert "arXiv" in config_class.__doc__ or "Trinity" in config_class.__doc__
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", [name for name in ALGORITHMS if not trl_ext.get_algorithm(name).trl_losses])
 @pytest.mark.parametrize(
     ("field", "value", "hint"),
     [
         ("loss_type", "grpo", "loss_agg_mode"),
-        ("epsilon", 0.3, ""),
+        ("epsilon", 0.3, "trl_ext.GRPOConfig(loss_type="),
         ("epsilon_high", 0.28, ""),
         ("importance_sampling_level", "sequence", "GSPOTrainer"),
         ("sapo_temperature_neg", 2.0, "tau_neg"),
-        ("use_bias_correction_kl", False, "kl_loss_fn"),
-        ("scale_rewards", "batch", "advantage function"),
-        ("top_entropy_quantile", 0.2, "not supported"),
         ("use_liger_kernel", True, "Liger"),
-        ("off_policy_mask_threshold", 0.5, ""),
     ],
 )
 def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value, hint):
@@ -91,11 +87,9 @@ def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value
 
 def test_clip_hints_name_the_algorithms_own_fields():
     with pytest.raises(ValueError, match="use `clip_range` / `clip_range_low` / `clip_range_high`"):
-        make(trl_ext.GRPOConfig, epsilon_high=0.28)
+        make(trl_ext.CISPOConfig, epsilon_high=0.28)
     with pytest.raises(ValueError, match="use `clip_ratio_c`"):
-        make(trl_ext.GRPOConfig, delta=2.0)
-    with pytest.raises(ValueError, match="enable_sequence_masking"):
-        make(trl_ext.GRPOConfig, off_policy_mask_threshold=0.5)
+        make(trl_ext.ReinforcePlusPlusConfig, delta=2.0)
     with pytest.raises(ValueError, match="its arguments are: tau_pos, tau_neg"):
         make(trl_ext.SAPOConfig, epsilon=0.1)
 
@@ -119,11 +113,16 @@ def test_clip_hints_name_the_algorithms_own_fields():
         (trl_ext.GRPOConfig, {"beta": 0.1, "kl_loss_fn": "none"}, r"beta=0.1 adds a KL term but kl_loss_fn='none'"),
         (trl_ext.GRPOConfig, {"entropy_coef": 0.01, "entropy_loss_fn": "none"}, r"entropy_loss_fn='none'"),
         (trl_ext.GRPOConfig, {"beta": 0.1, "adaptive_kl": True}, r"adaptive_kl=True needs target_kl and kl_horizon"),
+        (trl_ext.RLOOConfig, {"scale_rewards": "batch"}, r"advantage function `rloo` does not divide by a reward std"),
+        (trl_ext.GRPOConfig, {"scale_rewards": "none", "std_cal_level": "batch"}, r"contradict each other"),
+        (trl_ext.GRPOConfig, {"scale_rewards": "median"}, r"scale_rewards='median' is not valid; must be one of"),
         (
-            trl_ext.GRPOConfig,
-            {"gradient_accumulation_steps": 2, "steps_per_generation": 3},
-            r"steps_per_generation=3 must be a multiple of gradient_accumulation_steps=2",
+            trl_ext.SAPOConfig,
+            {"use_adaptive_entropy": True, "entropy_loss_fn": "none"},
+            r"use_adaptive_entropy=True is set but entropy_loss_fn",
         ),
+        (trl_ext.GRPOConfig, {"loss_type": "dapo", "clip_ratio_c": 4.0}, r"clip_ratio_c=4.0 configures trl_ext's"),
+        (trl_ext.GRPOConfig, {"loss_type": "grpx"}, r"loss_type='grpx' is not valid; must be one of"),
         (trl_ext.SAPOConfig, {"num_generations": 1, "per_device_train_batch_size": 4}, r"at least 2 generations"),
     ],
 )

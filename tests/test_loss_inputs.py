@@ -176,7 +176,7 @@ def test_inputs_are_the_signature_plus_window_inputs(name):
 
 
 def test_kl_and_entropy_inputs():
-    kl = ("logprob", "ref_logprob", "response_mask", "loss_agg_mode", "old_logprob", *_WINDOW)
+    kl = ("logprob", "ref_logprob", "response_mask", "loss_agg_mode", "old_logprob", "token_weights", *_WINDOW)
     for name in KL_FNS:
         assert get_kl_fn(name).inputs() == kl
     assert get_entropy_fn("default").inputs() == ("entropy", "action_mask", "loss_agg_mode", *_WINDOW)

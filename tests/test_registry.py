@@ -53,6 +53,7 @@ def outside_algorithm():
             class_prefix="CappedPG",
             display_name="Capped PG",
             details="",
+            trl_losses=False,
         )
     )
     yield spec

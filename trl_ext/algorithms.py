@@ -51,6 +51,8 @@ class AlgorithmSpec:
     in `trl_ext.losses`). `class_prefix` names the classes (`SAPO` -> `SAPOConfig`, `SAPOTrainer`; default: the
     upper-case name) and `display_name` the algorithm in model cards (default: the upper-case name); `details` is
     appended to the config's docstring (what the description leaves out, e.g. TRL's equivalent settings).
+    `trl_losses`: the config also accepts TRL's own loss selection (`loss_type`, `epsilon`, ...) and then trains
+    TRL's loss (`trl_ext.losses.trl_grpo`): the algorithm that `trl.GRPOTrainer` users swap in.
     """
 
     name: str
@@ -72,6 +74,7 @@ class AlgorithmSpec:
     class_prefix: str = ""
     display_name: str = ""
     details: str = ""
+    trl_losses: bool = False
 
     def __post_init__(self) -> None:
         if self.trainer is not None and self.trainer not in TRAINER_FAMILIES:
@@ -190,8 +193,12 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
     _spec("grpo", "GRPO: group-normalized advantages, dual-clip PPO loss.",
           Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
           flags="FTFT", policy="ppo", advantage="grpo", kl_loss="k2", entropy="default", repeat=2,
+          trl_losses=True,
           details="`loss_agg_mode='token-mean'` is TRL's default `dapo` aggregation; `'seq-mean-token-mean'` is the "
-          "paper's (TRL's `loss_type='grpo'`)."),
+          "paper's. Setting any of TRL's loss fields (`loss_type`, `importance_sampling_level`, `epsilon`, "
+          "`epsilon_high`, `delta`, `sapo_temperature_*`, `vespo_*`) trains TRL's own loss instead, exactly (its "
+          "advantages, KL estimator `k3` and token-mean entropy bonus included); trl_ext's KL estimators, advantage "
+          "arguments and window normalization still apply."),
     _spec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.",
           Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262"),
           flags="FTTT", policy="ppo", advantage="reinforceplusplus", kl_loss="k2", entropy="default", repeat=2,

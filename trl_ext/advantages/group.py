@@ -32,7 +32,7 @@ from .base import (
     register_advantage,
 )
 
-STD_CAL_LEVELS = ("group", "batch")
+STD_CAL_LEVELS = ("group", "batch", "none")
 
 
 def _all_kept(rewards: torch.Tensor) -> torch.Tensor:
@@ -50,16 +50,19 @@ def _grpo(
     """GRPO advantages `(R - mean) / (std + epsilon)` `[N]`, the per-group sizes `[G]` and which groups
     pass `std_threshold` `[G]` (all when it is None; else more than one sample and group std > threshold).
 
-    `std_cal_level="batch"`: `std` is the unbiased std of all `rewards` (1 when there are at most one).
+    `std_cal_level="batch"`: `std` is the unbiased std of all `rewards` (1 when there are at most one); `"none"`:
+    `R - mean`, no division (Dr. GRPO; TRL's `scale_rewards="none"`).
     """
     counts, mean, std = group_stats(rewards, index, num_groups)
+    valid = torch.ones_like(counts, dtype=torch.bool)
+    if std_threshold is not None:
+        valid = (counts > 1) & (std > std_threshold)
+    if std_cal_level == "none":
+        return rewards - mean[index], counts, valid
     if std_cal_level == "batch":
         scale = rewards.std() if rewards.numel() > 1 else rewards.new_ones(())
     else:
         scale = std[index]
-    valid = torch.ones_like(counts, dtype=torch.bool)
-    if std_threshold is not None:
-        valid = (counts > 1) & (std > std_threshold)
     return (rewards - mean[index]) / (scale + epsilon), counts, valid
 
 
@@ -138,7 +141,8 @@ class GRPOAdvantage(AdvantageFn):
     are the group's mean and unbiased std; a group of one gets mean 0 and std 1 (`A = R / (1 + epsilon)`).
 
     * `std_cal_level="batch"`: `std` is the unbiased std of ALL rewards of the batch (1 if N <= 1); the
-      mean stays per group (0 for a group of one).
+      mean stays per group (0 for a group of one). `"none"`: no division, `A = R - mean` (Dr. GRPO,
+      Liu et al. 2025, arXiv 2503.20783; a trl_ext extension, TRL's `scale_rewards="none"`).
     * `std_threshold`: a group is skipped (`keep=False` for its samples) when it has a single sample —
       whatever the threshold — or its group std (unbiased, also with `std_cal_level="batch"`) is
       `<= std_threshold`.
@@ -193,7 +197,8 @@ class GRPOAdvantage(AdvantageFn):
         Argument(
             "std_cal_level",
             "group",
-            "Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean).",
+            "Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: "
+            "R − group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.",
             choices=STD_CAL_LEVELS,
         ),
     )

@@ -103,11 +103,14 @@ class KLFn(Component):
         response_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
         old_logprob: torch.Tensor | None = None,
+        token_weights: torch.Tensor | None = None,
         **window: Any,
     ) -> tuple[torch.Tensor, Metrics]:
-        """`(kl_coef · agg(KL), {"kl_loss": agg(KL), "kl_coef": kl_coef})`; `window` takes the
+        """`(kl_coef · agg(w·KL), {"kl_loss": agg(w·KL), "kl_coef": kl_coef})`; `window` takes the
         optional `global_valid_toks` / `global_valid_seqs` / `normalizer` of `aggregate_loss` (the other
-        documented batch keys are ignored, any other keyword is a ValueError).
+        documented batch keys are ignored, any other keyword is a ValueError). `token_weights` w (`[B, T]` or
+        `[B, 1]`, default 1) weighs each token's KL, e.g. by the importance ratio π/π_old (TRL's
+        `use_bias_correction_kl`); gradients flow through it.
 
         NaN / ±inf in `logprob`, `ref_logprob` (or, for `corrected_k3`, `old_logprob`) at a valid position make
         the loss NaN — also where `low_var_kl`'s clamps would make it finite; at masked positions they are
@@ -118,7 +121,10 @@ class KLFn(Component):
         log_ratio = None
         if old_logprob is not None and self.uses_old_logprob:
             log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
-        kl_loss = b.aggregate(self.kl_from_log_ratio(d, log_ratio), loss_agg_mode)  # 0 at masked positions
+        kl = self.kl_from_log_ratio(d, log_ratio)
+        if token_weights is not None:
+            kl = b.select((kl * token_weights).expand(b.shape))
+        kl_loss = b.aggregate(kl, loss_agg_mode)  # 0 at masked positions
         metrics = {
             "kl_loss": kl_loss.detach(),
             "kl_coef": scalar(self.kl_coef, kl_loss),
@@ -166,7 +172,14 @@ class NoKL(KLFn):
         return torch.zeros_like(d)
 
     def calculate_kl_loss(
-        self, logprob, ref_logprob, response_mask, loss_agg_mode="token-mean", old_logprob=None, **window
+        self,
+        logprob,
+        ref_logprob,
+        response_mask,
+        loss_agg_mode="token-mean",
+        old_logprob=None,
+        token_weights=None,
+        **window,
     ):
         check_loss_agg_mode(self.name, loss_agg_mode)
         check_inputs(self.name, self.inputs(), window)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..algorithms import get_algorithm
-from .arguments import algorithm_arguments
+from .arguments import algorithm_arguments, documented_default
 from .distill_trainer import DistillFamilyTrainer
 from .dpo_config import DPOConfig
 from .dpo_trainer import DPOTrainer
@@ -48,7 +48,10 @@ def algorithm_classes(name: str) -> tuple[type, type]:
         config_doc += f" {spec.details}"
     namespace = {"__module__": __package__, "__qualname__": config_name, "__doc__": config_doc, "algorithm": name}
     kl_field = config_base.__dataclass_fields__["kl_loss_fn"]  # the record's estimator as the field's default
-    namespace["kl_loss_fn"] = dataclasses.field(default=spec.kl_estimator, metadata=kl_field.metadata)
+    # marked as not given, so that TRL's own loss can default to TRL's estimator (`GRPOFamilyConfig.uses_trl_loss`)
+    namespace["kl_loss_fn"] = dataclasses.field(
+        default=documented_default(spec.kl_estimator), metadata=kl_field.metadata
+    )
     namespace["__annotations__"] = {"kl_loss_fn": kl_field.type}
     config = dataclass(type(config_name, (*algorithm_arguments(name), config_base), namespace))
     closing = "Every other parameter is `trl.GRPOConfig`'s, plus `GRPOFamilyConfig`'s KL / entropy fields."

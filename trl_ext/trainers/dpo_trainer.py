@@ -1,4 +1,4 @@
-"""The DPO trainer: `trl.DPOTrainer` with the ported `dpo` loss and Trinity-RFT's KL term.
+"""The DPO trainer: `trl.DPOTrainer` with trl_ext's DPO loss (TRL's loss options) and Trinity-RFT's KL term.
 
 Everything but the loss step is TRL's: dataset preparation and tokenization, the preference collator (rows
 [all chosen; all rejected]), the reference model (reloaded, PEFT's disabled adapter, or log-prob sums precomputed
@@ -6,13 +6,19 @@ with `precompute_ref_log_probs`), TR-DPO's `sync_ref_model`, logging, checkpoint
 hook for the loss) runs the policy through TRL's fused log-prob head, takes the reference's per-token log-probs
 (or TRL's precomputed sums), and computes
 
-    loss = dpo(per pair: −(1 − ls)·log σ(βz) − ls·log σ(−βz))  +  kl_coef · token-mean(KL(π‖π_ref))
+    loss = Σ_k λ_k · mean over pairs of ℓ_k  +  kl_coef · token-mean(KL(π‖π_ref))
 
-normalized over the optimizer window: the pair and token counts of every accumulation step, summed over
-processes, are taken when the window starts (`_get_num_items_in_batch`, HF's per-window hook), so the update
-does not depend on how the window is split into micro-batches and processes, even when the last micro-batch of an
-epoch is smaller. Metrics: the loss's `chosen_reward`, `rejected_reward`, `accuracy_mean`, `dpo_loss`, the KL's
-`kl` and `kl_coef`, and TRL's `rewards/margins`, `logps/chosen`, `logps/rejected`, `entropy`, `num_tokens`.
+with every loss option of `trl.DPOConfig` (`loss_type` ℓ_k and `loss_weights` λ_k, f-divergences, LD-DPO, WPO:
+`trl_ext.losses.dpo.TRLDPOLoss`, where each formula and paper is written) and the KL term of the record (off with
+`precompute_ref_log_probs=True`, see `DPOConfig`). Both are normalized over the optimizer window: the pair and
+token counts of every accumulation step, summed over processes, are taken when the window starts
+(`_get_num_items_in_batch`, HF's per-window hook), so the update does not depend on how the window is split into
+micro-batches and processes, even when the last micro-batch of an epoch is smaller. TRL averages each micro-batch
+instead; the two agree when every micro-batch of a window holds the same number of pairs (and, for the `sft` loss
+type, of chosen tokens), e.g. with gradient_accumulation_steps=1 on one process. Metrics: the loss's
+`chosen_reward`, `rejected_reward`, `accuracy_mean`, `dpo_loss` (the whole preference loss), the KL's `kl` and
+`kl_coef`, and TRL's `rewards/margins`, `logps/chosen`, `logps/rejected` (`ld_alpha`-weighted, as TRL's),
+`entropy`, `num_tokens`.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
 class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
-    """A `trl.DPOTrainer` whose loss is trl_ext's `dpo` loss plus the KL term (config: `trl_ext.DPOConfig`).
+    """A `trl.DPOTrainer` whose loss is trl_ext's DPO loss (`TRLDPOLoss`: every loss option of `trl.DPOConfig`) plus
+    the KL term, normalized over the optimizer window (config: `trl_ext.DPOConfig`).
 
     The constructor takes exactly `trl.DPOTrainer`'s arguments.
     """
@@ -71,14 +78,15 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
 
     def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
         """Called by the training loop with the window's micro-batches before the first one runs: count their rows
-        (2 per pair), completion tokens and input tokens (TRL's `num_tokens`), summed over processes (one
-        collective, one host sync per optimizer step)."""
+        (2 per pair), completion tokens, chosen completion tokens (the `sft` loss type's) and input tokens (TRL's
+        `num_tokens`), summed over processes (one collective, one host sync per optimizer step)."""
         rows = sum(batch["input_ids"].size(0) for batch in batch_samples)
         tokens = sum(batch["completion_mask"][..., 1:].sum() for batch in batch_samples)
+        chosen = sum(batch["completion_mask"][: batch["input_ids"].size(0) // 2, 1:].sum() for batch in batch_samples)
         inputs = sum(batch["attention_mask"].sum() for batch in batch_samples)
-        counts = torch.stack([torch.as_tensor(x, device=device) for x in (rows, tokens, inputs)]).float()
-        rows, tokens, inputs = self.accelerator.reduce(counts, reduction="sum")
-        self._window = {"global_valid_seqs": rows, "global_valid_toks": tokens}
+        counts = torch.stack([torch.as_tensor(x, device=device) for x in (rows, tokens, chosen, inputs)]).float()
+        rows, tokens, chosen, inputs = self.accelerator.reduce(counts, reduction="sum")
+        self._window = {"global_valid_seqs": rows, "global_valid_toks": tokens, "chosen_valid_toks": chosen}
         self._total_train_tokens += int(inputs.item()) // getattr(self, "_tp_size", 1)  # TP ranks share a batch
         return None
 
@@ -105,8 +113,18 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
         else:
             rows = torch.full((), float(mask.size(0)), device=mask.device)
             window = {"global_valid_seqs": rows, "global_valid_toks": mask.sum().float()}
+            window["chosen_valid_toks"] = mask[:pairs].sum().float()
+        chosen_valid_toks = window.pop("chosen_valid_toks", None)
+        weighting = {}
+        if self.policy_loss_fn.use_weighting:  # WPO: TRL's fused head adds log Σ_v π(v)² when use_weighting is on
+            weighting["log_sum_sq_probs"] = outputs.log_sum_sq_probs[:, -width:][interleave]
         loss, metrics = self.policy_loss_fn(
-            logprob=logps[interleave], ref_logprob=ref[interleave], action_mask=mask[interleave], **window
+            logprob=logps[interleave],
+            ref_logprob=ref[interleave],
+            action_mask=mask[interleave],
+            chosen_valid_toks=chosen_valid_toks,
+            **weighting,
+            **window,
         )
         if self.kl_fn.name != "none":
             kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(logps, ref, mask, "token-mean", **window)
@@ -120,12 +138,9 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
             metrics["aux_loss"] = outputs.aux_loss.detach()
 
         with torch.no_grad():  # TRL's metrics that the loss does not report
-            sums = torch.where(mask, logps, 0).sum(1)
-            chosen, rejected = sums.chunk(2)
-            ref_sums = ref if ref.dim() == 1 else torch.where(mask, ref, 0).sum(1)
-            margins = self.beta * ((chosen - rejected) - (ref_sums[:pairs] - ref_sums[pairs:]))
-            metrics["rewards/margins"] = margins.mean()
-            metrics["logps/chosen"], metrics["logps/rejected"] = chosen.mean(), rejected.mean()
+            metrics["rewards/margins"] = metrics["chosen_reward"] - metrics["rejected_reward"]  # β·mean(ρ_c − ρ_r)
+            sums = self.policy_loss_fn.sequence_logps(logps[interleave].detach(), mask[interleave])
+            metrics["logps/chosen"], metrics["logps/rejected"] = sums[0::2].mean(), sums[1::2].mean()
             if outputs.entropy is not None:
                 metrics["entropy"] = aggregate_loss(
                     outputs.entropy[:, -width:].detach(),

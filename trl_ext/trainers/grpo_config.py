@@ -5,11 +5,14 @@
 its record by `trl_ext.trainers.algorithm_classes`: the family's base plus the dataclasses that
 `trl_ext.trainers.arguments.algorithm_arguments` generates from the record's loss and advantage `Argument` specs.
 TRL's own fields keep TRL's meaning (`beta` is the KL coefficient, `entropy_coef` the entropy-bonus coefficient,
-`num_generations` the group size); a TRL field that selects or parameterizes TRL's *own* loss (`loss_type`,
-`epsilon`, `sapo_temperature_neg`, ...) is rejected whenever it is given, even at TRL's default, with the name of the
-field to use instead, and a TRL feature switch the trainers do not implement (`use_liger_kernel`, `scale_rewards`,
-...) when it is turned on. Every field is checked on its own at construction: a bad value is a ValueError naming the
-config class, the field, the value and what it may be.
+`num_generations` the group size), and TRL's options that do not select the loss (`scale_rewards`, GDPO's
+`multi_objective_aggregation`, `top_entropy_quantile`, `off_policy_mask_threshold`, adaptive entropy, ...) work in
+every algorithm (see `GRPOFamilyConfig`). A TRL field that selects or parameterizes TRL's *own* loss (`loss_type`,
+`epsilon`, `sapo_temperature_neg`, ...) makes `trl_ext.GRPOConfig` train TRL's loss (`trl_ext.losses.trl_grpo`); an
+algorithm's config rejects it whenever it is given, even at TRL's default, with the name of the field to use
+instead. `use_liger_kernel=True` is rejected everywhere (Liger's fused loss would replace the loss). Every field is
+checked on its own at construction: a bad value is a ValueError naming the config class, the field, the value and
+what it may be.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from ..advantages import ADVANTAGE_FNS, get_advantage_fn
 from ..algorithms import get_algorithm
 from ..losses import POLICY_LOSSES, get_entropy_fn, get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS, KLFn
+from ..losses.trl_grpo import TRLGRPOLoss
+from ..losses.trl_grpo import aggregation as trl_loss_aggregation
 from .arguments import (
     _REWARD_ADVANTAGE_FNS,
     GRPO_KL_ARGUMENTS,
@@ -76,47 +81,40 @@ def trl_defaults(config_class: type) -> dict[str, Any]:
 
 _GRPO_DEFAULTS = trl_defaults(_TRLGRPOConfig)
 
-# TRL fields that select or parameterize TRL's own loss (or its adaptive entropy), with what to use instead
-# (`{clip}`, `{dual_clip}`, `{sequence_mask}`, `{adaptive_entropy}` are filled per algorithm). `GRPOFamilyConfig`
-# redeclares them with the default None: setting one is an error even at TRL's default value (`loss_type="dapo"` on a
-# SAPOConfig would otherwise read as "DAPO" while the trainer trains SAPO). Once the config is built they hold TRL's
-# defaults (marked by `documented_default`), which TRL's own config and trainer code read.
+# TRL fields that select or parameterize TRL's own loss, with what an algorithm trainer uses instead (`{clip}`,
+# `{dual_clip}` are filled per algorithm). `GRPOFamilyConfig` redeclares them with the default None: on an
+# algorithm's config (SAPOConfig, ...) setting one is an error even at TRL's default value (`loss_type="dapo"` on a
+# SAPOConfig would otherwise read as "DAPO" while the trainer trains SAPO); `trl_ext.GRPOConfig` accepts them and then
+# trains TRL's loss (`trl_ext.losses.trl_grpo`). Once the config is built they hold TRL's defaults (marked by
+# `documented_default`) where not given, which TRL's own config and trainer code read.
 _TRL_LOSS_FIELDS: dict[str, str] = {
-    "loss_type": "the trainer class selects the loss; set `loss_agg_mode` for the aggregation",
+    "loss_type": "the trainer class selects the loss (`loss_agg_mode` its aggregation); {trl}",
     "importance_sampling_level": "use `GSPOTrainer` / `GSPOConfig` for the sequence-level ratio",
     "epsilon": "{clip}",
     "epsilon_high": "{clip}",
     "delta": "{dual_clip}",
     "sapo_temperature_pos": "use `SAPOConfig.tau_pos`",
     "sapo_temperature_neg": "use `SAPOConfig.tau_neg`",
-    "vespo_k_pos": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
-    "vespo_lambda_pos": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
-    "vespo_k_neg": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
-    "vespo_lambda_neg": "VESPO is TRL's own loss: use `trl.GRPOTrainer(loss_type='vespo')`",
-    "entropy_coef_min": "{adaptive_entropy}",
-    "entropy_coef_max": "{adaptive_entropy}",
-    "entropy_coef_delta": "{adaptive_entropy}",
-    "entropy_target": "{adaptive_entropy}",
+    "vespo_k_pos": "{trl}",
+    "vespo_lambda_pos": "{trl}",
+    "vespo_k_neg": "{trl}",
+    "vespo_lambda_neg": "{trl}",
 }
+_TRL_LOSS_HINT = "TRL's own losses are trained by `trl_ext.GRPOTrainer` / `trl_ext.GRPOConfig(loss_type=...)`"
 # TRL feature switches whose default turns the feature off: only a non-default value is an error (so that
 # `use_liger_kernel: false` in a recipe stays harmless).
 _TRL_SWITCH_FIELDS: dict[str, str] = {
-    "use_bias_correction_kl": "choose the KL estimator with `kl_loss_fn` (e.g. `'corrected_k3'`)",
-    "scale_rewards": "the advantage function normalizes the rewards (see its arguments, e.g. `std_cal_level`)",
-    "multi_objective_aggregation": "rewards are summed with `reward_weights`, then passed to the advantage function",
-    "top_entropy_quantile": "not supported by trl_ext trainers",
-    "use_adaptive_entropy": "use `entropy_loss_fn` with a fixed `entropy_coef`",
-    "off_policy_mask_threshold": "{sequence_mask}",
-    "use_liger_kernel": "Liger's fused GRPO loss would replace the algorithm's loss; trl_ext uses TRL's fused "
-    "log-prob path instead",
+    "use_liger_kernel": "Liger's fused GRPO loss would replace the algorithm's loss (and trl_ext's window "
+    "normalization); trl_ext uses TRL's fused log-prob path instead",
 }
 _UNUSED_TRL_FIELDS: dict[str, str] = {**_TRL_LOSS_FIELDS, **_TRL_SWITCH_FIELDS}
 _GENERIC_HINTS = {
     "clip": "clip with the algorithm's own arguments (e.g. `clip_range`)",
     "dual_clip": "the dual clip is `clip_ratio_c` where the loss has one",
-    "sequence_mask": "use `enable_sequence_masking` / `delta_sequence_masking` where the loss has them",
-    "adaptive_entropy": "TRL's adaptive entropy control is not supported; use a fixed `entropy_coef`",
+    "trl": _TRL_LOSS_HINT,
 }
+# The advantage functions whose std normalization TRL's `scale_rewards` selects (their `std_cal_level`).
+_SCALE_REWARDS = ("group", "batch", "none")
 
 
 def _unused_trl_field(name: str) -> Any:
@@ -125,10 +123,22 @@ def _unused_trl_field(name: str) -> Any:
     return field(
         default=None,
         metadata=_help(
-            f"Not used by trl_ext's GRPO-family trainers: {hint}. It configures TRL's own loss (trl.GRPOConfig's "
-            f"default {_GRPO_DEFAULTS[name]!r}); setting it, even to that default, is an error."
+            f"TRL's own loss (trl.GRPOConfig's default {_GRPO_DEFAULTS[name]!r}). `trl_ext.GRPOConfig`: setting it "
+            f"trains TRL's loss, exactly. The algorithms' configs (SAPOConfig, ...): not used, and setting it, even "
+            f"to that default, is an error ({hint})."
         ),
     )
+
+
+TRL_ADVANTAGE_EPSILON = 1e-4
+"""The ε of TRL's (R − mean)/(std + ε), the `grpo` advantage's default with TRL's own loss."""
+
+
+def _plain(value: Any) -> Any:
+    """A documented default as the plain value TRL's own code would hold."""
+    if isinstance(value, DocumentedDefault):
+        return float(value)
+    return str(value) if is_documented_default(value) else value
 
 
 def resolve_kl_coefficient(owner: str, kl_loss_fn: str, name: str, value: Any) -> float:
@@ -176,7 +186,7 @@ class UnsetTRLFields:
     (`unset_trl_fields`: name -> TRL's default). Giving one is an error even at TRL's default
     (`_unused_field_error`); once checked, each holds TRL's default for TRL's own code, marked as not given
     (`documented_default`, so a copy made from the config's values is accepted), and `to_dict` leaves them out
-    (the dict logged to trackers and written in model cards re-loads)."""
+    unless given (the dict logged to trackers and written in model cards re-loads)."""
 
     unset_trl_fields: ClassVar[dict[str, Any]] = {}
 
@@ -194,7 +204,9 @@ class UnsetTRLFields:
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         for name in self.unset_trl_fields:
-            d.pop(name, None)
+            value = getattr(self, name, None)
+            if value is None or is_documented_default(value):
+                d.pop(name, None)
         return d
 
 
@@ -206,9 +218,24 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
     its loss and advantage arguments.
 
     TRL fields keep TRL's meaning: `beta` is the KL coefficient (Trinity-RFT's `kl_coef`; 0 creates no
-    reference model), `entropy_coef` the entropy-bonus coefficient, `num_generations` the group size. The TRL
-    fields that configure TRL's own loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) default to None
-    here and are errors when set: the algorithm's own fields replace them.
+    reference model), `entropy_coef` the entropy-bonus coefficient, `num_generations` the group size. TRL's options
+    that do not select the loss work in every algorithm, composed with its loss and advantage:
+
+    * `scale_rewards` (`group` / `batch` / `none`) chooses the reward std of the `grpo` advantage (its
+      `std_cal_level`); with another advantage function only `group` (the default) is allowed.
+    * `multi_objective_aggregation="normalize_then_sum"` (GDPO) normalizes each reward function's rewards within
+      the prompt group before the weighted sum, and the `grpo` advantage then divides by the batch std.
+    * `top_entropy_quantile` < 1 trains the policy gradient on the highest-entropy tokens only (their advantages;
+      the window's token count is unchanged, as in TRL), and the entropy bonus on the same tokens.
+    * `off_policy_mask_threshold` drops the negative-advantage sequences whose mean KL to the sampling policy
+      exceeds it (DeepSeek-V3.2's off-policy sequence mask).
+    * `use_adaptive_entropy` adapts `entropy_coef` once per optimizer step towards `entropy_target`.
+    * `use_bias_correction_kl` multiplies the per-token KL by the importance ratio π/π_old.
+    * `mask_truncated_completions`, `steps_per_generation` (any value), `num_iterations`, environments and tools
+      are TRL's own.
+
+    The TRL fields that configure TRL's own loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) default to
+    None here: `trl_ext.GRPOConfig` trains TRL's loss when one is set; the algorithms' configs refuse them.
     """
 
     #: the algorithm's name (its record): set on the algorithm's config class, which also has the fields of its
@@ -235,10 +262,15 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
     vespo_lambda_pos: float | None = _unused_trl_field("vespo_lambda_pos")
     vespo_k_neg: float | None = _unused_trl_field("vespo_k_neg")
     vespo_lambda_neg: float | None = _unused_trl_field("vespo_lambda_neg")
-    entropy_coef_min: float | None = _unused_trl_field("entropy_coef_min")
-    entropy_coef_max: float | None = _unused_trl_field("entropy_coef_max")
-    entropy_coef_delta: float | None = _unused_trl_field("entropy_coef_delta")
-    entropy_target: float | None = _unused_trl_field("entropy_target")
+    use_bias_correction_kl: bool | None = field(
+        default=None,
+        metadata=_help(
+            "Multiply each token's KL by the importance ratio π/π_old (differentiable; DeepSeek-V3.2's unbiased "
+            "reverse-KL gradient). Default: on with TRL's own loss (TRL's default), off for the algorithms, whose "
+            "`kl_loss_fn` chooses the estimator (`corrected_k3` is Trinity-RFT's bias-corrected k3, its weight "
+            "clamped at 2)."
+        ),
+    )
 
     entropy_loss_fn: str = field(
         default="default",
@@ -253,6 +285,10 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         # trl_ext's checks first, each field on its own, so that a bad value is reported by its field's name
         # before TRL's own processing of the other fields.
         self._take_trl_defaults()
+        if self.uses_trl_loss:
+            self._enter_trl_loss_mode()
+        if self.use_bias_correction_kl is None:
+            self.use_bias_correction_kl = self.uses_trl_loss
         self._check_fields()
         owner = type(self).__name__
         self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
@@ -261,11 +297,13 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
                 f"{owner}: adaptive_kl=True adapts beta, but beta=0 (kl_loss_fn={self.kl_loss_fn!r}): there is no "
                 "KL term to adapt; set beta > 0 with a KL estimator, or adaptive_kl=False"
             )
-        if self.entropy_coef != 0 and self.entropy_loss_fn == "none":
+        if (self.entropy_coef != 0 or self.use_adaptive_entropy) and self.entropy_loss_fn == "none":
+            what = f"entropy_coef={self.entropy_coef}" if self.entropy_coef != 0 else "use_adaptive_entropy=True"
             raise ValueError(
-                f"{owner}: entropy_coef={self.entropy_coef} is set but entropy_loss_fn='none'; set "
-                "entropy_loss_fn='default' to add the entropy bonus, or entropy_coef=0"
+                f"{owner}: {what} is set but entropy_loss_fn='none'; set entropy_loss_fn='default' to add the "
+                "entropy bonus, or leave the entropy bonus off"
             )
+        self._check_scale_rewards()
         if self.algorithm:
             # Build every component once so that a bad argument fails here, naming the config field.
             self.build_policy_loss()
@@ -275,13 +313,6 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         super().__post_init__()
         check_hardware(self)
         self._check_trl_switch_fields()
-        if self.steps_per_generation % self.gradient_accumulation_steps:
-            raise ValueError(
-                f"{owner}: steps_per_generation={self.steps_per_generation} must be a multiple of "
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, so that every optimizer window "
-                "lies within one generation batch and its token count is known when the window starts "
-                "(set steps_per_generation or generation_batch_size accordingly)"
-            )
 
     # ---- validation ---------------------------------------------------------------------------------------
 
@@ -309,13 +340,76 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         else:
             clip = f"the {self.algorithm} loss does not clip with TRL's epsilon; its arguments are: {', '.join(names)}"
         dual = "use `clip_ratio_c` (dual clip)" if "clip_ratio_c" in names else clip
-        seq = (
-            "use `enable_sequence_masking` / `delta_sequence_masking`"
-            if "enable_sequence_masking" in names
-            else f"not supported by the {self.algorithm} loss"
+        return {"clip": f"{clip}; {_TRL_LOSS_HINT}", "dual_clip": f"{dual}; {_TRL_LOSS_HINT}", "trl": _TRL_LOSS_HINT}
+
+    # ---- TRL's own loss (`trl_ext.GRPOConfig` with a TRL loss field set) -----------------------------------------
+
+    @classmethod
+    def accepts_trl_losses(cls) -> bool:
+        """Whether the config trains TRL's own loss when a TRL loss field is set (the record's `trl_losses`)."""
+        return bool(cls.algorithm) and get_algorithm(cls.algorithm).trl_losses
+
+    def _take_trl_defaults(self) -> None:
+        if not self.accepts_trl_losses():
+            super()._take_trl_defaults()
+            return
+        given = [name for name in self.unset_trl_fields if getattr(self, name) is not None]
+        given = [name for name in given if not is_documented_default(getattr(self, name))]
+        self._trl_loss_fields = tuple(given)
+        for name, default in self.unset_trl_fields.items():
+            if name not in given:
+                setattr(self, name, documented_default(default))
+
+    @property
+    def uses_trl_loss(self) -> bool:
+        """True when TRL's own loss is trained: a TRL loss field (`loss_type`, `epsilon`, ...) was set on a config
+        that accepts them (`trl_ext.GRPOConfig`)."""
+        return bool(getattr(self, "_trl_loss_fields", ()))
+
+    def _enter_trl_loss_mode(self) -> None:
+        """TRL's loss replaces the record's: its own fields must not be set too, and the KL estimator defaults to
+        TRL's `k3`."""
+        owner = type(self).__name__
+        given = ", ".join(self._trl_loss_fields)
+        for spec in config_arguments(POLICY_LOSSES[get_algorithm(self.algorithm).policy_loss_fn]):
+            value = getattr(self, spec.field_name)
+            if value != spec.default:
+                raise ValueError(
+                    f"{owner}: {spec.field_name}={value!r} configures trl_ext's {self.algorithm} loss, but {given} "
+                    f"selects TRL's own loss, which does not read it; use TRL's fields (loss_type, epsilon, "
+                    f"epsilon_high, delta, ...), or drop {given} to train trl_ext's {self.algorithm} loss"
+                )
+        if is_documented_default(self.kl_loss_fn):
+            self.kl_loss_fn = documented_default("k3")
+
+    def _check_scale_rewards(self) -> None:
+        """`scale_rewards` (and GDPO's aggregation) choose the std of an advantage function that has
+        `std_cal_level`; with another advantage function only TRL's default is allowed."""
+        owner = type(self).__name__
+        if isinstance(self.scale_rewards, bool):  # as TRL's config reads True / False
+            self.scale_rewards = "group" if self.scale_rewards else "none"
+        scale = self.scale_rewards
+        check_choice(owner, "scale_rewards", scale, _SCALE_REWARDS)
+        check_choice(
+            owner,
+            "multi_objective_aggregation",
+            self.multi_objective_aggregation,
+            ("sum_then_normalize", "normalize_then_sum"),
         )
-        entropy = "TRL's adaptive entropy control is not supported; use `entropy_loss_fn` with a fixed `entropy_coef`"
-        return {"clip": clip, "dual_clip": dual, "sequence_mask": seq, "adaptive_entropy": entropy}
+        name = self.advantage_name()
+        if name is None or scale == "group":
+            return
+        if "std_cal_level" not in self.advantage_argument_names():
+            raise ValueError(
+                f"{owner}: scale_rewards={self.scale_rewards!r} chooses the reward std that GRPO's advantage divides "
+                f"by, but the {self.algorithm} algorithm's advantage function `{name}` does not divide by a reward "
+                "std; leave scale_rewards='group' (its default)"
+            )
+        if self.std_cal_level != "group" and self.std_cal_level != scale:
+            raise ValueError(
+                f"{owner}: scale_rewards={self.scale_rewards!r} and std_cal_level={self.std_cal_level!r} contradict "
+                "each other (both choose the std of the advantage); set one of them"
+            )
 
     def _unused_field_error(self, name: str, value: Any, rule: str) -> ValueError:
         hint = _UNUSED_TRL_FIELDS[name].format(**self._clip_hint())
@@ -335,8 +429,8 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
 
     @property
     def policy_loss_name(self) -> str:
-        """The `trl_ext.losses` name of the policy loss: the algorithm's."""
-        return get_algorithm(self.algorithm).policy_loss_fn
+        """The `trl_ext.losses` name of the policy loss: the algorithm's, or `trl_grpo` (TRL's own losses)."""
+        return "trl_grpo" if self.uses_trl_loss else get_algorithm(self.algorithm).policy_loss_fn
 
     @classmethod
     def advantage_name(cls) -> str | None:
@@ -362,10 +456,14 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         return build_named(type(self).__name__, what, build, renames)
 
     def policy_loss_kwargs(self) -> dict[str, Any]:
-        """The policy loss's arguments, from this config's fields."""
+        """The policy loss's arguments, from this config's fields (TRL's own fields for TRL's loss)."""
+        if self.uses_trl_loss:
+            return {name: _plain(getattr(self, name)) for name in _TRL_LOSS_FIELDS}
         return passed_arguments(self, POLICY_LOSSES[self.policy_loss_name])
 
     def build_policy_loss(self):
+        if self.uses_trl_loss:
+            return self._named(lambda: TRLGRPOLoss(**self.policy_loss_kwargs()), "TRL's loss")
         name = self.policy_loss_name
         renames = config_renames(POLICY_LOSSES[name])
         return self._named(lambda: get_policy_loss(name, **self.policy_loss_kwargs()), "policy loss", renames)
@@ -375,6 +473,11 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         if name is None:
             return None
         kwargs = passed_arguments(self, ADVANTAGE_FNS[name])
+        if "std_cal_level" in kwargs:  # TRL's reward scaling (GDPO's sum of normalized rewards: the batch std)
+            scale = "batch" if self.multi_objective_aggregation == "normalize_then_sum" else self.scale_rewards
+            kwargs["std_cal_level"] = kwargs["std_cal_level"] if scale == "group" else scale
+            if self.uses_trl_loss and kwargs["epsilon"] == ADVANTAGE_FNS[name].argument("epsilon").default:
+                kwargs["epsilon"] = TRL_ADVANTAGE_EPSILON
         renames = config_renames(ADVANTAGE_FNS[name])
         return self._named(lambda: get_advantage_fn(name, **kwargs), "advantage function", renames)
 
@@ -388,8 +491,16 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
 
     @property
     def aggregation(self) -> str:
-        """The `loss_agg_mode` of the KL and entropy terms: the policy loss's."""
+        """The `loss_agg_mode` of the KL term: the policy loss's."""
+        if self.uses_trl_loss:
+            return trl_loss_aggregation(self.loss_type)
         return getattr(self, "loss_agg_mode", "token-mean")
+
+    @property
+    def entropy_aggregation(self) -> str:
+        """The `loss_agg_mode` of the entropy bonus: the policy loss's (Trinity-RFT), or TRL's token mean with
+        TRL's own loss."""
+        return "token-mean" if self.uses_trl_loss else self.aggregation
 
 
 class MIXFamilyConfig(GRPOFamilyConfig):

@@ -15,6 +15,12 @@ checkpointing):
   optimizer step, summed over processes), so the gradient does not depend on how the step is split into
   micro-batches and processes.
 
+TRL's options around the loss are applied here for every algorithm, as TRL applies them: `top_entropy_quantile`
+and `off_policy_mask_threshold` zero the advantages of the tokens / sequences they drop, `use_bias_correction_kl`
+weighs the per-token KL by π/π_old, and the entropy bonus uses TRL's coefficient control (`use_adaptive_entropy`).
+`get_batch_samples` keeps the window's batches so that a window may span two generation batches
+(`steps_per_generation` not a multiple of the accumulation steps).
+
 Every metric of the loss is logged under its `trl_ext.losses` name next to `policy_loss`, `kl`, `kl_coef` and
 `entropy`; each combines over the optimizer window as its component declares it (`metrics`: a `SHARE` is summed,
 a `MEAN` averaged).
@@ -29,6 +35,7 @@ from typing import Any, ClassVar
 import torch
 import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.trainer.utils import nanstd
 
 from ..losses import aggregate_loss
 from .grpo_config import GRPOFamilyConfig
@@ -74,14 +81,17 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         algorithm = self.config_class.algorithm
         args = self._resolve_args(model, args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
-        if not funcs:
+        environment = kwargs.get("environment_factory") is not None  # it may own the rewards and the prompts
+        if not funcs and not environment:
             raise ValueError(
                 f"{type(self).__name__}: reward_funcs is required: pass a reward function, a list of them, or a "
-                "reward model (id/path or PreTrainedModel); got none"
+                "reward model (id/path or PreTrainedModel), or an environment_factory whose environments score the "
+                "completions; got none"
             )
         for split, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
             for key, data in dataset.items() if isinstance(dataset, dict) else [(None, dataset)]:
-                _check_prompt_column(type(self).__name__, split if key is None else f"{split}[{key!r}]", data)
+                if not environment:
+                    _check_prompt_column(type(self).__name__, split if key is None else f"{split}[{key!r}]", data)
 
         super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
 
@@ -91,8 +101,11 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         self.kl_fn = args.build_kl_fn()
         self.entropy_fn = args.build_entropy_fn()
         self.loss_agg_mode = args.aggregation
+        self.entropy_loss_agg_mode = args.entropy_aggregation
         self._gathered_rewards: torch.Tensor | None = None
         self._window: dict[str, torch.Tensor] = {}
+        self._window_batches: list[Any] | None = None  # the raw batches of the next optimizer window
+        self._window_queue: list[dict[str, Any]] = []  # its prepared micro-batches, with the window's counts
 
     @classmethod
     def _resolve_args(cls, model, args: GRPOFamilyConfig | None) -> GRPOFamilyConfig:
@@ -140,8 +153,10 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
         device = rewards_per_func.device
-        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        if self.multi_objective_aggregation == "normalize_then_sum":  # GDPO: normalize each function per group first
+            rewards_per_func = _normalize_per_group(rewards_per_func, group_size)
+        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         group_ids = torch.arange(rewards.numel(), device=device) // group_size
 
         result, response_mask = self._compute_advantages(rewards, group_ids, output)
@@ -239,21 +254,41 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
 
     # ---- optimizer-window normalization ----------------------------------------------------------------------
 
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """The training loop fetches an optimizer window's batches before its first micro-batch runs: keep them, so
+        that the window's counts can be taken when it starts (`_start_window`)."""
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._window_batches = list(batches)
+        return batches, num_items
+
     def _prepare_inputs(self, generation_batch):
-        inputs = super()._prepare_inputs(generation_batch)
         if not self.model.training:
-            return inputs
-        accumulation = self.current_gradient_accumulation_steps
-        if self._step % accumulation == 0:
-            # The window is the next `accumulation` buffered micro-batches (`steps_per_generation` is a multiple
-            # of the accumulation steps, checked by the config), on every process.
-            start = self._step % self.args.steps_per_generation
-            window = [self._window_counts(batch) for batch in self._buffered_inputs[start : start + accumulation]]
-            names = list(window[0])
-            counts = torch.stack([sum(batch[name] for batch in window) for name in names])
-            counts = self.accelerator.reduce(counts, reduction="sum")
-            self._window = dict(zip(names, counts, strict=True))
-        return {**inputs, **self._window}
+            return super()._prepare_inputs(generation_batch)
+        if not self._window_queue:
+            self._start_window(generation_batch)
+        return self._window_queue.pop(0)
+
+    def _start_window(self, generation_batch) -> None:
+        """Prepare every micro-batch of the optimizer window that starts now with TRL's `_prepare_inputs` (which
+        generates whenever a micro-batch starts a new generation batch: a window may span several when
+        `steps_per_generation` is not a multiple of the accumulation steps; the weights do not change within a
+        window, so generating early samples from the same policy), then count the window's tokens and rows over
+        every micro-batch and process (DESIGN §2.6), and queue the micro-batches with the counts."""
+        batches = self._window_batches or [generation_batch]
+        self._window_batches = None
+        start, prepared = self._step, []
+        try:
+            for offset, batch in enumerate(batches):
+                self._step = start + offset
+                prepared.append(super()._prepare_inputs(batch))
+        finally:
+            self._step = start
+        window = [self._window_counts(batch) for batch in prepared]
+        names = list(window[0])
+        counts = torch.stack([sum(batch[name] for batch in window) for name in names])
+        counts = self.accelerator.reduce(counts, reduction="sum")
+        self._window = dict(zip(names, counts, strict=True))
+        self._window_queue = [{**inputs, **self._window} for inputs in prepared]
 
     def _window_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """What a micro-batch adds to the window's counts (`global_valid_toks` tokens, `global_valid_seqs` rows)."""
@@ -290,10 +325,23 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         advantages = inputs["advantages"]
-        if "importance_sampling_ratio" in inputs:  # vLLM truncated / masked IS correction, per token or sequence
-            advantages = (advantages if advantages.dim() == 2 else advantages.unsqueeze(1)) * inputs[
-                "importance_sampling_ratio"
-            ]
+        sampling_ratio = inputs.get("importance_sampling_ratio")  # vLLM's truncated / masked IS correction
+        if sampling_ratio is not None and "importance_sampling_ratio" not in self.policy_loss_fn.inputs():
+            advantages = _per_token(advantages) * sampling_ratio
+            sampling_ratio = None
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:  # the policy gradient on the highest-entropy tokens only (TRL)
+            entropy_mask = self.get_high_entropy_mask(entropies.detach(), mask, 1 - self.top_entropy_quantile)
+            advantages = _per_token(advantages) * entropy_mask
+        if self.off_policy_mask_threshold is not None:  # DeepSeek-V3.2's off-policy sequence mask (TRL)
+            keep = self.get_off_policy_mask(
+                advantages=_per_token(inputs["advantages"]),
+                per_token_logps=logps,
+                sampling_per_token_logps=inputs.get("sampling_per_token_logps", old),
+                mask=mask.float(),
+                off_policy_threshold=self.off_policy_mask_threshold,
+            )
+            advantages = _per_token(advantages) * keep
         window = self._window_kwargs(inputs, mode)
 
         # The batch in the losses' vocabulary; `_policy_loss` hands the loss the inputs it declares (`inputs()`).
@@ -305,23 +353,33 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
             action_mask=mask,
             advantages=advantages,
             ref_logprob=inputs.get("ref_per_token_logps"),
+            importance_sampling_ratio=sampling_ratio,
             **batch_inputs,
             **window,
         )
         loss = policy_loss
         metrics = {**loss_metrics, "policy_loss": policy_loss.detach()}
         if self.beta != 0.0:
+            weights = self._importance_ratio(logps, old, mask) if self.args.use_bias_correction_kl else None
             kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(
-                logps, inputs["ref_per_token_logps"], mask, self.loss_agg_mode, old_logprob=old, **window
+                logps,
+                inputs["ref_per_token_logps"],
+                mask,
+                self.loss_agg_mode,
+                old_logprob=old,
+                token_weights=weights,
+                **window,
             )
             loss = loss + kl_loss
             metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
-        if self.entropy_fn.entropy_coef != 0.0:
-            bonus, entropy_metrics = self.entropy_fn(
-                entropies, mask, self.loss_agg_mode, expert_mask=batch_inputs["expert_mask"], **window
-            )
-            loss = loss - bonus
-            metrics.update(entropy_metrics)
+            if self.loss_agg_mode != "token-mean" and self.args.uses_trl_loss:  # TRL logs the KL's token mean
+                kl = self.kl_fn.calculate_kl(logps.detach(), inputs["ref_per_token_logps"], old)
+                kl = kl if weights is None else kl * weights.detach()
+                metrics["kl"] = aggregate_loss(
+                    torch.where(mask, kl, 0), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")
+                )
+        if self._entropy_bonus_enabled:
+            loss = loss - self._entropy_bonus(mode, entropies, mask, entropy_mask, batch_inputs, window, metrics)
         metrics["entropy"] = aggregate_loss(
             entropies.detach(), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")
         )
@@ -339,6 +397,64 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
             self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
             self.beta = self.kl_fn.kl_coef
         return loss
+
+    def _importance_ratio(self, logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """π/π_old per token `[B, T]` (per sequence `[B, 1]` with TRL's `importance_sampling_level="sequence"`),
+        differentiable: `use_bias_correction_kl` weighs the per-token KL with it, as TRL does."""
+        log_ratio = torch.where(mask, logps - old, 0)
+        if getattr(self.policy_loss_fn, "importance_sampling_level", "token") == "sequence":
+            log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
+        return torch.exp(log_ratio)
+
+    def _entropy_bonus(
+        self,
+        mode: str,
+        entropies: torch.Tensor,
+        mask: torch.Tensor,
+        entropy_mask: torch.Tensor | None,
+        batch_inputs: dict[str, Any],
+        window: dict[str, Any],
+        metrics: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """The entropy bonus coef·agg(entropy) (subtracted from the loss), with TRL's coefficient control.
+
+        The coefficient is TRL's `entropy_coef`; with `use_adaptive_entropy` it is applied only while the previous
+        optimizer step's entropy was at or below `entropy_target`, and moved by `entropy_coef_delta` (within
+        [`entropy_coef_min`, `entropy_coef_max`]) once per optimizer step from the window's token-mean entropy over
+        all processes, as TRL does. With `top_entropy_quantile` the bonus acts on the same tokens as the policy
+        gradient, as a token mean over each micro-batch's selected tokens (TRL's definition)."""
+        effective = mask if entropy_mask is None else mask & entropy_mask
+        counts = window
+        if entropy_mask is not None:  # TRL: each micro-batch's own token mean, averaged over the window
+            scale = self.current_gradient_accumulation_steps * self.accelerator.num_processes if mode == "train" else 1
+            count = effective.sum().float().clamp(min=1.0) * scale
+            counts = {**window, "global_valid_toks": count}
+        if self.use_adaptive_entropy:
+            coef = self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
+        else:
+            coef = self.entropy_coef
+        self.entropy_fn.entropy_coef = coef
+        bonus, entropy_metrics = self.entropy_fn(
+            entropies, effective, self.entropy_loss_agg_mode, expert_mask=batch_inputs["expert_mask"], **counts
+        )
+        metrics.update(entropy_metrics)
+        if mode == "train" and self.use_adaptive_entropy:
+            stats = torch.stack([torch.where(effective, entropies.detach(), 0).sum(), effective.sum().float()])
+            self._entropy_window_stats = (
+                stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
+            )
+            if self.accelerator.sync_gradients:
+                total, tokens = self.accelerator.reduce(self._entropy_window_stats, reduction="sum").tolist()
+                self._last_world_entropy = total / max(tokens, 1.0)
+                step = self.args.entropy_coef_delta
+                if self._last_world_entropy <= self.args.entropy_target:
+                    self.entropy_coef = min(self.entropy_coef + step, self.args.entropy_coef_max)
+                else:
+                    self.entropy_coef = max(self.entropy_coef - step, self.args.entropy_coef_min)
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return bonus
 
     def _policy_loss(self, mode: str, **inputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The algorithm's policy loss on one micro-batch: its share of the window's loss, and its metrics."""
@@ -375,6 +491,20 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
 def _read_by(loss_fn: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     """The `inputs` that `loss_fn` declares it reads (`inputs()`)."""
     return {name: inputs[name] for name in loss_fn.inputs() if name in inputs}
+
+
+def _normalize_per_group(rewards_per_func: torch.Tensor, group_size: int) -> torch.Tensor:
+    """GDPO's per-function normalization (TRL's `multi_objective_aggregation="normalize_then_sum"`): each reward
+    function's rewards `[N, F]` minus their prompt group's mean, over the group's std + 1e-4 (NaN-aware)."""
+    grouped = rewards_per_func.view(-1, group_size, rewards_per_func.size(1))
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    std = nanstd(grouped, dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
+    return ((grouped - mean) / (std + 1e-4)).view_as(rewards_per_func)
+
+
+def _per_token(advantages: torch.Tensor) -> torch.Tensor:
+    """Advantages `[B]` as a column `[B, 1]` (`[B, T]` unchanged), to multiply by per-token factors."""
+    return advantages if advantages.dim() == 2 else advantages.unsqueeze(1)
 
 
 def _zero_dropped(advantages: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
