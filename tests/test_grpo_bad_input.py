@@ -18,7 +18,7 @@ def sapo_args(tmp_path, **overrides):
 
 def test_missing_reward_function(tiny_model, tmp_path):
     for reward_funcs in (None, []):
-        with pytest.raises(ValueError, match="SAPOTrainer: reward_funcs is required"):
+        with pytest.raises(ValueError, match="SAPOTrainer: No reward source provided; reward_funcs is required"):
             trl_ext.SAPOTrainer(model=tiny_model, reward_funcs=reward_funcs, args=sapo_args(tmp_path))
 
 
