@@ -184,22 +184,33 @@ def check_kwargs(owner: str, name: str, value: Any) -> dict[str, Any] | None:
 class UnsetTRLFields:
     """Mixin of a trl_ext config that redeclares the fields of TRL's own losses with the default None
     (`unset_trl_fields`: name -> TRL's default). Giving one is an error even at TRL's default
-    (`_unused_field_error`); once checked, each holds TRL's default for TRL's own code, marked as not given
+    (`_unused_field_error`) unless the config `accepts_trl_losses()`, which records the given ones
+    (`_trl_loss_fields`); every field not given then holds TRL's default for TRL's own code, marked as not given
     (`documented_default`, so a copy made from the config's values is accepted), and `to_dict` leaves them out
-    unless given (the dict logged to trackers and written in model cards re-loads)."""
+    (the dict logged to trackers and written in model cards re-loads)."""
 
     unset_trl_fields: ClassVar[dict[str, Any]] = {}
+    _trl_loss_fields: tuple[str, ...] = ()  # the TRL loss fields given (only where `accepts_trl_losses()`)
 
     def _unused_field_error(self, name: str, value: Any, rule: str) -> ValueError:
         raise NotImplementedError
 
+    @classmethod
+    def accepts_trl_losses(cls) -> bool:
+        return False
+
     def _take_trl_defaults(self) -> None:
+        given = []
         for name, default in self.unset_trl_fields.items():
             value = getattr(self, name)
-            if value is not None and not is_documented_default(value):
+            if value is None or is_documented_default(value):
+                setattr(self, name, documented_default(default))
+            elif self.accepts_trl_losses():
+                given.append(name)
+            else:
                 rule = f"it configures TRL's own loss: leave it unset, even at TRL's default {default!r}"
                 raise self._unused_field_error(name, value, rule)
-            setattr(self, name, documented_default(default))
+        self._trl_loss_fields = tuple(given)
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -349,22 +360,11 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         """Whether the config trains TRL's own loss when a TRL loss field is set (the record's `trl_losses`)."""
         return bool(cls.algorithm) and get_algorithm(cls.algorithm).trl_losses
 
-    def _take_trl_defaults(self) -> None:
-        if not self.accepts_trl_losses():
-            super()._take_trl_defaults()
-            return
-        given = [name for name in self.unset_trl_fields if getattr(self, name) is not None]
-        given = [name for name in given if not is_documented_default(getattr(self, name))]
-        self._trl_loss_fields = tuple(given)
-        for name, default in self.unset_trl_fields.items():
-            if name not in given:
-                setattr(self, name, documented_default(default))
-
     @property
     def uses_trl_loss(self) -> bool:
         """True when TRL's own loss is trained: a TRL loss field (`loss_type`, `epsilon`, ...) was set on a config
         that accepts them (`trl_ext.GRPOConfig`)."""
-        return bool(getattr(self, "_trl_loss_fields", ()))
+        return bool(self._trl_loss_fields)
 
     def _enter_trl_loss_mode(self) -> None:
         """TRL's loss replaces the record's: its own fields must not be set too, and the KL estimator defaults to
