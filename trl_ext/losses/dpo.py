@@ -107,6 +107,54 @@ the β·log Z(x) term of the f-DPO reparameterization cancels (the others have n
 
 _SORTING_LOSS_TYPES = ("aot", "aot_unpaired")
 
+LIST_OPTION_DEFAULTS: dict[str, Any] = {"loss_type": "sigmoid", "loss_weights": None}
+"""TRL's list-valued loss options (arguments of `TRLDPOLoss`, outside the `Argument` specs, which are scalars)."""
+
+TRL_OPTIONS = (
+    Argument(
+        "f_divergence_type",
+        "reverse_kl",
+        "f-DPO's divergence to the reference (Wang et al. 2023, arXiv 2309.16240): each log-ratio ρ becomes the "
+        "score f′(e^ρ): `reverse_kl` ρ (DPO), `forward_kl` 1 − e^{−ρ}, `js_divergence` log 2 + log σ(ρ), "
+        "`alpha_divergence` (e^{(α−1)ρ} − 1)/(α − 1). Other than `reverse_kl` only with the loss types built on "
+        "the chosen − rejected score difference: " + ", ".join(f"`{t}`" for t in F_DIVERGENCE_LOSS_TYPES) + ".",
+        choices=F_DIVERGENCES,
+    ),
+    Argument(
+        "f_alpha_divergence_coef",
+        0.5,
+        "α of `f_divergence_type='alpha_divergence'` (α = 1 is the reverse KL).",
+    ),
+    Argument(
+        "ld_alpha",
+        None,
+        "LD-DPO's α (Liu et al. 2024, arXiv 2409.06411): the summed log-probs of a pair weight the tokens of the "
+        "longer completion beyond the shorter one's length by α, for the policy and the reference. None (or 1.0) "
+        "weights every token 1; 0 keeps the shared length only.",
+        type=float,
+        ge=0,
+        le=1,
+    ),
+    Argument(
+        "use_weighting",
+        False,
+        "WPO (Zhou et al. 2024, arXiv 2406.11827): multiply each pair's loss by w_c·w_r, w = exp(mean over the "
+        "completion of log π(y_t) − log Σ_v π(v)²), without gradient. Not with `aot` / `aot_unpaired` (they sort "
+        "the pairs; TRL refuses them too) nor `sft` (TRL 1.16 fails on it; what it means to compute, the "
+        "micro-batch's token-mean SFT loss times its mean pair weight, has no window-normalized form).",
+    ),
+    Argument(
+        "discopop_tau",
+        0.05,
+        "τ of DiscoPOP's mixing weight w = σ(βΔ/τ) between the logistic and the exponential loss (Lu et al. 2024, "
+        "arXiv 2406.08414).",
+        gt=0,
+    ),
+)
+"""The scalar loss options of TRL's `DPOTrainer` beyond `beta` and `label_smoothing` (arguments of `TRLDPOLoss`)."""
+
+_OPTION_DEFAULTS = {spec.name: spec.default for spec in TRL_OPTIONS}
+
 
 def f_divergence_score(log_ratio: torch.Tensor, f_divergence_type: str, alpha: float) -> torch.Tensor:
     """The f-DPO score f′(e^ρ) of log-ratios ρ (see the module docstring)."""
@@ -168,14 +216,14 @@ class DPOLoss(PolicyLoss):
 
     window_inputs = ("global_valid_seqs",)
 
-    # TRL's loss options at the values that describe the `dpo` loss (arguments of `TRLDPOLoss`).
-    loss_type: tuple[str, ...] = ("sigmoid",)
+    # TRL's loss options (the arguments of `TRLDPOLoss`) at their defaults, which describe the `dpo` loss
+    loss_type: tuple[str, ...] = (LIST_OPTION_DEFAULTS["loss_type"],)
     loss_weights: tuple[float, ...] = (1.0,)
-    f_divergence_type: str = "reverse_kl"
-    f_alpha_divergence_coef: float = 0.5
-    ld_alpha: float | None = None
-    use_weighting: bool = False
-    discopop_tau: float = 0.05
+    f_divergence_type: str = _OPTION_DEFAULTS["f_divergence_type"]
+    f_alpha_divergence_coef: float = _OPTION_DEFAULTS["f_alpha_divergence_coef"]
+    ld_alpha: float | None = _OPTION_DEFAULTS["ld_alpha"]
+    use_weighting: bool = _OPTION_DEFAULTS["use_weighting"]
+    discopop_tau: float = _OPTION_DEFAULTS["discopop_tau"]
 
     def __call__(
         self, logprob: torch.Tensor, ref_logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs
@@ -347,10 +395,6 @@ class DPOLoss(PolicyLoss):
         return loss
 
 
-def _replace_help(argument: Argument, help: str) -> Argument:
-    return dataclasses.replace(argument, help=help)
-
-
 class TRLDPOLoss(DPOLoss):
     """The `dpo` loss with every loss option of TRL 1.16's `DPOTrainer` as an argument (module docstring: the loss
     types, f-divergences, LD-DPO, WPO and their papers). At its defaults it is the `dpo` loss.
@@ -362,65 +406,25 @@ class TRLDPOLoss(DPOLoss):
     Metrics are `dpo`'s (`dpo_loss` is the whole loss, every loss type summed)."""
 
     arguments = (
-        _replace_help(
+        dataclasses.replace(
             DPOLoss.argument("beta"),
-            "β: scales the log-ratios (β·ρ is the implicit reward); larger β keeps the policy closer to the reference. "
-            "`ipo` / `sppo_hard` target the margin 1/(2β) (IPO's τ = β).",
+            help="β: scales the log-ratios (β·ρ is the implicit reward); larger β keeps the policy closer to the "
+            "reference. `ipo` / `sppo_hard` target the margin 1/(2β) (IPO's τ = β).",
         ),
-        _replace_help(
+        dataclasses.replace(
             DPOLoss.argument("label_smoothing"),
-            "ε: the assumed probability that a preference label is flipped. `sigmoid`, `aot`, `aot_unpaired`: "
+            help="ε: the assumed probability that a preference label is flipped. `sigmoid`, `aot`, `aot_unpaired`: "
             "−(1 − ε)·log σ(x) − ε·log σ(−x) (conservative DPO; TRL 1.16's `sigmoid` ignores ε); `robust`: rDPO's "
-            "unbiased (−(1 − ε)·log σ(βΔ) + ε·log σ(−βΔ))/(1 − 2ε); `exo_pair`: the target distribution (1 − ε, ε), "
-            "ε > 0. The other loss types do not read it.",
+            "unbiased (−(1 − ε)·log σ(βΔ) + ε·log σ(−βΔ))/(1 − 2ε); `exo_pair`: the target distribution "
+            "(1 − ε, ε), ε > 0. The other loss types do not read it.",
         ),
-        Argument(
-            "f_divergence_type",
-            "reverse_kl",
-            "f-DPO's divergence to the reference (Wang et al. 2023, arXiv 2309.16240): each log-ratio ρ becomes the "
-            "score f′(e^ρ): `reverse_kl` ρ (DPO), `forward_kl` 1 − e^{−ρ}, `js_divergence` log 2 + log σ(ρ), "
-            "`alpha_divergence` (e^{(α−1)ρ} − 1)/(α − 1). Other than `reverse_kl` only with the loss types built on "
-            "the chosen − rejected score difference: " + ", ".join(f"`{t}`" for t in F_DIVERGENCE_LOSS_TYPES) + ".",
-            choices=F_DIVERGENCES,
-        ),
-        Argument(
-            "f_alpha_divergence_coef",
-            0.5,
-            "α of `f_divergence_type='alpha_divergence'` (α = 1 is the reverse KL).",
-        ),
-        Argument(
-            "ld_alpha",
-            None,
-            "LD-DPO's α (Liu et al. 2024, arXiv 2409.06411): the summed log-probs of a pair weight the tokens of the "
-            "longer completion beyond the shorter one's length by α, for the policy and the reference. None (or 1.0) "
-            "weights every token 1; 0 keeps the shared length only.",
-            type=float,
-            ge=0,
-            le=1,
-        ),
-        Argument(
-            "use_weighting",
-            False,
-            "WPO (Zhou et al. 2024, arXiv 2406.11827): multiply each pair's loss by w_c·w_r, w = exp(mean over the "
-            "completion of log π(y_t) − log Σ_v π(v)²), without gradient. Not with `aot` / `aot_unpaired` (they sort "
-            "the pairs; TRL refuses them too) nor `sft` (TRL 1.16 fails on it; what it means to compute, the "
-            "micro-batch's token-mean SFT loss times its mean pair weight, has no window-normalized form).",
-        ),
-        Argument(
-            "discopop_tau",
-            0.05,
-            "τ of DiscoPOP's mixing weight w = σ(βΔ/τ) between the logistic and the exponential loss (Lu et al. 2024, "
-            "arXiv 2406.08414).",
-            gt=0,
-        ),
+        *TRL_OPTIONS,
     )
 
-    _LIST_ARGUMENTS: ClassVar[dict[str, Any]] = {"loss_type": "sigmoid", "loss_weights": None}
-
     def __init__(self, backend: str = "verl", **kwargs: Any) -> None:
-        given = {name for name in self._LIST_ARGUMENTS if name in kwargs}
-        loss_type = kwargs.pop("loss_type", self._LIST_ARGUMENTS["loss_type"])
-        loss_weights = kwargs.pop("loss_weights", self._LIST_ARGUMENTS["loss_weights"])
+        given = {name for name in LIST_OPTION_DEFAULTS if name in kwargs}
+        loss_type = kwargs.pop("loss_type", LIST_OPTION_DEFAULTS["loss_type"])
+        loss_weights = kwargs.pop("loss_weights", LIST_OPTION_DEFAULTS["loss_weights"])
         self.loss_type = self._check_loss_type(loss_type)
         self.loss_weights = self._check_loss_weights(loss_weights, len(self.loss_type))
         super().__init__(backend, **kwargs)
@@ -428,16 +432,18 @@ class TRLDPOLoss(DPOLoss):
 
     @classmethod
     def _leading_parameters(cls) -> list[inspect.Parameter]:
-        keyword = inspect.Parameter.KEYWORD_ONLY
+        annotations = {"loss_type": "str | Sequence[str]", "loss_weights": "Sequence[float] | None"}
         return [
             *super()._leading_parameters(),
-            inspect.Parameter("loss_type", keyword, default="sigmoid", annotation="str | Sequence[str]"),
-            inspect.Parameter("loss_weights", keyword, default=None, annotation="Sequence[float] | None"),
+            *(
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotations[name])
+                for name, default in LIST_OPTION_DEFAULTS.items()
+            ),
         ]
 
     @classmethod
     def default_args(cls) -> dict[str, Any]:
-        return {**cls._LIST_ARGUMENTS, **super().default_args()}
+        return {**LIST_OPTION_DEFAULTS, **super().default_args()}
 
     @property
     def args(self) -> dict[str, Any]:
