@@ -21,7 +21,7 @@ import trl_ext
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.cli import list_algorithms
 from trl_ext.trainers import TRAINER_CONFIGS
-from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS, _TRL_SWITCH_FIELDS, DocumentedDefault
+from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS, DocumentedDefault
 from trl_ext.trainers.model_card import field_default
 
 CONFIGS = {**TRAINER_CONFIGS, "dpo": trl_ext.DPOConfig}
@@ -159,14 +159,6 @@ def test_trl_code_sees_trls_defaults(make, algorithm):
     config = make(TRAINER_CONFIGS[algorithm])
     for field in _TRL_LOSS_FIELDS:
         assert getattr(config, field) == TRL_GRPO_DEFAULTS[field], field
-    switches = {field: TRL_GRPO_DEFAULTS[field] for field in _TRL_SWITCH_FIELDS}
-    make(TRAINER_CONFIGS[algorithm], **switches)  # the switches' "off" defaults stay accepted when given explicitly
-
-
-def test_trl_switches_reject_look_alike_values(make):
-    with raises_naming(trl_ext.SAPOConfig, "use_liger_kernel", 0):
-        make(trl_ext.SAPOConfig, use_liger_kernel=0)
-    make(trl_ext.SAPOConfig, use_liger_kernel=False, scale_rewards=True, top_entropy_quantile=1)
 
 
 def test_trl_loss_fields_on_the_command_line_and_in_yaml(tmp_path):
@@ -180,10 +172,10 @@ def test_trl_loss_fields_on_the_command_line_and_in_yaml(tmp_path):
     recipe.write_text("tau_neg: 1.1\nsapo_temperature_neg: 1.05\n")
     with pytest.raises(ValueError, match=r"SAPOConfig: sapo_temperature_neg=1.05 .*tau_neg"):
         parser.parse_args_and_config([*base, "--config", str(recipe)])
-    recipe.write_text("tau_neg: 1.1\nuse_liger_kernel: false\n")  # a switch left off is harmless
+    recipe.write_text("tau_neg: 1.1\nuse_liger_kernel: true\n")  # TRL's options around the loss are taken
     parser = trl.TrlParser((trl_ext.SAPOConfig,))  # (a parser keeps the defaults of the last --config file)
     (config,) = parser.parse_args_and_config([*base, "--config", str(recipe)])
-    assert config.tau_neg == 1.1 and config.loss_type == "dapo"
+    assert config.tau_neg == 1.1 and config.loss_type == "dapo" and config.use_liger_kernel
 
 
 @pytest.mark.parametrize(

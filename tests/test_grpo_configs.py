@@ -69,7 +69,6 @@ def test_every_field_is_typed_and_documented(algorithm):
         ("epsilon_high", 0.28, ""),
         ("importance_sampling_level", "sequence", "GSPOTrainer"),
         ("sapo_temperature_neg", 2.0, "tau_neg"),
-        ("use_liger_kernel", True, "Liger"),
     ],
 )
 def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value, hint):
@@ -81,7 +80,7 @@ def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value
     if field in _TRL_LOSS_FIELDS and default is not None:  # TRL's own loss parameters: an error even at the default
         with pytest.raises(ValueError, match=rf"{config_class.__name__}: {field}=.*even at TRL's default"):
             make(config_class, **{field: default})
-    else:  # a switch at its "off" default is harmless
+    else:  # a field whose TRL default is None (unset) is harmless
         make(config_class, **{field: default})
 
 

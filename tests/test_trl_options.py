@@ -14,6 +14,8 @@ SGD without gradient clipping makes the update −lr × gradient, so a gradient 
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 import trl
@@ -108,7 +110,8 @@ def test_trl_settings_make_trls_update(case, tiny_model, tmp_path):
     # (the masks of top_entropy_quantile / off_policy_mask_threshold zero the advantages of the tokens they drop,
     # so trl_ext's clip fractions count only the tokens that train)
     masked = "off_policy_mask_threshold" in settings or "top_entropy_quantile" in settings
-    for key in ("entropy_coef", "clip_ratio/region_mean", "cispo_clip_ratio", "vespo/phi_seq_mean", "kl"):
+    clip_ratios = ("clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max")
+    for key in ("entropy_coef", "clip_ratio/region_mean", *clip_ratios, "cispo_clip_ratio", "vespo/phi_seq_mean", "kl"):
         if logged(theirs, key) and not (masked and key.startswith("clip_ratio")):
             assert logged(ours, key) == pytest.approx(logged(theirs, key), rel=1e-4, abs=1e-7), key
     if "use_adaptive_entropy" in settings:
@@ -118,6 +121,27 @@ def test_trl_settings_make_trls_update(case, tiny_model, tmp_path):
     assert total.norm() > 1e-4
     for name, update in ours_update.items():
         torch.testing.assert_close(update, theirs_update[name], rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_trl_clip_extremes_are_over_sequences_with_tokens():
+    """`clip_ratio/low_min` / `high_max`: the smallest / largest per-sequence share of clipped tokens (TRL's), over
+    the sequences that have a token; NaN without any."""
+    loss = TRLGRPOLoss(loss_type="dapo", epsilon=0.2)
+    mask = torch.tensor([[1, 1], [1, 0], [0, 0]])
+    ratios = torch.tensor([[0.5, 1.0], [0.5, 1.0], [0.5, 0.5]])  # the first token of each sequence is clipped
+    for sign, key, expected in ((-1.0, "clip_ratio/low_min", 0.5), (1.0, "clip_ratio/high_max", 0.0)):
+        _, metrics = loss(
+            logprob=ratios.log(), old_logprob=torch.zeros(3, 2), action_mask=mask, advantages=torch.full((3,), sign)
+        )
+        assert metrics[key].item() == pytest.approx(expected), key  # rows: 1/2, 1/1 (the empty one left out)
+    _, metrics = loss(
+        logprob=torch.full((3, 2), 2.0).log(), old_logprob=torch.zeros(3, 2), action_mask=mask, advantages=torch.ones(3)
+    )
+    assert metrics["clip_ratio/high_max"].item() == 1.0 and metrics["clip_ratio/low_min"].item() == 0.0
+    _, metrics = loss(
+        logprob=ratios.log(), old_logprob=torch.zeros(3, 2), action_mask=mask * 0, advantages=-torch.ones(3)
+    )
+    assert torch.isnan(metrics["clip_ratio/low_min"]) and torch.isnan(metrics["clip_ratio/high_max"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -184,6 +208,33 @@ def test_orthogonal_options_compose_with_every_algorithm(algorithm, option, tiny
             plain["use_bias_correction_kl"] = False
         _, reference = _algorithm_run(algorithm, tmp_path / "without", tiny_model, tiny_teacher, **plain)
         assert not torch.allclose(update, reference, rtol=1e-3, atol=1e-7), option
+
+
+@pytest.mark.parametrize(
+    ("trainer_class", "config_class"),
+    [
+        (trl.GRPOTrainer, trl.GRPOConfig),
+        (trl_ext.SAPOTrainer, trl_ext.SAPOConfig),
+        (trl_ext.GRPOTrainer, trl_ext.GRPOConfig),
+    ],
+    ids=["trl", "sapo", "trl_ext-grpo"],
+)
+def test_use_liger_kernel_is_trls_layer_kernel_switch(trainer_class, config_class, tiny_model, tmp_path):
+    """TRL 1.16 applies Liger's layer kernels (not a fused loss) when training starts, with the fused linear
+    cross-entropy off: every trainer accepts the switch and hands it to TRL unchanged."""
+    config = cpu_config(config_class, str(tmp_path), use_liger_kernel=True, max_steps=1)
+    with pytest.warns(FutureWarning, match="use_liger_kernel=True` is deprecated"):
+        trainer = trainer_class(
+            model=tiny_model,
+            reward_funcs=length_reward,
+            args=config,
+            train_dataset=toy_dataset(8),
+            processing_class=build_tokenizer(),
+        )
+    assert trainer.args.liger_kernel_config == {"fused_linear_cross_entropy": False}
+    if importlib.util.find_spec("liger_kernel") is None:  # the CPU test machines: HF Trainer asks for the package
+        with pytest.raises(ImportError, match="pip install liger-kernel"):
+            trainer.train()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,9 +13,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
+
+from trl_ext.components import MAX, MEAN, MIN, SHARE
+from trl_ext.trainers.window_metrics import WindowMetrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
@@ -85,3 +91,41 @@ def test_modes_differ_and_local_normalization_does_not_match(runs):
     for key in ("grpo/token-mean", "grpo/seq-mean-token-sum-norm", "reinforceplusplus/default", "raft/default"):
         local, window = runs["local"][key]["update"], runs["1x1"][key]["update"]
         assert (local - window).abs().max() > 100 * (runs["1x4"][key]["update"] - window).abs().max() + 1e-6, key
+
+
+class _TwoProcessMetrics(WindowMetrics):
+    """Process 0 of two: `gather` returns this process's window values and process 1's (`other`)."""
+
+    kinds: ClassVar[dict[str, str]] = {"loss": SHARE, "ratio": MEAN, "low_min": MIN, "high_max": MAX}
+
+    def __init__(self, other: list[float]):
+        self.other = other
+
+        def gather(values):
+            return torch.cat([values, torch.tensor(self.other)])
+
+        self.accelerator = SimpleNamespace(num_processes=2, sync_gradients=False, device="cpu", gather=gather)
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    def metric_kinds(self) -> dict[str, str]:
+        return self.kinds
+
+
+def test_window_metrics_combine_by_kind_over_micro_batches_and_processes():
+    """SHARE: summed over the window and the processes; MEAN: averaged; MIN / MAX: each process's window average,
+    then the smallest / largest. Process 1's window sums (two micro-batches) are given."""
+    trainer = _TwoProcessMetrics(other=[0.3 + 0.4, 0.1 + 0.1, 0.0 + 0.2, 0.5 + 0.7])
+    first = {"loss": 0.1, "ratio": 0.5, "low_min": 0.2, "high_max": 0.1}
+    second = {"loss": 0.2, "ratio": 0.3, "low_min": 0.4, "high_max": 0.3}
+    assert trainer._log_loss_metrics("train", {k: torch.tensor(v) for k, v in first.items()}) == {}  # mid-window
+    trainer.accelerator.sync_gradients = True
+    logged = trainer._log_loss_metrics("train", {k: torch.tensor(v) for k, v in second.items()})
+    expected = {"loss": 1.0, "ratio": (0.8 + 0.2) / 4, "low_min": min(0.6, 0.2) / 2, "high_max": max(0.4, 1.2) / 2}
+    assert logged == pytest.approx(expected)
+    assert {k: v[-1] for k, v in trainer._metrics["train"].items()} == pytest.approx(expected)
+    # In evaluation every batch is logged, and a share is averaged like a value.
+    trainer.other = [0.3, 0.1, 0.0, 0.5]  # process 1's batch
+    logged = trainer._log_loss_metrics("eval", {k: torch.tensor(v) for k, v in first.items()})
+    assert logged == pytest.approx({"loss": 0.2, "ratio": 0.3, "low_min": 0.0, "high_max": 0.5})
+    with pytest.raises(ValueError, match=r"metric\(s\) 'other' have no declared kind"):
+        trainer._log_loss_metrics("eval", {"other": torch.tensor(1.0)})

@@ -8,8 +8,9 @@ Pure Python. A component class states each fact about itself once, and everythin
   TRL-style help metadata and docstrings) and `trl-ext list` are read from them.
 * `inputs()`: the batch keys it reads (the named parameters of its call); a trainer hands it exactly those.
 * `metrics`: every metric it returns, with how the metric combines over an optimizer window: `SHARE` (the
-  micro-batch's share of a window aggregate, summed over micro-batches and processes: the loss terms) or `MEAN`
-  (a value of the micro-batch, averaged: ratios, fractions).
+  micro-batch's share of a window aggregate, summed over micro-batches and processes: the loss terms), `MEAN`
+  (a value of the micro-batch, averaged: ratios, fractions), or `MIN` / `MAX` (averaged over the window's
+  micro-batches on each process, then the smallest / largest process's value: TRL's `clip_ratio/low_min`, ...).
 
 Each kind has one `Registry` (`POLICY_LOSSES`, `ADVANTAGE_FNS`, `KL_FNS`, `ENTROPY_FNS`): `@REGISTRY.register(name)`
 adds a class, `REGISTRY.build(name, **kwargs)` instantiates one with errors that list the valid names and arguments.
@@ -36,7 +37,11 @@ SHARE = "share"
 """A metric that is the micro-batch's share of a window aggregate (a loss term): summed over the window."""
 MEAN = "mean"
 """A metric that is a value of the micro-batch (a ratio, a fraction, a mean): averaged over the window."""
-METRIC_KINDS = (SHARE, MEAN)
+MIN = "min"
+"""A value of the micro-batch, averaged over the window on each process; the smallest process's average is logged."""
+MAX = "max"
+"""A value of the micro-batch, averaged over the window on each process; the largest process's average is logged."""
+METRIC_KINDS = (SHARE, MEAN, MIN, MAX)
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,7 @@ class Component:
             raise TypeError(f"{cls.__name__}: duplicate argument names in {names}")
         bad = {k: v for k, v in cls.metrics.items() if v not in METRIC_KINDS}
         if bad:
-            raise TypeError(f"{cls.__name__}: metric kinds must be SHARE or MEAN, got {bad}")
+            raise TypeError(f"{cls.__name__}: metric kinds must be one of {METRIC_KINDS}, got {bad}")
         params = cls._leading_parameters()
         params += [
             inspect.Parameter(a.name, inspect.Parameter.KEYWORD_ONLY, default=a.default, annotation=a.annotation)

@@ -4,6 +4,7 @@ against TRL's own trainer. Skipped without CUDA (`pytest -m gpu` on a GPU machin
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import warnings
 
@@ -75,6 +76,15 @@ def test_every_trainer_trains_in_bf16_on_cuda(algorithm, tiny_model, tiny_teache
         assert values and all(math.isfinite(v) for v in values), (name, values)
     if algorithm.startswith("mix"):
         assert logged(trainer, "expert/sft_phi_loss" if algorithm == "mix_chord" else "expert/sft_loss")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None, reason="needs liger-kernel (and triton)")
+@pytest.mark.parametrize("algorithm", ["sapo", "mix_chord", "dpo"])
+def test_liger_layer_kernels(algorithm, tiny_model, tiny_teacher, tmp_path):
+    """`use_liger_kernel=True` (TRL 1.16: Liger's layer kernels, the trainer's own loss) trains every family."""
+    trainer = build(algorithm, tiny_model, tmp_path, teacher=tiny_teacher, use_liger_kernel=True)
+    _trains(trainer)
+    assert trainer.model.model.norm._get_name() == "LigerRMSNorm"  # the kernels were applied
 
 
 @pytest.mark.parametrize("algorithm", ["sapo", "gspo", "mix_chord", "on_policy_distill", "dpo"])

@@ -13,7 +13,7 @@ non-finite values) are in `trl_ext.losses.base`.
 import importlib
 import pkgutil
 
-from ..components import MEAN, SHARE, Argument
+from ..components import MAX, MEAN, MIN, SHARE, Argument
 from .base import (
     BATCH_INPUTS,
     EPS,
@@ -27,7 +27,7 @@ from .base import (
     register_policy_loss,
 )
 from .cispo import CISPOPolicyLoss
-from .dpo import DPOLoss
+from .dpo import DPOLoss, TRLDPOLoss
 from .entropy import ENTROPY_FNS, EntropyFn, get_entropy_fn
 from .gspo import GSPOPolicyLoss
 from .importance_sampling import ImportanceSamplingLoss
@@ -40,6 +40,7 @@ from .sapo import SAPOPolicyLoss
 from .sft import SFTISLoss, SFTLoss, SFTPhiLoss
 from .sppo import SPPOPolicyLoss
 from .topr import TOPRPolicyLoss
+from .trl_grpo import TRLGRPOLoss
 
 # Every module of the package registers its losses on import: a new loss is one file here (and one algorithm record).
 for _module in pkgutil.iter_modules(__path__):
@@ -51,7 +52,9 @@ __all__ = [
     "EPS",
     "KL_FNS",
     "LOSS_AGG_MODES",
+    "MAX",
     "MEAN",
+    "MIN",
     "POLICY_LOSSES",
     "SHARE",
     "WINDOW_INPUTS",
@@ -75,6 +78,8 @@ __all__ = [
     "SFTPhiLoss",
     "SPPOPolicyLoss",
     "TOPRPolicyLoss",
+    "TRLDPOLoss",
+    "TRLGRPOLoss",
     "aggregate_loss",
     "get_entropy_fn",
     "get_kl_fn",

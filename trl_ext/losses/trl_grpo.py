@@ -28,7 +28,9 @@ local batch size); here every token of the window weighs the same, so `bnpo` equ
 
 Metrics (TRL's names, token means over the micro-batch; one value per sequence at the sequence level):
 `clip_ratio/low_mean`, `clip_ratio/high_mean`, `clip_ratio/region_mean` (the clipped losses),
-`cispo_clip_ratio`, `vespo/phi_seq_mean`.
+`cispo_clip_ratio`, `vespo/phi_seq_mean`; `clip_ratio/low_min` / `clip_ratio/high_max` are the low / high clip
+fractions again, combined over processes by min / max (TRL's takes the min / max per micro-batch, then averages;
+on one process both are the mean).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import ClassVar
 
 import torch
 
-from ..components import MEAN, Argument
+from ..components import MAX, MEAN, MIN, Argument
 from .base import MaskedBatch, Metrics, PolicyLoss, check_float
 
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
@@ -102,7 +104,9 @@ class TRLGRPOLoss(PolicyLoss):
     )
     metrics: ClassVar[dict[str, str]] = {
         "clip_ratio/low_mean": MEAN,
+        "clip_ratio/low_min": MIN,
         "clip_ratio/high_mean": MEAN,
+        "clip_ratio/high_max": MAX,
         "clip_ratio/region_mean": MEAN,
         "cispo_clip_ratio": MEAN,
         "vespo/phi_seq_mean": MEAN,
@@ -154,7 +158,9 @@ class TRLGRPOLoss(PolicyLoss):
                 low = (unclipped < 1.0 - self.epsilon) & (adv < 0)
                 high = (unclipped > 1.0 + self.upper) & (adv > 0)
                 metrics["clip_ratio/low_mean"] = _mean(b, low)
+                metrics["clip_ratio/low_min"] = _sequence_extreme(b, low, smallest=True)
                 metrics["clip_ratio/high_mean"] = _mean(b, high)
+                metrics["clip_ratio/high_max"] = _sequence_extreme(b, high, smallest=False)
                 metrics["clip_ratio/region_mean"] = _mean(b, low | high)
         elif self.loss_type == "cispo":
             per_token = -ratio.clamp(max=self.upper).detach() * adv * lp
@@ -187,6 +193,19 @@ class TRLGRPOLoss(PolicyLoss):
         lam = torch.where(positive, self.vespo_lambda_pos, self.vespo_lambda_neg).clamp(min=1e-4).to(log_w.dtype)
         phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
         return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _sequence_extreme(b: MaskedBatch, x: torch.Tensor, smallest: bool) -> torch.Tensor:
+    """TRL's `clip_ratio/low_min` (`smallest`) / `high_max`: the extreme per-sequence token mean of `[B, T]` flags
+    (one flag per sequence when `[B, 1]`) over the sequences with a valid token; NaN when there is none."""
+    if x.shape[-1] == 1 and b.shape[1] != 1:
+        rows = x.float().squeeze(-1)
+    else:
+        rows = torch.where(b.mask, x, False).float().sum(-1) / b.row_tok.clamp(min=1.0)
+    beyond = math.inf if smallest else -math.inf  # no host sync: rows without tokens sit beyond every value
+    extreme = torch.where(b.row_tok > 0, rows, beyond)
+    extreme = extreme.amin() if smallest else extreme.amax()
+    return torch.where(extreme == beyond, math.nan, extreme) if rows.numel() else torch.full((), math.nan)
 
 
 def _mean(b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:

@@ -295,8 +295,8 @@ class DPOKLArguments:
         default=DocumentedDefault(KLFn.argument("kl_coef").default),
         metadata={
             "help": f"Coefficient of the KL term (Trinity-RFT's default {KLFn.argument('kl_coef').default}); 0 or "
-            "`kl_loss_fn='none'` turns it off. Needs per-token reference log-probs, so not with "
-            "`precompute_ref_log_probs=True`."
+            "`kl_loss_fn='none'` turns it off. Needs per-token reference log-probs: with "
+            "`precompute_ref_log_probs=True` the term is off unless set (then an error)."
         },
     )
 

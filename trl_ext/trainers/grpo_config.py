@@ -10,9 +10,9 @@ TRL's own fields keep TRL's meaning (`beta` is the KL coefficient, `entropy_coef
 every algorithm (see `GRPOFamilyConfig`). A TRL field that selects or parameterizes TRL's *own* loss (`loss_type`,
 `epsilon`, `sapo_temperature_neg`, ...) makes `trl_ext.GRPOConfig` train TRL's loss (`trl_ext.losses.trl_grpo`); an
 algorithm's config rejects it whenever it is given, even at TRL's default, with the name of the field to use
-instead. `use_liger_kernel=True` is rejected everywhere (Liger's fused loss would replace the loss). Every field is
-checked on its own at construction: a bad value is a ValueError naming the config class, the field, the value and
-what it may be.
+instead. `use_liger_kernel=True` works everywhere as in TRL 1.16 (Liger's layer kernels; the loss stays the
+trainer's). Every field is checked on its own at construction: a bad value is a ValueError naming the config class,
+the field, the value and what it may be.
 """
 
 from __future__ import annotations
@@ -101,13 +101,6 @@ _TRL_LOSS_FIELDS: dict[str, str] = {
     "vespo_lambda_neg": "{trl}",
 }
 _TRL_LOSS_HINT = "TRL's own losses are trained by `trl_ext.GRPOTrainer` / `trl_ext.GRPOConfig(loss_type=...)`"
-# TRL feature switches whose default turns the feature off: only a non-default value is an error (so that
-# `use_liger_kernel: false` in a recipe stays harmless).
-_TRL_SWITCH_FIELDS: dict[str, str] = {
-    "use_liger_kernel": "Liger's fused GRPO loss would replace the algorithm's loss (and trl_ext's window "
-    "normalization); trl_ext uses TRL's fused log-prob path instead",
-}
-_UNUSED_TRL_FIELDS: dict[str, str] = {**_TRL_LOSS_FIELDS, **_TRL_SWITCH_FIELDS}
 _GENERIC_HINTS = {
     "clip": "clip with the algorithm's own arguments (e.g. `clip_range`)",
     "dual_clip": "the dual clip is `clip_ratio_c` where the loss has one",
@@ -323,7 +316,6 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
             self.build_entropy_fn()
         super().__post_init__()
         check_hardware(self)
-        self._check_trl_switch_fields()
 
     # ---- validation ---------------------------------------------------------------------------------------
 
@@ -412,18 +404,11 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
             )
 
     def _unused_field_error(self, name: str, value: Any, rule: str) -> ValueError:
-        hint = _UNUSED_TRL_FIELDS[name].format(**self._clip_hint())
+        hint = _TRL_LOSS_FIELDS[name].format(**self._clip_hint())
         return ValueError(
             f"{type(self).__name__}: {name}={value!r} is a trl.GRPOConfig field that trl_ext's "
             f"{self.algorithm or 'GRPO-family'} trainer does not use ({rule}); {hint}"
         )
-
-    def _check_trl_switch_fields(self) -> None:
-        for name in _TRL_SWITCH_FIELDS:
-            value, default = getattr(self, name), _GRPO_DEFAULTS[name]
-            # compared after GRPOConfig.__post_init__, which maps scale_rewards=True to "group"
-            if not (value == default and isinstance(value, bool) == isinstance(default, bool)):
-                raise self._unused_field_error(name, value, f"allowed: only TRL's default {default!r}")
 
     # ---- components ---------------------------------------------------------------------------------------
 

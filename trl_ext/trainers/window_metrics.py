@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import torch
 
-from ..components import MEAN, SHARE
+from ..components import MAX, MEAN, METRIC_KINDS, MIN, SHARE
 from ..losses import KLFn
 
 
@@ -42,13 +42,16 @@ class WindowMetrics:
         `SHARE` metrics are this micro-batch's share of the window's value (the loss terms under window
         normalization), and in training their sum over the window's micro-batches and processes is logged; `MEAN`
         metrics (ratios, clip fractions, the MoE router's `aux_loss`, ...) are averaged over the micro-batches and
-        processes, as TRL averages what it logs per micro-batch. A metric without a declared kind is an error."""
+        processes, as TRL averages what it logs per micro-batch; `MIN` / `MAX` metrics are averaged over the
+        micro-batches on each process, and the smallest / largest process's average is logged. A metric without a
+        declared kind is an error."""
         kinds = self.metric_kinds()
-        undeclared = [name for name in metrics if kinds.get(name) not in (SHARE, MEAN)]
+        undeclared = [name for name in metrics if kinds.get(name) not in METRIC_KINDS]
         if undeclared:
             raise ValueError(
                 f"{type(self).__name__}: metric(s) {', '.join(map(repr, undeclared))} have no declared kind; a loss "
-                "declares each metric it returns in its `metrics` ({name: SHARE or MEAN}, trl_ext.components)"
+                f"declares each metric it returns in its `metrics` ({{name: one of {METRIC_KINDS}}}, "
+                "trl_ext.components)"
             )
         values = torch.stack([metrics[n].detach().float().reshape(()).to(self.accelerator.device) for n in metrics])
         steps = 1
@@ -58,10 +61,14 @@ class WindowMetrics:
             if not self.accelerator.sync_gradients:
                 return {}
             values, steps, self._window_sums, self._window_steps = self._window_sums, self._window_steps, None, 0
-        totals = self.accelerator.reduce(values, reduction="sum").tolist()
+        per_process = self.accelerator.gather(values).reshape(self.accelerator.num_processes, -1)  # [P, metrics]
+        order = (SHARE, MEAN, MIN, MAX)
+        combined = torch.stack(
+            [per_process.sum(0), per_process.mean(0) / steps, per_process.amin(0) / steps, per_process.amax(0) / steps]
+        ).tolist()  # the one host sync
         logged = {}
-        for name, total in zip(metrics, totals, strict=True):
-            share = mode == "train" and kinds[name] == SHARE
-            logged[name] = total if share else total / (self.accelerator.num_processes * steps)
+        for i, name in enumerate(metrics):
+            kind = MEAN if kinds[name] == SHARE and mode != "train" else kinds[name]  # in eval a share is the value
+            logged[name] = combined[order.index(kind)][i]
             self._metrics[mode][name].append(logged[name])
         return logged
