@@ -238,8 +238,8 @@ def test_vllm_importance_sampling_ratio_weights_the_advantages(tiny_model, tmp_p
 
 
 def test_one_collective_per_optimizer_step_for_counts_and_one_for_metrics(tiny_model, tmp_path):
-    """No per-micro-batch host sync for the loss metrics: with 4 accumulation steps, the window's counts and
-    its metrics each take one all-reduce per optimizer step."""
+    """No per-micro-batch host sync for the loss metrics: with 4 accumulation steps, the window's counts take one
+    all-reduce per optimizer step (the run's only ones), and the loss steps one gather of the metrics."""
     trainer = make_trainer(
         "grpo",
         tiny_model,
@@ -249,11 +249,27 @@ def test_one_collective_per_optimizer_step_for_counts_and_one_for_metrics(tiny_m
         per_device_train_batch_size=4,
         gradient_accumulation_steps=4,
     )
-    calls = []
-    reduce = trainer.accelerator.reduce
-    trainer.accelerator.reduce = lambda tensor, **kw: calls.append(tensor.numel()) or reduce(tensor, **kw)
+    calls, in_loss_step = [], []
+    accelerator, compute_loss = trainer.accelerator, trainer._compute_loss
+
+    def counted(name, collective):
+        return lambda tensor, **kw: calls.append((name, bool(in_loss_step))) or collective(tensor, **kw)
+
+    def loss_step(*args, **kwargs):
+        in_loss_step.append(True)
+        try:
+            return compute_loss(*args, **kwargs)
+        finally:
+            in_loss_step.clear()
+
+    accelerator.reduce = counted("reduce", accelerator.reduce)
+    accelerator.gather = counted("gather", accelerator.gather)
+    trainer._compute_loss = loss_step
     trainer.train()
-    assert len(calls) == 2 * trainer.state.global_step == 4
+    steps = trainer.state.global_step
+    assert steps == 2
+    assert [call for call in calls if call[0] == "reduce"] == [("reduce", False)] * steps  # the window counts
+    assert [call for call in calls if call[1]] == [("gather", True)] * steps  # the loss metrics
     assert len(logged(trainer, "policy_loss")) == 2 and len(logged(trainer, "kl")) == 2
 
 
