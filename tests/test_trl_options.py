@@ -19,7 +19,7 @@ import importlib.util
 import pytest
 import torch
 import trl
-from trainer_helpers import cpu_config, length_reward, logged, snapshot
+from trainer_helpers import cpu_config, length_reward, logged, snapshot, toy_trainer, train_update
 
 import trl_ext
 from trl_ext.losses.trl_grpo import TRL_LOSS_TYPES, TRLGRPOLoss
@@ -41,17 +41,8 @@ def vowel_reward(completions, **kwargs) -> list[float]:
 
 
 def _train(trainer_class, config, model_path, reward_funcs=length_reward):
-    trainer = trainer_class(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=config,
-        train_dataset=toy_dataset(32),
-        processing_class=build_tokenizer(),
-    )
-    before = snapshot(trainer.model)
-    trainer.train()
-    update = {name: p.detach() - before[name] for name, p in trainer.model.named_parameters()}
-    return trainer, update
+    trainer = toy_trainer(trainer_class, config, model_path, reward_funcs)
+    return trainer, train_update(trainer)
 
 
 # id -> the TRL settings (identical for both trainers)
@@ -224,13 +215,7 @@ def test_use_liger_kernel_is_trls_layer_kernel_switch(trainer_class, config_clas
     cross-entropy off: every trainer accepts the switch and hands it to TRL unchanged."""
     config = cpu_config(config_class, str(tmp_path), use_liger_kernel=True, max_steps=1)
     with pytest.warns(FutureWarning, match="use_liger_kernel=True` is deprecated"):
-        trainer = trainer_class(
-            model=tiny_model,
-            reward_funcs=length_reward,
-            args=config,
-            train_dataset=toy_dataset(8),
-            processing_class=build_tokenizer(),
-        )
+        trainer = toy_trainer(trainer_class, config, tiny_model, rows=8)
     assert trainer.args.liger_kernel_config == {"fused_linear_cross_entropy": False}
     if importlib.util.find_spec("liger_kernel") is None:  # the CPU test machines: HF Trainer asks for the package
         with pytest.raises(ImportError, match="pip install liger-kernel"):

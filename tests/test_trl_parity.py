@@ -11,10 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 import trl
-from trainer_helpers import cpu_config, length_reward, snapshot
+from trainer_helpers import cpu_config, toy_trainer, train_update
 
 import trl_ext
-from trl_ext.toy import build_tokenizer, toy_dataset
 
 # ours: (trainer, config overrides)  <->  TRL GRPOConfig overrides
 MAPPING = {
@@ -54,17 +53,8 @@ SGD = {
 
 
 def _train(trainer_class, config, model_path):
-    trainer = trainer_class(
-        model=model_path,
-        reward_funcs=length_reward,
-        args=config,
-        train_dataset=toy_dataset(16),
-        processing_class=build_tokenizer(),
-    )
-    before = snapshot(trainer.model)
-    trainer.train()
-    update = {name: p.detach() - before[name] for name, p in trainer.model.named_parameters()}
-    return trainer, update
+    trainer = toy_trainer(trainer_class, config, model_path, rows=16)
+    return trainer, train_update(trainer)
 
 
 @pytest.mark.parametrize("case", list(CASES))

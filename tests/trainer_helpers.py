@@ -48,3 +48,23 @@ def length_reward(completions, **kwargs) -> list[float]:
     """A graded reward (completion length mod 5) that varies within almost every group, so every step has a
     non-zero policy gradient even when the toy task's all-or-nothing reward is 0 for a whole small batch."""
     return [float(len(c) % 5) for c in completions]
+
+
+def toy_trainer(trainer_class, config, model_path: str, reward_funcs=length_reward, rows: int = 32):
+    """A GRPO-family trainer (trl's or trl_ext's) on `rows` prompts of the toy task, with the toy tokenizer."""
+    from trl_ext.toy import build_tokenizer, toy_dataset
+
+    return trainer_class(
+        model=model_path,
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=toy_dataset(rows),
+        processing_class=build_tokenizer(),
+    )
+
+
+def train_update(trainer) -> dict[str, torch.Tensor]:
+    """Train `trainer`; each parameter's update."""
+    before = snapshot(trainer.model)
+    trainer.train()
+    return {name: p.detach() - before[name] for name, p in trainer.model.named_parameters()}
