@@ -147,6 +147,8 @@ def test_grpo_config_trains_trls_loss_when_a_trl_loss_field_is_set(make, field):
     assert getattr(config.build_policy_loss(), field) == value
     assert config.kl_loss_fn == "k3"  # TRL's estimator
     assert config.build_advantage_fn().epsilon == 1e-4  # TRL's (R - mean) / (std + 1e-4)
+    assert config.advantage_epsilon == 1e-4  # and the config says so (the model card, the logged dict)
+    assert make(trl_ext.GRPOConfig, **{field: value}, advantage_epsilon=1e-3).build_advantage_fn().epsilon == 1e-3
     assert config.to_dict()[field] == value  # kept in the logged dict (it re-loads)
     plain = make(trl_ext.GRPOConfig)
     assert not plain.uses_trl_loss and plain.policy_loss_name == "ppo" and plain.kl_loss_fn == "k2"

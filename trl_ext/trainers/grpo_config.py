@@ -359,8 +359,8 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         return bool(self._trl_loss_fields)
 
     def _enter_trl_loss_mode(self) -> None:
-        """TRL's loss replaces the record's: its own fields must not be set too, and the KL estimator defaults to
-        TRL's `k3`."""
+        """TRL's loss replaces the record's: its own fields must not be set too, and the KL estimator and the
+        advantage's ε default to TRL's (`k3`, 1e-4)."""
         owner = type(self).__name__
         given = ", ".join(self._trl_loss_fields)
         for spec in config_arguments(POLICY_LOSSES[get_algorithm(self.algorithm).policy_loss_fn]):
@@ -373,6 +373,9 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
                 )
         if is_documented_default(self.kl_loss_fn):
             self.kl_loss_fn = documented_default("k3")
+        for spec in config_arguments(ADVANTAGE_FNS[self.advantage_name()]):
+            if spec.name == "epsilon" and getattr(self, spec.field_name) == spec.default:  # TRL's ε, in the config
+                setattr(self, spec.field_name, TRL_ADVANTAGE_EPSILON)
 
     def _check_scale_rewards(self) -> None:
         """`scale_rewards` (and GDPO's aggregation) choose the std of an advantage function that has
@@ -461,8 +464,6 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         if "std_cal_level" in kwargs:  # TRL's reward scaling (GDPO's sum of normalized rewards: the batch std)
             scale = "batch" if self.multi_objective_aggregation == "normalize_then_sum" else self.scale_rewards
             kwargs["std_cal_level"] = kwargs["std_cal_level"] if scale == "group" else scale
-            if self.uses_trl_loss and kwargs["epsilon"] == ADVANTAGE_FNS[name].argument("epsilon").default:
-                kwargs["epsilon"] = TRL_ADVANTAGE_EPSILON
         renames = config_renames(ADVANTAGE_FNS[name])
         return self._named(lambda: get_advantage_fn(name, **kwargs), "advantage function", renames)
 

@@ -84,10 +84,9 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         environment = kwargs.get("environment_factory") is not None  # it may own the rewards and the prompts
         if not funcs and not environment:
             raise ValueError(
-                f"{type(self).__name__}: No reward source provided; reward_funcs is required: pass a reward "
-                "function, a list of them, or a "
-                "reward model (id/path or PreTrainedModel), or an environment_factory whose environments score the "
-                "completions; got none"
+                f"{type(self).__name__}: No reward source provided; reward_funcs is required: pass a reward function, "
+                "a list of them, or a reward model (id/path or PreTrainedModel), or an environment_factory whose "
+                "environments score the completions; got none"
             )
         for split, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
             for key, data in dataset.items() if isinstance(dataset, dict) else [(None, dataset)]:
