@@ -1,6 +1,6 @@
 """An independent reference for the loss tests: every loss in plain Python `math`, no torch.
 
-Each loss is written token by token from DESIGN §2.3 with its closed-form derivative, so a test can
+Each loss is written token by token from docs/design.md §2.3 with its closed-form derivative, so a test can
 compare both the value and the gradient of `trl_ext.losses` against numbers that share no code with
 it. Inputs are nested lists `[B][T]`; masked tokens contribute nothing (their value is never read, so
 NaN there is fine). `loss(...)` returns `(value, grad, metrics)` with `grad[b][t] = ∂loss/∂logprob[b][t]`.

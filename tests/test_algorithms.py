@@ -1,5 +1,5 @@
-"""The algorithm table (DESIGN §2.5) against the reference flags transcribed from
-/work/shared/reference/trinity-algorithm-api.txt."""
+"""The algorithm table (docs/design.md §2.5) against the reference flags transcribed from
+Trinity-RFT 0.6.0's algorithm API."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Defaults and constructor signatures of the policy losses, KL and entropy terms (DESIGN §2.1-§2.3).
+"""Defaults and constructor signatures of the policy losses, KL and entropy terms (docs/design.md §2.1-§2.3).
 
-Every expected value here is a literal transcribed from DESIGN §2.3 and the reference API
-(/work/shared/reference/trinity-policy_loss_fn-api.txt), not read back from the code.
+Every expected value here is a literal transcribed from docs/design.md §2.3 and the reference API
+(Trinity-RFT 0.6.0's `policy_loss_fn` API), not read back from the code.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ REFERENCE_INIT: dict[str, dict] = {
 }
 
 # Where our defaults differ from the reference `__init__`: the reference's `default_args()` (what a
-# Trinity config runs with) wins over its `__init__` (DESIGN §2.3) -- PPO / MIX take clip_range 0.2,
+# Trinity config runs with) wins over its `__init__` (docs/design.md §2.3) -- PPO / MIX take clip_range 0.2,
 # GSPO its paper's 3e-4 / 4e-4, REC the ε' of its default_args, MIX a plain bool for use_dynamic_bsz.
 DOCUMENTED_DEVIATIONS: dict[str, set[str]] = {
     "ppo": {"clip_range"},

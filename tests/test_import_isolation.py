@@ -1,4 +1,4 @@
-"""`trl_ext.losses`, `trl_ext.advantages` and the algorithm table need nothing but torch (DESIGN §1).
+"""`trl_ext.losses`, `trl_ext.advantages` and the algorithm table need nothing but torch (docs/design.md §1).
 
 The check runs in a fresh interpreter whose import system refuses the heavy packages, as if they were
 not installed. numpy is blocked too: torch 2.13 imports without it (it only warns that NumPy could

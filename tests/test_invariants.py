@@ -1,4 +1,4 @@
-"""Invariants of the losses and of the window normalization (DESIGN §2.6)."""
+"""Invariants of the losses and of the window normalization (docs/design.md §2.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """KL estimators, the KL loss / reward penalty, the adaptive coefficient and the entropy terms
-(DESIGN §2.2), checked against closed forms computed in plain Python `math`."""
+(docs/design.md §2.2), checked against closed forms computed in plain Python `math`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Argument validation, call-time shape checks and masked-position hygiene of every loss (DESIGN §2.1-§2.2).
+"""Argument validation, call-time shape checks and masked-position hygiene of every loss (docs/design.md §2.1-§2.2).
 
 * Every invalid hyperparameter is a ValueError at construction that names the parameter and the rule.
 * Wrong input shapes are errors at call time, not silent broadcasts.
@@ -240,7 +240,7 @@ def test_entropy_construction_errors():
 
 
 # --------------------------------------------------------------------------------------------------
-# A batch every loss accepts (unused keys are ignored, DESIGN §2.1)
+# A batch every loss accepts (unused keys are ignored, docs/design.md §2.1)
 # --------------------------------------------------------------------------------------------------
 
 B, T = 4, 5
@@ -337,7 +337,7 @@ CASES = [
 CASE_IDS = [c[0] for c in CASES]
 
 # Metrics that by definition look at masked positions: the reference counts the A < 0 positions of
-# masked rows over the whole row, padding included (DESIGN §2.3, ppo).
+# masked rows over the whole row, padding included (docs/design.md §2.3, ppo).
 PADDING_METRICS = {"seq_mask/masked_tokens"}
 
 

@@ -1,4 +1,4 @@
-"""Normalization over the optimizer window (DESIGN §2.6): the same 16 fixed completions trained as 1 process ×
+"""Normalization over the optimizer window (docs/design.md §2.6): the same 16 fixed completions trained as 1 process ×
 4 accumulation steps, 1 process × 1 step with 4× the batch, and 2 processes × 2 steps (torchrun, gloo, CPU)
 give the same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages
 (REINFORCE++), dropped samples (RAFT), dropped groups replaced by copies of kept ones (`duplicate_experiences`,
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from trl_ext.components import MAX, MEAN, MIN, SHARE
-from trl_ext.trainers.window_metrics import WindowMetrics
+from trl_ext.trainers.window import WindowNormalization
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
@@ -93,7 +93,7 @@ def test_modes_differ_and_local_normalization_does_not_match(runs):
         assert (local - window).abs().max() > 100 * (runs["1x4"][key]["update"] - window).abs().max() + 1e-6, key
 
 
-class _TwoProcessMetrics(WindowMetrics):
+class _TwoProcessMetrics(WindowNormalization):
     """Process 0 of two: `gather` returns this process's window values and process 1's (`other`)."""
 
     kinds: ClassVar[dict[str, str]] = {"loss": SHARE, "ratio": MEAN, "low_min": MIN, "high_max": MAX}

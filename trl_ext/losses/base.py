@@ -466,7 +466,7 @@ def aggregate_loss(
     bool or 0/1 (a non-bool mask is checked, one device sync: pass a bool mask to skip it). Any other
     keyword is a ValueError.
 
-    Window normalization (DESIGN §2.6): pass the optimizer window's counts and the result is this
+    Window normalization (docs/design.md §2.6): pass the optimizer window's counts and the result is this
     micro-batch's *share* of the window aggregate: Σ m·x / (`global_valid_toks` + ε) for
     `token-mean`, Σ over rows / `global_valid_seqs` for the `seq-mean-*` modes (count every row, as
     the local mean does), and the unchanged Σ m·x / normalizer for `seq-mean-token-sum-norm`. The

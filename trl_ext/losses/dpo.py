@@ -53,7 +53,7 @@ Trinity-RFT (and the `dpo` loss), so the two agree when ε = 0. n counts the sco
 / `sigmoid_norm` count the completion mask before the one-token shift, which differs only for a completion that starts
 the sequence (an empty prompt).
 
-Window normalization (DESIGN §2.6): with the window's `global_valid_seqs` (rows, i.e. 2 × pairs, of every
+Window normalization (docs/design.md §2.6): with the window's `global_valid_seqs` (rows, i.e. 2 × pairs, of every
 micro-batch of the optimizer step on every process) a mean over pairs becomes this batch's sum over the window's
 pairs, and with `chosen_valid_toks` (the window's chosen completion tokens) the `sft` term this batch's token sum over
 the window's tokens: the shares of the window's micro-batches add up to the window's loss, however it is split. TRL

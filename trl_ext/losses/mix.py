@@ -13,7 +13,7 @@ then a cosine decay to μ_valley over D steps, then μ_valley.
 
 Each part is normalized over its *own* rows, in one of two ways:
 
-* Window normalization (what the trainers use, DESIGN §2.6): given the optimizer window's counts —
+* Window normalization (what the trainers use, docs/design.md §2.6): given the optimizer window's counts —
   `global_valid_toks` / `global_valid_seqs` over all rows and `expert_valid_toks` / `expert_valid_seqs` over
   the expert rows — each part aggregates over its rows of the whole window (usual = all − expert), and the
   result is this micro-batch's share of the window's loss. The parts' metrics become shares too: loss

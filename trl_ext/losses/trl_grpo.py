@@ -13,7 +13,7 @@ w = the row's token mean of lp − old, one value per sequence (differentiable t
                                        (× the vLLM sampling correction), k / λ by the sign of A (arXiv 2602.10693)
 
 With the vLLM importance-sampling correction (`importance_sampling_ratio`), L is multiplied by it, except for
-`vespo`, whose φ includes it. Aggregation (`aggregation(loss_type)`), with the window counts of DESIGN §2.6:
+`vespo`, whose φ includes it. Aggregation (`aggregation(loss_type)`), with the window counts of docs/design.md §2.6:
 
     grpo, sapo           seq-mean-token-mean          (Shao et al. 2024, arXiv 2402.03300)
     bnpo, dapo, cispo,   token-mean                   (DAPO, Yu et al. 2025, arXiv 2503.14476)

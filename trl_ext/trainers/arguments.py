@@ -116,6 +116,12 @@ def argument_field(spec: Argument, component: type[Component], part: type) -> tu
     return spec.field_name, kind, field(default=default, metadata=metadata)
 
 
+def config_field(component: type[Component], name: str, part: type | None = None) -> Any:
+    """The dataclass field of `component`'s argument `name` in a config class written by hand (`argument_field`:
+    the spec's default and help text, stated once by the component)."""
+    return argument_field(component.argument(name), component, part or LossArguments)[2]
+
+
 @cache
 def component_arguments(component: type[Component], part: type, leading: tuple[tuple[str, Any, Any], ...] = ()) -> type:
     """The config fields of `component`'s arguments (`argument_field`), after the `leading` ones, as a dataclass

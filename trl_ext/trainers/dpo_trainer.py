@@ -35,12 +35,12 @@ from ..components import MEAN, SHARE
 from ..losses import aggregate_loss
 from .dpo_config import DPOConfig
 from .model_card import AlgorithmModelCard
-from .window_metrics import WindowMetrics
+from .window import CountWindowInLoop
 
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
-class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
+class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
     """A `trl.DPOTrainer` whose loss is trl_ext's DPO loss (`TRLDPOLoss`: every loss option of `trl.DPOConfig`) plus
     the KL term, normalized over the optimizer window (config: `trl_ext.DPOConfig`).
 
@@ -48,7 +48,6 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
     """
 
     config_class: ClassVar[type[DPOConfig]] = DPOConfig
-    loss_is_scaled_for_ga = True  # the loss is this micro-batch's share of the window's loss
     _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "dpo"]
     #: TRL's DPO metrics that the trainer adds (means over the micro-batch), the entropy and the router's aux_loss
     trainer_metrics: ClassVar[dict[str, str]] = {
@@ -72,23 +71,25 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
         self.algorithm = "dpo"
         self.policy_loss_fn = args.build_policy_loss()
         self.kl_fn = args.build_kl_fn()
-        self._window: dict[str, torch.Tensor] = {}
 
     # ---- optimizer-window normalization ----------------------------------------------------------------------
 
-    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
-        """Called by the training loop with the window's micro-batches before the first one runs: count their rows
-        (2 per pair), completion tokens, chosen completion tokens (the `sft` loss type's) and input tokens (TRL's
-        `num_tokens`), summed over processes (one collective, one host sync per optimizer step)."""
-        rows = sum(batch["input_ids"].size(0) for batch in batch_samples)
-        tokens = sum(batch["completion_mask"][..., 1:].sum() for batch in batch_samples)
-        chosen = sum(batch["completion_mask"][: batch["input_ids"].size(0) // 2, 1:].sum() for batch in batch_samples)
-        inputs = sum(batch["attention_mask"].sum() for batch in batch_samples)
-        counts = torch.stack([torch.as_tensor(x, device=device) for x in (rows, tokens, chosen, inputs)]).float()
-        rows, tokens, chosen, inputs = self.accelerator.reduce(counts, reduction="sum")
-        self._window = {"global_valid_seqs": rows, "global_valid_toks": tokens, "chosen_valid_toks": chosen}
-        self._total_train_tokens += int(inputs.item()) // getattr(self, "_tp_size", 1)  # TP ranks share a batch
-        return None
+    def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Rows (2 per pair), completion tokens, chosen completion tokens (the `sft` loss type's) and input tokens
+        (TRL's `num_tokens`) of a micro-batch (rows are [all chosen; all rejected])."""
+        mask = batch["completion_mask"][..., 1:]
+        rows = torch.full((), float(mask.size(0)), device=mask.device)  # filled on the device: no host sync
+        return {
+            "global_valid_seqs": rows,
+            "global_valid_toks": mask.sum().float(),
+            "chosen_valid_toks": mask[: mask.size(0) // 2].sum().float(),
+            "input_tokens": batch["attention_mask"].sum().float(),
+        }
+
+    def count_window(self, batches: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        window = super().count_window(batches)
+        self._total_train_tokens += int(window.pop("input_tokens").item()) // getattr(self, "_tp_size", 1)
+        return window
 
     # ---- the loss --------------------------------------------------------------------------------------------
 
@@ -108,12 +109,8 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
 
         pairs = logps.size(0) // 2  # rows are [all chosen; all rejected]; the loss takes (chosen, rejected) pairs
         interleave = torch.arange(2 * pairs, device=logps.device).view(2, pairs).t().reshape(-1)
-        if mode == "train":
-            window = dict(self._window)
-        else:
-            rows = torch.full((), float(mask.size(0)), device=mask.device)
-            window = {"global_valid_seqs": rows, "global_valid_toks": mask.sum().float()}
-            window["chosen_valid_toks"] = mask[:pairs].sum().float()
+        window = self.loss_counts(inputs, mode)
+        window.pop("input_tokens", None)
         chosen_valid_toks = window.pop("chosen_valid_toks", None)
         weighting = {}
         if self.policy_loss_fn.use_weighting:  # WPO: TRL's fused head adds log Σ_v π(v)² when use_weighting is on
@@ -130,8 +127,7 @@ class DPOTrainer(AlgorithmModelCard, WindowMetrics, trl.DPOTrainer):
             kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(logps, ref, mask, "token-mean", **window)
             loss = loss + kl_loss
             metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
-        if mode == "train":  # window shares; DDP / DeepSpeed / FSDP average gradients over processes
-            loss = loss * self.accelerator.num_processes
+        loss = self.scale_for_processes(loss, mode)
         if self.aux_loss_enabled:
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * outputs.aux_loss / scale

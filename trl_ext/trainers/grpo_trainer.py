@@ -11,7 +11,7 @@ checkpointing):
   (e.g. `std_threshold`, RAFT's selection) are masked out of the loss.
 * `_compute_loss`: per-token log-probs and entropies through TRL's fused log-prob path, then the algorithm's
   policy loss, the KL term (`kl_loss_fn` with coefficient `beta`, adaptive if asked) and the entropy bonus, all
-  normalized over the optimizer window (DESIGN §2.6: token / sequence counts of every micro-batch of the
+  normalized over the optimizer window (docs/design.md §2.6: token / sequence counts of every micro-batch of the
   optimizer step, summed over processes), so the gradient does not depend on how the step is split into
   micro-batches and processes.
 
@@ -40,7 +40,7 @@ from trl.trainer.utils import nanstd
 from ..losses import aggregate_loss
 from .grpo_config import GRPOFamilyConfig
 from .model_card import AlgorithmModelCard
-from .window_metrics import WindowMetrics
+from .window import WindowNormalization
 
 _MULTIMODAL_KEYS = (
     "pixel_values",
@@ -57,7 +57,7 @@ _MULTIMODAL_KEYS = (
 _STATE_FILE = "trl_ext_state.json"
 
 
-class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
+class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
     Use an algorithm's trainer (`SAPOTrainer`, `GSPOTrainer`, ...: built from its record by
@@ -103,7 +103,6 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         self.loss_agg_mode = args.aggregation
         self.entropy_loss_agg_mode = args.entropy_aggregation
         self._gathered_rewards: torch.Tensor | None = None
-        self._window: dict[str, torch.Tensor] = {}
         self._window_batches: list[Any] | None = None  # the raw batches of the next optimizer window
         self._window_queue: list[dict[str, Any]] = []  # its prepared micro-batches, with the window's counts
 
@@ -273,7 +272,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         generates whenever a micro-batch starts a new generation batch: a window may span several when
         `steps_per_generation` is not a multiple of the accumulation steps; the weights do not change within a
         window, so generating early samples from the same policy), then count the window's tokens and rows over
-        every micro-batch and process (DESIGN §2.6), and queue the micro-batches with the counts."""
+        every micro-batch and process (docs/design.md §2.6), and queue the micro-batches with the counts."""
         batches = self._window_batches or [generation_batch]
         self._window_batches = None
         start, prepared = self._step, []
@@ -283,14 +282,10 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
                 prepared.append(super()._prepare_inputs(batch))
         finally:
             self._step = start
-        window = [self._window_counts(batch) for batch in prepared]
-        names = list(window[0])
-        counts = torch.stack([sum(batch[name] for batch in window) for name in names])
-        counts = self.accelerator.reduce(counts, reduction="sum")
-        self._window = dict(zip(names, counts, strict=True))
-        self._window_queue = [{**inputs, **self._window} for inputs in prepared]
+        window = self.count_window(prepared)
+        self._window_queue = [{**inputs, **window} for inputs in prepared]
 
-    def _window_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """What a micro-batch adds to the window's counts (`global_valid_toks` tokens, `global_valid_seqs` rows)."""
         mask = _loss_mask(batch)
         rows = torch.full((), float(mask.size(0)), device=mask.device)  # filled on the device: no host sync
@@ -302,7 +297,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
         if mode == "train":
             window = {name: inputs[name] for name in self._window}
         else:
-            window = self._window_counts(inputs)
+            window = self.micro_batch_counts(inputs)
         window["normalizer"] = window["global_valid_seqs"] * self.max_completion_length
         return window
 
@@ -384,10 +379,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowMetrics, trl.GRPOTrainer):
             entropies.detach(), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")
         )
 
-        if mode == "train":
-            # Window shares sum to the window's loss over micro-batches and processes; DDP / DeepSpeed / FSDP
-            # average gradients over processes, so scale back by their number (as TRL's `dapo` does).
-            loss = loss * self.accelerator.num_processes
+        loss = self.scale_for_processes(loss, mode)
         if self.aux_loss_enabled:
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / scale

@@ -253,8 +253,8 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
 
     # ---- the loss ------------------------------------------------------------------------------------------------
 
-    def _window_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        counts = super()._window_counts(batch)
+    def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        counts = super().micro_batch_counts(batch)
         expert = batch["expert_mask"]
         counts["expert_valid_toks"] = (_loss_mask(batch) * expert.unsqueeze(1)).sum().float()
         counts["expert_valid_seqs"] = expert.sum().float()

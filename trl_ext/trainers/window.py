@@ -1,8 +1,21 @@
-"""Loss metrics logged once per optimizer step, as the optimizer window's values (shared by every trl_ext trainer)."""
+"""Normalization over the optimizer window, one mechanism for every trl_ext trainer family (docs/design.md §2.6).
+
+The loss of one optimizer step must not depend on how the step is split into micro-batches and processes. So each
+family says what one micro-batch adds to the window's counts (`micro_batch_counts`: tokens, rows, ...); when a
+window starts, `count_window` sums them over the window's micro-batches and all processes (one all-reduce), and
+every micro-batch's loss is its *share* of the window's loss (`loss_counts` hands the losses the window's counts,
+as NeMo-RL's `global_valid_toks` / `global_valid_seqs`). `scale_for_processes` undoes the gradient averaging of
+DDP / DeepSpeed / FSDP. The loss metrics are logged once per optimizer step (`_log_loss_metrics`), each combined
+over the window as its component declares it.
+
+Where the window starts depends on the family: the HF training loop hands a window's micro-batches to
+`_get_num_items_in_batch` before the first one runs (`CountWindowInLoop`: DPO, SFT); the GRPO family generates the
+completions inside `_prepare_inputs`, so it counts when it has prepared the window's micro-batches.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -10,12 +23,41 @@ from ..components import MAX, MEAN, METRIC_KINDS, MIN, SHARE
 from ..losses import KLFn
 
 
-class WindowMetrics:
+class WindowNormalization:
     """Mixin for a TRL trainer (it uses `self.accelerator` and `self._metrics[mode]`, TRL's lists averaged at
     each log) whose losses are normalized over the optimizer window."""
 
+    _window: ClassVar[dict[str, torch.Tensor]] = {}  # the current window's counts (set per instance)
     _window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
     _window_steps: int = 0
+
+    # ---- counts ---------------------------------------------------------------------------------------------------
+
+    def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """What one micro-batch adds to the window's counts, as 0-dim float tensors on its device (no host sync):
+        `global_valid_toks` (loss tokens), `global_valid_seqs` (rows) and whatever else the family's loss reads."""
+        raise NotImplementedError
+
+    def count_window(self, batches: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The window's counts: `micro_batch_counts` summed over its micro-batches and over processes (one
+        all-reduce); kept as the counts of the window's micro-batches (`loss_counts`)."""
+        per_batch = [self.micro_batch_counts(batch) for batch in batches]
+        names = list(per_batch[0])
+        sums = torch.stack([sum(counts[name] for counts in per_batch) for name in names])
+        sums = self.accelerator.reduce(sums, reduction="sum")
+        self._window = dict(zip(names, sums, strict=True))
+        return self._window
+
+    def loss_counts(self, inputs: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
+        """The counts a micro-batch's loss is normalized by: the window's in training, its own in evaluation."""
+        return dict(self._window) if mode == "train" else self.micro_batch_counts(inputs)
+
+    def scale_for_processes(self, loss: torch.Tensor, mode: str) -> torch.Tensor:
+        """A window share summed over processes: DDP / DeepSpeed / FSDP average gradients over processes, so scale
+        the training loss back by their number (as TRL's `dapo` does)."""
+        return loss * self.accelerator.num_processes if mode == "train" else loss
+
+    # ---- metrics --------------------------------------------------------------------------------------------------
 
     #: the metrics a trainer adds itself: the policy loss's value, the mean token entropy (a share under the window's
     #: token count), the MoE router's auxiliary loss
@@ -72,3 +114,15 @@ class WindowMetrics:
             logged[name] = combined[order.index(kind)][i]
             self._metrics[mode][name].append(logged[name])
         return logged
+
+
+class CountWindowInLoop(WindowNormalization):
+    """For a trainer whose micro-batches come straight from the HF training loop (DPO, SFT): the loop hands each
+    optimizer window's micro-batches to `_get_num_items_in_batch` before the first one runs, which counts them
+    (`count_window`). The loss is then already the window's share, so HF must not divide it again."""
+
+    loss_is_scaled_for_ga = True
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
+        self.count_window(batch_samples)
+        return None
