@@ -10,7 +10,8 @@ import pytest
 import trl_ext
 from trl_ext.losses import ENTROPY_FNS, KL_FNS, POLICY_LOSSES
 
-# name: (use_critic, use_reference, compute_advantage_in_trainer, can_balance_batch, schema)
+# name: (use_critic, use_reference, compute_advantage_in_trainer, can_balance_batch, schema) in Trinity-RFT 0.6.0;
+# trl_ext records the flags that mean something for a TRL trainer (use_critic, use_reference, schema)
 REFERENCE_FLAGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
     "sft": (False, False, False, True, "sft"),
     "ppo": (True, True, True, True, "experience"),
@@ -44,10 +45,12 @@ def test_flags_match_reference(name):
     spec = trl_ext.get_algorithm(name)
     assert isinstance(spec, trl_ext.AlgorithmSpec)
     assert spec.name == name
-    got = (spec.use_critic, spec.use_reference, spec.compute_advantage_in_trainer, spec.can_balance_batch, spec.schema)
-    assert got == REFERENCE_FLAGS[name]
-    for flag in got[:4]:
-        assert type(flag) is bool
+    critic, reference, _, _, schema = REFERENCE_FLAGS[name]
+    assert (spec.use_critic, spec.use_reference, spec.schema) == (critic, reference, schema)
+    assert type(spec.use_critic) is bool and type(spec.use_reference) is bool
+    # Trinity-RFT's explorer / trainer split flags have no meaning for a TRL trainer: not recorded, no packed strings
+    assert not hasattr(spec, "compute_advantage_in_trainer") and not hasattr(spec, "can_balance_batch")
+    assert not hasattr(spec, "flags")
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE_FLAGS))
@@ -131,7 +134,7 @@ def test_unhashable_algorithm_name():
 
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
-    "mix", "mix_chord", "on_policy_distill", "dpo",
+    "mix", "mix_chord", "on_policy_distill", "dpo", "sft",
 }  # fmt: skip
 
 
@@ -152,3 +155,41 @@ def test_spec_is_frozen():
     spec = trl_ext.get_algorithm("grpo")
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.use_critic = True
+
+
+# ---- the flags drive behaviour -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, s in trl_ext.ALGORITHMS.items() if s.trainer in ("grpo", "mix", "distill"))
+)
+def test_repeat_times_is_the_default_group_size(name):
+    spec = trl_ext.get_algorithm(name)
+    field = spec.config_class.__dataclass_fields__["num_generations"]
+    assert field.default == spec.repeat_times
+    assert "repeat_times" in field.metadata["help"]
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, s in trl_ext.ALGORITHMS.items() if s.trainer in ("grpo", "mix", "distill"))
+)
+def test_use_reference_decides_whether_a_kl_term_to_a_reference_model_is_allowed(name):
+    """Without a reference model (`use_reference=False`, as Trinity-RFT launches none) a KL coefficient is refused
+    when the config is built, naming `beta`; with one, `beta` > 0 is a KL term (TRL then loads the reference)."""
+    spec = trl_ext.get_algorithm(name)
+    settings = {"output_dir": "unused", "use_cpu": True, "bf16": False, "report_to": "none"}
+    if spec.use_reference:
+        assert spec.config_class(**settings, beta=0.05).beta == 0.05
+    else:
+        with pytest.raises(
+            ValueError, match=rf"{spec.class_names[0]}: beta=0.05 adds a KL term .* use_reference=False"
+        ):
+            spec.config_class(**settings, beta=0.05)
+    assert spec.config_class(**settings).beta == 0.0  # off by default either way: no reference model loaded
+
+
+def test_use_critic_needs_a_family_with_a_critic():
+    spec = trl_ext.get_algorithm("grpo")
+    with pytest.raises(ValueError, match="use_critic=True needs a trainer family that trains a value model"):
+        dataclasses.replace(spec, name="critic_grpo", use_critic=True)
+    assert trl_ext.get_algorithm("ppo").use_critic and not trl_ext.get_algorithm("ppo").has_trainer

@@ -29,11 +29,10 @@ from test_on_policy_distill import _trainer as distill_trainer
 from test_trl_parity import MAPPING
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from trainer_helpers import changed, cpu_config, length_reward, snapshot
+from trainer_helpers import algorithm_classes, changed, cpu_config, length_reward, snapshot
 
 import trl_ext
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_preference_dataset
-from trl_ext.trainers import GRPO_FAMILY_TRAINERS
 
 # 2 prompts × 4 generations (DPO: 4 pairs = 8 rows), completions of at most 8 tokens, 2 steps. lr 1e-2: bf16 weights
 # do not resolve Adam's first steps of 1e-3 on weights near 1 (the RMSNorm scales), so a smaller lr moves only some.
@@ -133,7 +132,7 @@ def trl_reference(random_tiny_model, tmp_path_factory):
 def build(case: str, model: str, teacher: str, out: str, dtype: torch.dtype):
     """trl_ext's trainer for `case`, the metrics it must log, and TRL's trainer of the same setting (kind, config)."""
     settings = {**COMMON, "model_init_kwargs": {"dtype": dtype}}
-    if case in GRPO_FAMILY_TRAINERS:
+    if case in algorithm_classes("grpo", trainers=True):
         trainer = grpo_trainer(case, model, out, reward_funcs=length_reward, **GRPO_ARGS, **settings)
         _, metrics = trainer.policy_loss_fn(  # the loss's own metric names (Trinity-RFT's)
             logprob=torch.zeros(2, 3),

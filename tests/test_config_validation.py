@@ -15,17 +15,16 @@ import typing
 import pytest
 import torch
 import trl
-from trainer_helpers import CPU
+from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes
 
 import trl_ext
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.cli import list_algorithms
-from trl_ext.trainers import TRAINER_CONFIGS
 from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS, DocumentedDefault
 from trl_ext.trainers.model_card import field_default
 
-CONFIGS = {**TRAINER_CONFIGS, "dpo": trl_ext.DPOConfig}
-GRPO_FAMILY = list(TRAINER_CONFIGS)
+CONFIGS = {**algorithm_classes(*ROLLOUT_FAMILIES), "dpo": trl_ext.DPOConfig}
+GRPO_FAMILY = list(algorithm_classes(*ROLLOUT_FAMILIES))
 HAS_DUPLICATE_EXPERIENCES = "duplicate_experiences" in get_advantage_fn("grpo").default_args()
 
 
@@ -127,7 +126,7 @@ def _trl_value(field):
 @pytest.mark.parametrize("algorithm", ALGORITHM_CONFIGS)
 @pytest.mark.parametrize("field", list(_TRL_LOSS_FIELDS))
 def test_trl_loss_fields_are_errors_even_at_trls_default(make, algorithm, field):
-    config_class = TRAINER_CONFIGS[algorithm]
+    config_class = algorithm_classes(*ROLLOUT_FAMILIES)[algorithm]
     value = _trl_value(field)
     with raises_naming(config_class, field, value, "does not use"):
         make(config_class, **{field: value})
@@ -158,7 +157,7 @@ def test_grpo_config_trains_trls_loss_when_a_trl_loss_field_is_set(make, field):
 @pytest.mark.parametrize("algorithm", GRPO_FAMILY)
 def test_trl_code_sees_trls_defaults(make, algorithm):
     """After construction the TRL loss fields hold TRL's defaults, so TRL's own code reads valid values."""
-    config = make(TRAINER_CONFIGS[algorithm])
+    config = make(algorithm_classes(*ROLLOUT_FAMILIES)[algorithm])
     for field in _TRL_LOSS_FIELDS:
         assert getattr(config, field) == TRL_GRPO_DEFAULTS[field], field
 

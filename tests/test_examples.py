@@ -8,11 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from trainer_helpers import logged
+from trainer_helpers import ROLLOUT_FAMILIES, algorithm_classes, logged
 
 from trl_ext.scripts.grpo import main
 from trl_ext.toy import DEFAULT_TRAINING
-from trl_ext.trainers import TRAINER_CONFIGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
@@ -20,7 +19,7 @@ QUICK += ["--save_strategy", "no"]
 
 
 def test_one_example_per_algorithm_sharing_the_script():
-    for algorithm in TRAINER_CONFIGS:
+    for algorithm in algorithm_classes(*ROLLOUT_FAMILIES):
         with open(os.path.join(ROOT, "examples", f"train_{algorithm}.py")) as f:
             source = f.read()
         assert "from trl_ext.scripts.grpo import main" in source and f'main("{algorithm}")' in source

@@ -9,17 +9,17 @@ import os
 
 import pytest
 import trl
-from trainer_helpers import CPU
+from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes
 
 import trl_ext
 from trl_ext.advantages import ADVANTAGE_FNS
 from trl_ext.losses import POLICY_LOSSES
-from trl_ext.trainers import GRPO_FAMILY_CONFIGS, TRAINER_CONFIGS, GRPOFamilyConfig
+from trl_ext.trainers import GRPOFamilyConfig
 from trl_ext.trainers.arguments import config_arguments
 from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALGORITHMS = list(GRPO_FAMILY_CONFIGS)
+ALGORITHMS = list(algorithm_classes("grpo"))
 
 
 def make(config_class, **kwargs):
@@ -28,7 +28,7 @@ def make(config_class, **kwargs):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_fields_are_the_loss_and_advantage_arguments(algorithm):
-    config_class = GRPO_FAMILY_CONFIGS[algorithm]
+    config_class = algorithm_classes("grpo")[algorithm]
     spec = trl_ext.get_algorithm(algorithm)
     assert issubclass(config_class, trl.GRPOConfig) and config_class.algorithm == algorithm
     fields = {f.name: f for f in dataclasses.fields(config_class)}
@@ -49,7 +49,7 @@ def test_fields_are_the_loss_and_advantage_arguments(algorithm):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_field_is_typed_and_documented(algorithm):
-    config_class = GRPO_FAMILY_CONFIGS[algorithm]
+    config_class = algorithm_classes("grpo")[algorithm]
     own = config_class.loss_argument_names() + config_class.advantage_argument_names()
     own += [f.name for f in dataclasses.fields(GRPOFamilyConfig) if f.name not in trl.GRPOConfig.__dataclass_fields__]
     for f in dataclasses.fields(config_class):
@@ -72,7 +72,7 @@ def test_every_field_is_typed_and_documented(algorithm):
     ],
 )
 def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value, hint):
-    config_class = GRPO_FAMILY_CONFIGS[algorithm]
+    config_class = algorithm_classes("grpo")[algorithm]
     with pytest.raises(ValueError, match=rf"{config_class.__name__}: {field}=") as err:
         make(config_class, **{field: value})
     assert hint in str(err.value)
@@ -146,7 +146,7 @@ def test_recipes_parse_into_their_config(path):
     from trl_ext.scripts import dpo, grpo
 
     algorithm = os.path.basename(path)[: -len(".yaml")]
-    configs = {**TRAINER_CONFIGS, "dpo": trl_ext.DPOConfig}
+    configs = {**algorithm_classes(*ROLLOUT_FAMILIES), "dpo": trl_ext.DPOConfig}
     assert algorithm in configs
     argv = ["--config", path, "--output_dir", "/tmp/trl_ext_unused", "--use_cpu", "--bf16", "false"]
     parser = dpo.make_parser(argv) if algorithm == "dpo" else grpo.make_parser(algorithm, argv)

@@ -11,14 +11,13 @@ import time
 
 import pytest
 import torch
-from trainer_helpers import changed, cpu_config, length_reward, logged, snapshot
+from trainer_helpers import algorithm_classes, changed, cpu_config, length_reward, logged, snapshot
 
 import trl_ext
 from trl_ext.losses import get_policy_loss
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
-from trl_ext.trainers import GRPO_FAMILY_CONFIGS, GRPO_FAMILY_TRAINERS
 
-ALGORITHMS = list(GRPO_FAMILY_CONFIGS)
+ALGORITHMS = list(algorithm_classes("grpo"))
 
 
 def make_trainer(algorithm, model, output_dir, reward_funcs=toy_reward, dataset=None, **overrides):
@@ -38,8 +37,8 @@ def test_every_grpo_family_algorithm_has_a_trainer_and_config():
     for name in ALGORITHMS:
         spec = trl_ext.get_algorithm(name)
         assert spec.has_trainer
-        assert spec.trainer_class is GRPO_FAMILY_TRAINERS[name]
-        assert spec.config_class is GRPO_FAMILY_CONFIGS[name]
+        assert spec.trainer_class is algorithm_classes("grpo", trainers=True)[name]
+        assert spec.config_class is algorithm_classes("grpo")[name]
         assert issubclass(spec.trainer_class, __import__("trl").GRPOTrainer)
         assert getattr(trl_ext, spec.trainer_class.__name__) is spec.trainer_class
         assert getattr(trl_ext, spec.config_class.__name__) is spec.config_class

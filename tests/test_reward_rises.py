@@ -6,14 +6,13 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from trainer_helpers import CPU, logged
+from trainer_helpers import CPU, algorithm_classes, logged
 
 import trl_ext
 from trl_ext.toy import FAST_TRAINING, build_tokenizer, toy_dataset, toy_reward
-from trl_ext.trainers import GRPO_FAMILY_CONFIGS
 
 
-@pytest.mark.parametrize("algorithm", list(GRPO_FAMILY_CONFIGS))
+@pytest.mark.parametrize("algorithm", list(algorithm_classes("grpo")))
 def test_toy_reward_rises(algorithm, tiny_model, tmp_path):
     spec = trl_ext.get_algorithm(algorithm)
     args = spec.config_class(output_dir=str(tmp_path), **{**CPU, **FAST_TRAINING})

@@ -68,3 +68,18 @@ def train_update(trainer) -> dict[str, torch.Tensor]:
     before = snapshot(trainer.model)
     trainer.train()
     return {name: p.detach() - before[name] for name, p in trainer.model.named_parameters()}
+
+
+ROLLOUT_FAMILIES = ("grpo", "mix", "distill")
+"""The trainer families that generate their own rollouts (a `trl.GRPOTrainer`), one config class per algorithm."""
+
+
+def algorithm_classes(*families: str, trainers: bool = False) -> dict[str, type]:
+    """{algorithm: config class (or trainer class)} of the algorithms of `families`, from the records."""
+    import trl_ext
+
+    return {
+        name: spec.trainer_class if trainers else spec.config_class
+        for name, spec in trl_ext.ALGORITHMS.items()
+        if spec.trainer in families
+    }

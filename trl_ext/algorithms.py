@@ -5,27 +5,27 @@
     spec.policy_loss_fn, spec.advantage_fn, spec.kl_loss_fn, spec.entropy_loss_fn  # 'sapo', 'grpo', 'none', 'none'
     spec.config_class, spec.trainer_class                                          # SAPOConfig, SAPOTrainer
 
-A record names the algorithm, its one paper, its default components (policy loss, advantage, KL, entropy) and
-Trinity-RFT's flags (`use_critic`, `use_reference`, `compute_advantage_in_trainer`, `can_balance_batch`,
-`schema`; `repeat_times` is the group size, TRL's `num_generations`), and which trainer family trains it. The
-config class (TRL's config plus the components' arguments, `trl_ext.trainers.arguments`), the trainer class, the
-package exports (`trl_ext.SAPOTrainer`), the model cards and `trl-ext list` are all derived from the record.
-Adding an algorithm whose loss and advantage exist is one `register_algorithm(AlgorithmSpec(...))`; a new loss is
-its `@register_policy_loss` class plus a record. This module imports neither trl nor torch: the classes are built
-by `trl_ext.trainers` on first use.
+A record names the algorithm, its one paper, its default components (policy loss, advantage, KL, entropy), the
+trainer family that trains it (`trl_ext.families`) and Trinity-RFT's flags that mean something for a TRL trainer:
+`use_critic` (it trains a value model: only a family with a critic can take it), `use_reference` (it may have a KL
+term to a reference model: without it the config refuses a KL coefficient, and no reference model is loaded) and
+`repeat_times` (the default group size: the config's `num_generations`). The config and trainer classes, the package
+exports (`trl_ext.SAPOTrainer`), the model cards and `trl-ext list` are all derived from the record and its family.
+Adding an algorithm whose loss and advantage exist is one `register_algorithm(AlgorithmSpec(...))`; a new loss is its
+`@register_policy_loss` class plus a record. This module imports neither trl nor torch, nor the trainers: a family
+names the module of its classes, which is loaded on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from .families import FAMILIES, TrainerFamily, get_family
+
 DEFAULT_KL_ESTIMATOR = "k2"
 """The KL estimator of an algorithm whose record has no KL term by default (Trinity-RFT's `kl_loss_fn: none`)."""
-
-TRAINER_FAMILIES = ("grpo", "mix", "distill", "dpo")
-"""The trainer families (`AlgorithmSpec.trainer`): `grpo` (a `trl.GRPOTrainer` on rollouts), `mix` (rollouts and
-expert demonstrations in one batch), `distill` (rollouts scored by a teacher), `dpo` (a `trl.DPOTrainer`)."""
 
 
 @dataclass(frozen=True)
@@ -47,29 +47,31 @@ class Paper:
 class AlgorithmSpec:
     """One algorithm's record.
 
-    `trainer` is its trainer family (`TRAINER_FAMILIES`), None for a record without a trainer yet (its losses are
-    in `trl_ext.losses`). `class_prefix` names the classes (`SAPO` -> `SAPOConfig`, `SAPOTrainer`; default: the
+    `trainer` is its trainer family (a `trl_ext.families` name), None for a record without a trainer yet (its losses
+    are in `trl_ext.losses`). `class_prefix` names the classes (`SAPO` -> `SAPOConfig`, `SAPOTrainer`; default: the
     upper-case name) and `display_name` the algorithm in model cards (default: the upper-case name); `details` is
     appended to the config's docstring (what the description leaves out, e.g. TRL's equivalent settings).
     `trl_losses`: the config also accepts TRL's own loss selection (`loss_type`, `epsilon`, ...) and then trains
     TRL's loss (`trl_ext.losses.trl_grpo`): the algorithm that `trl.GRPOTrainer` users swap in.
+
+    Trinity-RFT's flags: `use_critic`, `use_reference`, `repeat_times` (see the module docstring); `schema` and
+    `sample_strategy` are the family's. (Trinity-RFT's `compute_advantage_in_trainer` and `can_balance_batch` say
+    where its explorer / trainer split computes advantages and whether its batches may be re-balanced over data-
+    parallel ranks; a TRL trainer computes every advantage after generation, in one process group, so they would mean
+    nothing here and are not recorded.)
     """
 
     name: str
     description: str
     paper: Paper | None
-    use_critic: bool
-    use_reference: bool
-    compute_advantage_in_trainer: bool
-    can_balance_batch: bool
-    schema: str
     policy_loss_fn: str
     advantage_fn: str | None
     kl_loss_fn: str
-    kl_penalty_fn: str
     entropy_loss_fn: str
+    use_reference: bool
     repeat_times: int
-    sample_strategy: str = "default"
+    use_critic: bool = False
+    kl_penalty_fn: str = "none"
     trainer: str | None = "grpo"
     class_prefix: str = ""
     display_name: str = ""
@@ -77,15 +79,35 @@ class AlgorithmSpec:
     trl_losses: bool = False
 
     def __post_init__(self) -> None:
-        if self.trainer is not None and self.trainer not in TRAINER_FAMILIES:
-            raise ValueError(
-                f"algorithm {self.name!r}: trainer={self.trainer!r} is not valid; must be one of "
-                f"{', '.join(map(repr, TRAINER_FAMILIES))} or None"
-            )
+        if self.trainer is not None:
+            family = get_family(self.trainer)  # an unknown family is a ValueError naming the registered ones
+            if self.use_critic and not family.uses_critic:
+                raise ValueError(
+                    f"algorithm {self.name!r}: use_critic=True needs a trainer family that trains a value model; "
+                    f"trainer={self.trainer!r} does not (families with a critic: "
+                    f"{', '.join(n for n, f in FAMILIES.items() if f.uses_critic) or 'none yet'})"
+                )
+        if isinstance(self.repeat_times, bool) or not isinstance(self.repeat_times, int) or self.repeat_times < 1:
+            raise ValueError(f"algorithm {self.name!r}: repeat_times={self.repeat_times!r} must be an integer >= 1")
         if not self.class_prefix:
             object.__setattr__(self, "class_prefix", self.name.upper())
         if not self.display_name:
             object.__setattr__(self, "display_name", self.name.upper())
+
+    @property
+    def family(self) -> TrainerFamily | None:
+        """The record of the trainer family that trains it (None without a trainer)."""
+        return None if self.trainer is None else get_family(self.trainer)
+
+    @property
+    def schema(self) -> str:
+        """The data it trains on (Trinity-RFT's `schema`): its family's; `experience` for a record without one."""
+        return self.family.schema if self.family else "experience"
+
+    @property
+    def sample_strategy(self) -> str:
+        """Trinity-RFT's `sample_strategy`: `mix` where the family mixes expert data into the batch."""
+        return "mix" if self.family is not None and self.family.script_arguments else "default"
 
     @property
     def kl_estimator(self) -> str:
@@ -101,30 +123,32 @@ class AlgorithmSpec:
     @property
     def class_names(self) -> tuple[str, str]:
         """The names of the config and the trainer class, `("SAPOConfig", "SAPOTrainer")`, without building them."""
-        self._require_trainer()
+        family = self._require_trainer()
+        if not family.per_algorithm_classes:
+            return family.class_names
         return f"{self.class_prefix}Config", f"{self.class_prefix}Trainer"
 
     @property
     def config_class(self) -> type:
-        from .trainers import algorithm_classes
-
-        self._require_trainer()
-        return algorithm_classes(self.name)[0]
+        return self._classes()[0]
 
     @property
     def trainer_class(self) -> type:
-        from .trainers import algorithm_classes
+        return self._classes()[1]
 
+    def _classes(self) -> tuple[type, type]:
         self._require_trainer()
-        return algorithm_classes(self.name)[1]
+        # The trainers import this module, never the other way: their package is loaded by name on first use.
+        return importlib.import_module("trl_ext.trainers").algorithm_classes(self.name)
 
-    def _require_trainer(self) -> None:
+    def _require_trainer(self) -> TrainerFamily:
         if self.trainer is None:
             with_trainer = ", ".join(name for name, spec in ALGORITHMS.items() if spec.has_trainer)
             raise NotImplementedError(
                 f"algorithm {self.name!r} has no trainer yet: its losses are available through "
                 f"trl_ext.losses.get_policy_loss({self.policy_loss_fn!r}); algorithms with a trainer: {with_trainer}"
             )
+        return get_family(self.trainer)
 
     def default_config(self) -> dict[str, Any]:
         """The reference's `default_config()`: the algorithm's default components."""
@@ -139,43 +163,6 @@ class AlgorithmSpec:
         }
 
 
-def _spec(
-    name: str,
-    description: str,
-    paper: Paper | None,
-    *,
-    flags: str,
-    schema: str = "experience",
-    policy: str,
-    advantage: str | None,
-    kl_loss: str,
-    entropy: str,
-    repeat: int,
-    sample: str = "default",
-    **naming: Any,
-) -> AlgorithmSpec:
-    # flags: four letters for use_critic, use_reference, compute_advantage_in_trainer, can_balance_batch
-    critic, reference, adv_in_trainer, balance = (c == "T" for c in flags)
-    return AlgorithmSpec(
-        name=name,
-        description=description,
-        paper=paper,
-        use_critic=critic,
-        use_reference=reference,
-        compute_advantage_in_trainer=adv_in_trainer,
-        can_balance_batch=balance,
-        schema=schema,
-        policy_loss_fn=policy,
-        advantage_fn=advantage,
-        kl_loss_fn=kl_loss,
-        kl_penalty_fn="none",
-        entropy_loss_fn=entropy,
-        repeat_times=repeat,
-        sample_strategy=sample,
-        **naming,
-    )
-
-
 # fmt: off
 _CHORD = Paper(
     "On-Policy RL Meets Off-Policy Experts: Harmonizing Supervised Fine-Tuning and Reinforcement Learning via "
@@ -183,110 +170,130 @@ _CHORD = Paper(
     "2508.11408",
 )
 ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
-    _spec("sft", "Supervised fine-tuning (negative log-likelihood).",
-          None,
-          flags="FFFT", schema="sft", policy="sft", advantage=None, kl_loss="none", entropy="none", repeat=1,
-          trainer=None),
-    _spec("ppo", "PPO with a critic and GAE advantages.",
-          Paper("Proximal Policy Optimization Algorithms", "1707.06347"),
-          flags="TTTT", policy="ppo", advantage="ppo", kl_loss="k2", entropy="default", repeat=1, trainer=None),
-    _spec("grpo", "GRPO: group-normalized advantages, dual-clip PPO loss.",
-          Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
-          flags="FTFT", policy="ppo", advantage="grpo", kl_loss="k2", entropy="default", repeat=2,
-          trl_losses=True,
-          details="`loss_agg_mode='token-mean'` is TRL's default `dapo` aggregation; `'seq-mean-token-mean'` is the "
-          "paper's. Setting any of TRL's loss fields (`loss_type`, `importance_sampling_level`, `epsilon`, "
-          "`epsilon_high`, `delta`, `sapo_temperature_*`, `vespo_*`) trains TRL's own loss instead, exactly (its "
-          "advantages, KL estimator `k3` and token-mean entropy bonus included); trl_ext's KL estimators, advantage "
-          "arguments and window normalization still apply."),
-    _spec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.",
-          Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262"),
-          flags="FTTT", policy="ppo", advantage="reinforceplusplus", kl_loss="k2", entropy="default", repeat=2,
-          class_prefix="ReinforcePlusPlus", display_name="REINFORCE++",
-          details="The discounted token-level returns of the outcome reward are whitened over the batch's tokens "
-          "(no group baseline)."),
-    _spec("rloo", "RLOO: leave-one-out baseline, PPO loss.",
-          Paper("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
-                "2402.14740"),
-          flags="FTTT", policy="ppo", advantage="rloo", kl_loss="k2", entropy="default", repeat=2,
-          details="The baseline of a completion is the mean reward of the other completions of its prompt."),
-    _spec("opmd", "Online policy mirror descent.",
-          Paper("Kimi k1.5: Scaling Reinforcement Learning with LLMs", "2501.12599"),
-          flags="FTFT", policy="opmd", advantage="opmd", kl_loss="k2", entropy="default", repeat=2,
-          details="Trinity-RFT's OPMD: the group baseline is the mean reward or a soft-max (`logavgexp`) of it, and "
-          "the loss −A·lp is scaled by 1/(1 + τ)."),
-    _spec("asymre", "AsymRE: REINFORCE with a shifted (asymmetric) group baseline.",
-          Paper("Asymmetric REINFORCE for off-Policy Reinforcement Learning", "2506.20520"),
-          flags="FFFT", policy="opmd", advantage="asymre", kl_loss="none", entropy="default", repeat=2,
-          class_prefix="AsymRE", display_name="AsymRE",
-          details="The baseline is the group mean shifted by `baseline_shift`; Trinity-RFT trains it with the OPMD "
-          "loss."),
-    _spec("dpo", "Direct Preference Optimization on (chosen, rejected) pairs.",
-          Paper("Direct Preference Optimization: Your Language Model is Secretly a Reward Model", "2305.18290"),
-          flags="FTFF", schema="dpo", policy="dpo", advantage=None, kl_loss="k2", entropy="default", repeat=2,
-          trainer="dpo"),
-    _spec("topr", "Tapered Off-Policy REINFORCE.",
-          Paper("Tapered Off-Policy REINFORCE: Stable and efficient reinforcement learning for LLMs", "2503.14286"),
-          flags="FTFT", policy="topr", advantage="reinforce", kl_loss="none", entropy="none", repeat=2,
-          details="Full REINFORCE gradient on positive samples, ratio-truncated gradient on negative ones; the "
-          "advantage is the raw reward (no baseline), as in the paper."),
-    _spec("cispo", "CISPO: clipped, stop-gradient IS weight on a REINFORCE loss.",
-          Paper("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", "2506.13585"),
-          flags="FTFT", policy="cispo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
-          details="Clipped tokens still get a gradient. TRL's equivalent is `loss_type='cispo', epsilon_high=1 + "
-          "clip_range_high`."),
-    _spec("gspo", "GSPO: sequence-level (length-normalized) importance ratio.",
-          Paper("Group Sequence Policy Optimization", "2507.18071"),
-          flags="FTFT", policy="gspo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
-          details="GSPO-token form: the ratio exp(mean_t log r_t) keeps a per-token gradient path, so token-level "
-          "advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence'`."),
-    _spec("sapo", "SAPO: soft, temperature-controlled gate instead of hard clipping.",
-          Paper("Soft Adaptive Policy Optimization", "2511.20347"),
-          flags="FTFT", policy="sapo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
-          details="The gate σ(τ(r − 1))·4/τ decays faster for negative advantages. TRL's equivalent is "
-          "`loss_type='sapo'` with `loss_agg_mode='seq-mean-token-mean'`."),
-    _spec("mix", "RL on rollouts plus a fixed share of SFT on expert demonstrations.",
-          _CHORD,
-          flags="FTFT", policy="mix", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix",
-          trainer="mix",
-          details="Trinity-RFT's MIX, the fixed-μ form of CHORD. A share `expert_data_ratio` of each generation batch "
-          "is expert rows from the trainer's `expert_dataset`; the loss is (1 − μ)·PPO on the rollouts "
-          "(group-normalized advantages) + μ·SFT on the expert rows, each part normalized over its own rows."),
-    _spec("mix_chord", "CHORD: scheduled mix of RL and phi-weighted SFT on expert data.",
-          _CHORD,
-          flags="FTFT", policy="mix_chord", advantage="grpo", kl_loss="k2", entropy="mix", repeat=8, sample="mix",
-          trainer="mix", class_prefix="MIXCHORD", display_name="MIX-CHORD",
-          details="As MIX, with μ following the global step (linear warm-up to `mu_peak`, cosine decay to "
-          "`mu_valley`) and CHORD-φ token weights on the expert NLL. The paper's recipe (Trinity-RFT's "
-          "`examples/mix_chord`): `mu_warmup_steps=200, mu_decay_steps=400, mu_peak=0.5, mu_valley=0.02`."),
-    _spec("raft", "RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning).",
-          Paper("RAFT: Reward rAnked FineTuning for Generative Foundation Model Alignment", "2304.06767"),
-          flags="FFFT", policy="sft", advantage="raft", kl_loss="none", entropy="none", repeat=1,
-          details="Generate `num_generations` completions per prompt, keep the best-rewarded one of each group (the "
-          "`raft` selection), and train the SFT loss on the kept completions only."),
-    _spec("sppo", "sPPO: policy gradient inside a log-space trust region.",
-          Paper("A general class of surrogate functions for stable and efficient reinforcement learning", "2108.05828"),
-          flags="FFFT", policy="sppo", advantage="grpo", kl_loss="none", entropy="none", repeat=2,
-          class_prefix="SPPO", display_name="sPPO",
-          details="The policy gradient −A·log r is restricted to the tokens inside the trust region "
-          "1/(1+ε) ≤ r ≤ 1+ε, with group-normalized advantages."),
-    _spec("rec", "REC: REINFORCE with off-policy clipping / weighting / regularization.",
-          Paper("Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm", "2509.24203"),
-          flags="FTFT", policy="rec", advantage="rec", kl_loss="none", entropy="none", repeat=2,
-          details="Group-centred rewards with a choice of off-policy clipping (`rec_clip_mode`), reweighting "
-          "(`rec_weight`) and regularization (`rec_regularizer`)."),
-    _spec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.",
-          Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
-          flags="FTFT", policy="ppo", advantage="step_wise_grpo", kl_loss="k2", entropy="default", repeat=8,
-          trainer=None),
-    _spec("on_policy_distill", "On-policy distillation: teacher log-probs as per-token advantages.",
-          Paper("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", "2306.13649"),
-          flags="FFTT", policy="ppo", advantage="on_policy_distill", kl_loss="none", entropy="none", repeat=8,
-          trainer="distill", class_prefix="OnPolicyDistill", display_name="On-policy distillation",
-          details="The student samples, a frozen teacher scores the sampled tokens, and the per-token advantage is "
-          "`kl_coef`·(log π_teacher − log π_old) (+ `reward_weight`·Â with task rewards), trained with the `ppo` "
-          "(default) or `importance_sampling` loss (Thinking Machines, \"On-Policy Distillation\", 2025; "
-          "Trinity-RFT's `on_policy_distill`)."),
+    AlgorithmSpec("sft", "Supervised fine-tuning (negative log-likelihood).",
+        None,
+        use_reference=False, repeat_times=1,
+        policy_loss_fn="sft", advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="sft"),
+    AlgorithmSpec("ppo", "PPO with a critic and GAE advantages.",
+        Paper("Proximal Policy Optimization Algorithms", "1707.06347"),
+        use_critic=True, use_reference=True, repeat_times=1,
+        policy_loss_fn="ppo", advantage_fn="ppo", kl_loss_fn="k2", entropy_loss_fn="default",
+        trainer=None),
+    AlgorithmSpec("grpo", "GRPO: group-normalized advantages, dual-clip PPO loss.",
+        Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="ppo", advantage_fn="grpo", kl_loss_fn="k2", entropy_loss_fn="default",
+        trl_losses=True,
+        details="`loss_agg_mode='token-mean'` is TRL's default `dapo` aggregation; `'seq-mean-token-mean'` is the "
+        "paper's. Setting any of TRL's loss fields (`loss_type`, `importance_sampling_level`, `epsilon`, "
+        "`epsilon_high`, `delta`, `sapo_temperature_*`, `vespo_*`) trains TRL's own loss instead, exactly (its "
+        "advantages, KL estimator `k3` and token-mean entropy bonus included); trl_ext's KL estimators, advantage "
+        "arguments and window normalization still apply."),
+    AlgorithmSpec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.",
+        Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="ppo", advantage_fn="reinforceplusplus", kl_loss_fn="k2", entropy_loss_fn="default",
+        class_prefix="ReinforcePlusPlus", display_name="REINFORCE++",
+        details="The discounted token-level returns of the outcome reward are whitened over the batch's tokens "
+        "(no group baseline)."),
+    AlgorithmSpec("rloo", "RLOO: leave-one-out baseline, PPO loss.",
+        Paper("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs",
+              "2402.14740"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="ppo", advantage_fn="rloo", kl_loss_fn="k2", entropy_loss_fn="default",
+        details="The baseline of a completion is the mean reward of the other completions of its prompt."),
+    AlgorithmSpec("opmd", "Online policy mirror descent.",
+        Paper("Kimi k1.5: Scaling Reinforcement Learning with LLMs", "2501.12599"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="opmd", advantage_fn="opmd", kl_loss_fn="k2", entropy_loss_fn="default",
+        details="Trinity-RFT's OPMD: the group baseline is the mean reward or a soft-max (`logavgexp`) of it, and "
+        "the loss −A·lp is scaled by 1/(1 + τ)."),
+    AlgorithmSpec("asymre", "AsymRE: REINFORCE with a shifted (asymmetric) group baseline.",
+        Paper("Asymmetric REINFORCE for off-Policy Reinforcement Learning", "2506.20520"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn="opmd", advantage_fn="asymre", kl_loss_fn="none", entropy_loss_fn="default",
+        class_prefix="AsymRE", display_name="AsymRE",
+        details="The baseline is the group mean shifted by `baseline_shift`; Trinity-RFT trains it with the OPMD "
+        "loss."),
+    AlgorithmSpec("dpo", "Direct Preference Optimization on (chosen, rejected) pairs.",
+        Paper("Direct Preference Optimization: Your Language Model is Secretly a Reward Model", "2305.18290"),
+        use_reference=True, repeat_times=2,
+        policy_loss_fn="dpo", advantage_fn=None, kl_loss_fn="k2", entropy_loss_fn="default",
+        trainer="dpo"),
+    AlgorithmSpec("topr", "Tapered Off-Policy REINFORCE.",
+        Paper("Tapered Off-Policy REINFORCE: Stable and efficient reinforcement learning for LLMs", "2503.14286"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="topr", advantage_fn="reinforce", kl_loss_fn="none", entropy_loss_fn="none",
+        details="Full REINFORCE gradient on positive samples, ratio-truncated gradient on negative ones; the "
+        "advantage is the raw reward (no baseline), as in the paper."),
+    AlgorithmSpec("cispo", "CISPO: clipped, stop-gradient IS weight on a REINFORCE loss.",
+        Paper("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", "2506.13585"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="cispo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
+        details="Clipped tokens still get a gradient. TRL's equivalent is `loss_type='cispo', epsilon_high=1 + "
+        "clip_range_high`."),
+    AlgorithmSpec("gspo", "GSPO: sequence-level (length-normalized) importance ratio.",
+        Paper("Group Sequence Policy Optimization", "2507.18071"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="gspo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
+        details="GSPO-token form: the ratio exp(mean_t log r_t) keeps a per-token gradient path, so token-level "
+        "advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence'`."),
+    AlgorithmSpec("sapo", "SAPO: soft, temperature-controlled gate instead of hard clipping.",
+        Paper("Soft Adaptive Policy Optimization", "2511.20347"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="sapo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
+        details="The gate σ(τ(r − 1))·4/τ decays faster for negative advantages. TRL's equivalent is "
+        "`loss_type='sapo'` with `loss_agg_mode='seq-mean-token-mean'`."),
+    AlgorithmSpec("mix", "RL on rollouts plus a fixed share of SFT on expert demonstrations.",
+        _CHORD,
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="mix", advantage_fn="grpo", kl_loss_fn="k2", entropy_loss_fn="mix",
+        trainer="mix",
+        details="Trinity-RFT's MIX, the fixed-μ form of CHORD. A share `expert_data_ratio` of each generation batch "
+        "is expert rows from the trainer's `expert_dataset`; the loss is (1 − μ)·PPO on the rollouts "
+        "(group-normalized advantages) + μ·SFT on the expert rows, each part normalized over its own rows."),
+    AlgorithmSpec("mix_chord", "CHORD: scheduled mix of RL and phi-weighted SFT on expert data.",
+        _CHORD,
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="mix_chord", advantage_fn="grpo", kl_loss_fn="k2", entropy_loss_fn="mix",
+        trainer="mix", class_prefix="MIXCHORD", display_name="MIX-CHORD",
+        details="As MIX, with μ following the global step (linear warm-up to `mu_peak`, cosine decay to "
+        "`mu_valley`) and CHORD-φ token weights on the expert NLL. The paper's recipe (Trinity-RFT's "
+        "`examples/mix_chord`): `mu_warmup_steps=200, mu_decay_steps=400, mu_peak=0.5, mu_valley=0.02`."),
+    AlgorithmSpec("raft", "RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning).",
+        Paper("RAFT: Reward rAnked FineTuning for Generative Foundation Model Alignment", "2304.06767"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn="sft", advantage_fn="raft", kl_loss_fn="none", entropy_loss_fn="none",
+        details="Generate `num_generations` completions per prompt, keep the best-rewarded one of each group (the "
+        "`raft` selection), and train the SFT loss on the kept completions only."),
+    AlgorithmSpec("sppo", "sPPO: policy gradient inside a log-space trust region.",
+        Paper("A general class of surrogate functions for stable and efficient reinforcement learning", "2108.05828"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn="sppo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
+        class_prefix="SPPO", display_name="sPPO",
+        details="The policy gradient −A·log r is restricted to the tokens inside the trust region "
+        "1/(1+ε) ≤ r ≤ 1+ε, with group-normalized advantages."),
+    AlgorithmSpec("rec", "REC: REINFORCE with off-policy clipping / weighting / regularization.",
+        Paper("Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm", "2509.24203"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="rec", advantage_fn="rec", kl_loss_fn="none", entropy_loss_fn="none",
+        details="Group-centred rewards with a choice of off-policy clipping (`rec_clip_mode`), reweighting "
+        "(`rec_weight`) and regularization (`rec_regularizer`)."),
+    AlgorithmSpec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.",
+        Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="ppo", advantage_fn="step_wise_grpo", kl_loss_fn="k2", entropy_loss_fn="default",
+        trainer=None),
+    AlgorithmSpec("on_policy_distill", "On-policy distillation: teacher log-probs as per-token advantages.",
+        Paper("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", "2306.13649"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn="ppo", advantage_fn="on_policy_distill", kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="distill", class_prefix="OnPolicyDistill", display_name="On-policy distillation",
+        details="The student samples, a frozen teacher scores the sampled tokens, and the per-token advantage is "
+        "`kl_coef`·(log π_teacher − log π_old) (+ `reward_weight`·Â with task rewards), trained with the `ppo` "
+        "(default) or `importance_sampling` loss (Thinking Machines, \"On-Policy Distillation\", 2025; "
+        "Trinity-RFT's `on_policy_distill`)."),
 ]}
 # fmt: on
 

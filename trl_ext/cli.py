@@ -1,12 +1,17 @@
 """The `trl-ext` command.
 
     trl-ext train --algorithm sapo [--config configs/sapo.yaml] [TRL flags]   # = examples/train_sapo.py
+    trl-ext train --algorithm sapo --help                                    # every flag of sapo
+    trl-ext train --accelerate_config zero3 --algorithm sapo [...]           # under `accelerate launch`
     trl-ext list                                                             # algorithms, losses, defaults, papers
     trl-ext env                                                              # versions and devices, for bug reports
+    trl-ext toy-data DIR                                                     # the toy datasets, for `trl grpo` etc.
 
 `train` takes exactly the flags of the example scripts (`trl_ext/scripts/grpo.py`, `trl_ext/scripts/dpo.py`) and,
 like them, trains the embedded tiny default offline when no `--model_name_or_path` is given; run it under
-`accelerate launch` for several processes (`accelerate launch -m trl_ext.cli train --algorithm sapo ...`).
+`accelerate launch` for several processes (`accelerate launch -m trl_ext.cli train --algorithm sapo ...`), or pass
+`--accelerate_config FILE_OR_NAME` (a packaged config's name: `multi_gpu`, `zero3`, `fsdp`, ...), as `trl grpo` takes
+it. `--config NAME` reads the packaged recipe `trl_ext/configs/NAME.yaml` when no file NAME exists.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import importlib.metadata
 import os
 import platform
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from . import __version__
 from .algorithms import ALGORITHMS
+from .families import FAMILIES
 
 
 def _trainable() -> list[str]:
@@ -27,42 +34,59 @@ def _trainable() -> list[str]:
 
 
 def train(algorithm: str, argv: Sequence[str]):
-    """Train `algorithm` with the example scripts' argument parsing; returns the trainer (the programmatic form of
-    `trl-ext train`). A mistake in the flags, the config file or the dataset's splits is a `ValueError`
-    (`trl_ext.scripts._common.UsageError`) raised before the model loads."""
-    if algorithm not in ALGORITHMS or not ALGORITHMS[algorithm].has_trainer:
-        raise SystemExit(
-            f"trl-ext train: --algorithm {algorithm!r} has no trainer; choose one of {', '.join(_trainable())}"
-        )
-    if ALGORITHMS[algorithm].schema == "dpo":  # preference pairs: the DPO script (a DPOTrainer)
-        from .scripts.dpo import main as dpo_main
+    """Train `algorithm` with its family's script (the example scripts' argument parsing); returns the trainer (the
+    programmatic form of `trl-ext train`). A mistake in the flags, the config file or the dataset's splits is a
+    `ValueError` (`trl_ext.scripts._common.UsageError`) raised before the model loads."""
+    from .scripts._common import UsageError
 
-        return dpo_main(list(argv))
-    from .scripts.grpo import main as grpo_main
-
-    return grpo_main(algorithm, list(argv))
+    spec = ALGORITHMS.get(algorithm)
+    if spec is None or not spec.has_trainer:
+        what = "has no trainer yet" if spec is not None else "is not an algorithm"
+        raise UsageError(f"--algorithm {algorithm!r} {what}; choose one of {', '.join(_trainable())}")
+    return spec.family.train(algorithm, list(argv))
 
 
 def list_algorithms() -> str:
-    """Each algorithm: its trainer and config, policy loss, advantage, KL / entropy defaults, its own config fields
-    with their defaults, and the paper. Imports neither the configs nor trl (only the argument dataclasses)."""
-    from .trainers.model_card import algorithm_defaults
-
+    """The algorithms grouped by trainer family, one line each (class, loss / advantage, paper), then the records
+    without a trainer. Imports neither the configs nor trl."""
     lines = []
-    for name, spec in ALGORITHMS.items():
-        if not spec.has_trainer:
-            lines.append(f"{name}  (no trainer: loss `{spec.policy_loss_fn}` in trl_ext.losses)  {spec.paper or '-'}")
+    for family in FAMILIES.values():
+        members = [spec for spec in ALGORITHMS.values() if spec.trainer == family.name]
+        if not members:
             continue
-        config, trainer = spec.class_names
-        lines.append(f"{name}  {trainer} / {config}  {spec.paper}")
-        lines.append(f"    {spec.description}")
-        lines.append(
-            f"    loss: {spec.policy_loss_fn}   advantage: {spec.advantage_fn or '-'}   "
-            f"KL estimator: {spec.kl_estimator} (reference default: {spec.kl_loss_fn})   "
-            f"entropy: {spec.entropy_loss_fn}"
-        )
-        defaults = algorithm_defaults(name)
-        lines.append(f"    defaults: {', '.join(f'{field}={value!r}' for field, value in defaults.items())}")
+        lines.append(f"{family.name}: {family.description}")
+        for spec in members:
+            parts = spec.policy_loss_fn + (f" / {spec.advantage_fn}" if spec.advantage_fn else "")
+            paper = f"arXiv {spec.paper.arxiv}" if spec.paper else ""
+            lines.append(f"  {spec.name:<18} {spec.class_names[1]:<25} {parts:<30} {paper}".rstrip())
+    untrained = [name for name, spec in ALGORITHMS.items() if not spec.has_trainer]
+    if untrained:
+        lines.append(f"no trainer yet (losses in trl_ext.losses): {', '.join(untrained)}")
+    lines.append("An algorithm's settings and defaults: trl-ext list ALGORITHM")
+    return "\n".join(textwrap.fill(line, 118, subsequent_indent="    ") for line in lines)
+
+
+def describe_algorithm(name: str) -> str:
+    """One algorithm in full: its classes, components, paper, and its config's own settings with their defaults."""
+    from .scripts._common import UsageError
+
+    if name not in ALGORITHMS:
+        raise UsageError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+    spec = ALGORITHMS[name]
+    lines = [f"{name}: {spec.description}", f"  paper       {spec.paper or '-'}"]
+    components = f"policy loss {spec.policy_loss_fn}, advantage {spec.advantage_fn or '-'}"
+    components += f", KL {spec.kl_loss_fn}, entropy {spec.entropy_loss_fn}"
+    lines.append(f"  components  {components} (Trinity-RFT's defaults)")
+    if not spec.has_trainer:
+        lines.append(f"  trainer     none yet: its loss is trl_ext.losses.get_policy_loss({spec.policy_loss_fn!r})")
+        return "\n".join(lines)
+    from .trainers.model_card import algorithm_fields, field_default
+
+    config, trainer = spec.class_names
+    lines.append(f"  trainer     trl_ext.{trainer} / trl_ext.{config} ({spec.family.name} family)")
+    lines.append(f"  train       trl-ext train --algorithm {name}   (flags: trl-ext train --algorithm {name} --help)")
+    settings = [f"{f.name}={field_default(f)!r}" for f in algorithm_fields(spec.config_class, name)]
+    lines.append(textwrap.fill("  settings    " + ", ".join(settings), 118, subsequent_indent="              "))
     return "\n".join(lines)
 
 
@@ -88,28 +112,209 @@ def environment() -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error on one line (`trl-ext train: error: ... (see trl-ext train --help)`, exit status 2),
+    not the usage first."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def _wrap(text: str, indent: str = "  ") -> str:
+    return textwrap.fill(text, width=118, initial_indent=indent, subsequent_indent=indent + "    ")
+
+
+def train_help() -> str:
+    """`trl-ext train --help`: the algorithms that train, and how to see an algorithm's flags."""
+    from ._packaged import accelerate_config_names, recipe_names
+
+    return "\n".join(
+        [
+            "usage: trl-ext train --algorithm NAME [--config FILE_OR_NAME] [--accelerate_config FILE_OR_NAME] [flags]",
+            "",
+            _wrap(
+                "Train an algorithm with the flags of its example script (examples/train_NAME.py): TRL's script, "
+                "model, dataset and training flags and the algorithm's own. Without --model_name_or_path it trains "
+                "trl_ext's toy model offline.",
+                "",
+            ),
+            "",
+            _wrap(f"--algorithm NAME  one of {', '.join(_trainable())}"),
+            _wrap("trl-ext train --algorithm NAME --help  prints every flag of that algorithm"),
+            _wrap(
+                "--config FILE_OR_NAME  a YAML file of flag values (the command line overrides them), or a packaged "
+                f"recipe's name: {', '.join(recipe_names())}"
+            ),
+            _wrap(
+                "--accelerate_config FILE_OR_NAME  launch the run with `accelerate launch --config_file FILE` (flags "
+                "of accelerate launch, such as --num_processes 2, pass through); a file or a packaged config's name: "
+                f"{', '.join(accelerate_config_names())}"
+            ),
+        ]
+    )
+
+
+def script_parser(algorithm: str, argv: Sequence[str]):
+    """The `TrlParser` (`trl_ext.scripts._common.ScriptParser`) that `train(algorithm, argv)` parses `argv` with, its
+    defaults set for `argv` (the toy's on the toy model); nothing is parsed, loaded or trained."""
+    from .scripts._common import captured_parser
+
+    with captured_parser() as found:
+        train(algorithm, list(argv))
+    if not found:
+        raise RuntimeError(f"trl-ext train --algorithm {algorithm}: the script did not parse its arguments")
+    return found[0]
+
+
+def _subtract_subsequence(items: Sequence[str], subsequence: Sequence[str]) -> list[str]:
+    """`items` without the ordered subsequence `subsequence` (TRL's CLI's split of the launcher's strings)."""
+    rest, position = [], 0
+    for item in items:
+        if position < len(subsequence) and item == subsequence[position]:
+            position += 1
+        else:
+            rest.append(item)
+    return rest
+
+
+def accelerate_launch_args(algorithm: str, accelerate_config: str, argv: Sequence[str]) -> list[str]:
+    """The arguments of `accelerate launch` that run `trl-ext train --algorithm ALGORITHM ARGV` under an accelerate
+    config, as TRL's CLI builds them for `trl grpo --accelerate_config ...`: `--config_file FILE`, the strings of `argv`
+    that no flag of the algorithm's script takes (accelerate's own, such as `--num_processes 2`), then
+    `-m trl_ext.cli train --algorithm ALGORITHM` and the script's flags.
+
+    `accelerate_config` is a file or the name of a packaged config (`trl_ext/configs/accelerate/<name>.yaml`, or an
+    alias: `zero3`, `fsdp2`, `single_gpu`, ...). The script's flags are parsed here, so a mistake in them is a
+    `UsageError` before any process starts."""
+    from ._packaged import accelerate_config_names, find_accelerate_config
+    from .scripts._common import UsageError
+
+    path = find_accelerate_config(accelerate_config)
+    if path is None:
+        reason = "not a file" if os.path.exists(accelerate_config) else "no such file"
+        raise UsageError(
+            f"--accelerate_config {accelerate_config}: {reason}, nor a packaged accelerate config; give a file or "
+            f"one of {', '.join(accelerate_config_names())}"
+        )
+    _, launcher = script_parser(algorithm, argv).parse_known_script_args(list(argv))
+    script_args = _subtract_subsequence(list(argv), launcher)
+    return ["--config_file", path, *launcher, "-m", "trl_ext.cli", "train", "--algorithm", algorithm, *script_args]
+
+
+def launch(algorithm: str, accelerate_config: str, argv: Sequence[str]) -> None:
+    """`trl-ext train --accelerate_config CONFIG --algorithm ALGORITHM ARGV`: `accelerate launch` with the arguments of
+    `accelerate_launch_args`; waits for the processes. A flag that neither the script nor `accelerate launch` takes
+    is a `UsageError`; a failed run exits with its status (its processes printed the error)."""
+    import subprocess
+
+    from accelerate.commands.launch import launch_command, launch_command_parser
+
+    from .scripts._common import UsageError
+
+    arguments = accelerate_launch_args(algorithm, accelerate_config, argv)
+    parser = launch_command_parser()
+
+    def error(message: str):
+        raise UsageError(f"{message} (neither a flag of the {algorithm} script nor of accelerate launch)")
+
+    parser.error = error  # one line, not accelerate's usage
+    try:
+        launch_command(parser.parse_args(arguments))
+    except subprocess.CalledProcessError as failure:
+        raise SystemExit(failure.returncode) from None
+
+
+def toy_data(directory: str) -> str:
+    """`trl-ext toy-data DIR`: write the toy task's datasets under `directory` (`trl_ext.toy.write_toy_datasets`) and
+    describe them, with the toy model's path (`trl_ext.toy.tiny_model_path()`, built on first use) and the `trl`
+    commands that train on them."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    gpu = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    if not gpu:  # as the scripts do: no "could not detect an accelerator" warning from DeepSpeed, where installed
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from .toy import tiny_model_path, write_toy_datasets
+
+    written = write_toy_datasets(os.path.abspath(directory))
+    model = tiny_model_path()
+    lines = []
+    for kind, (path, splits) in written.items():
+        lines.append(f"{kind:<11}{path}  ({', '.join(f'{split}: {rows} rows' for split, rows in splits.items())})")
+    lines.append(f"{'model':<11}{model}  (trl_ext.toy.tiny_model_path(): the toy model and its tokenizer)")
+    common = f"--model_name_or_path {model}" + ("" if gpu else " --use_cpu --bf16 false")
+    lines += [
+        "",
+        "TRL's own scripts train on them, e.g.:",
+        f"  trl grpo {common} --output_dir outputs/trl-grpo-toy --dataset_name {written['prompts'][0]} "
+        "--reward_funcs trl_ext.toy.toy_reward --num_generations 4 --per_device_train_batch_size 8 "
+        "--max_completion_length 8",
+        f"  trl sft {common} --output_dir outputs/trl-sft-toy --dataset_name {written['sft'][0]}",
+        f"  trl dpo {common} --output_dir outputs/trl-dpo-toy --dataset_name {written['preference'][0]}",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The `trl-ext` command. Returns None, so the console script exits with status 0 after a run; use `train(...)`
-    for the trainer. Usage errors print `trl-ext ...: error: ...` on stderr and exit with status 2, an algorithm
-    without a trainer exits with status 1 and says so."""
-    parser = argparse.ArgumentParser(prog="trl-ext", description=__doc__.splitlines()[0])
+    for the trainer. A usage error (an unknown flag or algorithm, a bad value, a missing `--algorithm`, a bad
+    `--config`) prints one line, `trl-ext ...: error: ... (see ... --help)`, on stderr and exits with status 2."""
+    parser = _Parser(prog="trl-ext", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train_parser = commands.add_parser(
-        "train", help="train an algorithm (every TRL flag of the example scripts is accepted)", add_help=False
+        "train",
+        help="train an algorithm (every TRL flag of the example scripts is accepted; see trl-ext train --help)",
+        add_help=False,
+        allow_abbrev=False,
     )
-    train_parser.add_argument("--algorithm", required=True, help=f"one of {', '.join(_trainable())}")
-    commands.add_parser("list", help="the algorithms, their losses, defaults and papers")
+    train_parser.add_argument("--algorithm", help=f"one of {', '.join(_trainable())}")
+    train_parser.add_argument("--accelerate_config")
+    train_parser.add_argument("-h", "--help", action="store_true")
+    list_parser = commands.add_parser("list", help="the algorithms by trainer family; one algorithm's settings")
+    list_parser.add_argument("algorithm", nargs="?", help="show this algorithm's classes, parts and defaults")
     commands.add_parser("env", help="versions and devices, for bug reports")
+    toy_parser = commands.add_parser(
+        "toy-data",
+        help="write the toy task's datasets (GRPO prompts, SFT demonstrations, DPO pairs) for TRL's own scripts, and "
+        "print the toy model's path",
+    )
+    toy_parser.add_argument("directory", help="where to write prompts/, sft/ and preference/")
     args, rest = parser.parse_known_args(argv)
     if args.command == "train":
+        if args.algorithm is None:
+            if args.help:
+                print(train_help())
+                return None
+            train_parser.error("the following arguments are required: --algorithm")
+        if args.algorithm not in _trainable():
+            train_parser.error(
+                f"--algorithm {args.algorithm!r} has no trainer; choose one of {', '.join(_trainable())}"
+            )
         from .scripts._common import usage_errors_exit
 
-        with usage_errors_exit("trl-ext train"):
-            train(args.algorithm, rest)
+        with usage_errors_exit("trl-ext train", help_command=f"trl-ext train --algorithm {args.algorithm} --help"):
+            if args.help:  # the full help of the algorithm's script
+                script = script_parser(args.algorithm, rest)
+                script.prog = f"trl-ext train --algorithm {args.algorithm}"
+                script.print_help()
+            elif args.accelerate_config is not None:
+                launch(args.algorithm, args.accelerate_config, rest)
+            else:
+                train(args.algorithm, rest)
         return None
     if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    print(list_algorithms() if args.command == "list" else environment())
+        (toy_parser if args.command == "toy-data" else parser).error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "toy-data":
+        print(toy_data(args.directory))
+    elif args.command == "env":
+        print(environment())
+    elif args.algorithm is not None:
+        from .scripts._common import usage_errors_exit
+
+        with usage_errors_exit("trl-ext list", help_command="trl-ext list"):
+            print(describe_algorithm(args.algorithm))
+    else:
+        print(list_algorithms())
     return None
 
 

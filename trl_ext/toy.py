@@ -29,6 +29,11 @@ about 1/8. RL has to learn the prompt -> letter mapping. Measured with stock `tr
                           train_dataset=toy_dataset(), processing_class=build_tokenizer())
     trainer.train()  # the "reward" entries of trainer.state.log_history rise from ~0.1 to ~1
 
+`write_toy_datasets(directory)` (the `trl-ext toy-data DIR` command) writes the task's prompts, expert
+demonstrations and preference pairs as JSON-lines dataset folders, so TRL's own scripts train the toy model
+(`tiny_model_path()`) on them: `trl grpo --dataset_name DIR/prompts --reward_funcs trl_ext.toy.toy_reward ...`,
+`trl sft --dataset_name DIR/sft`, `trl dpo --dataset_name DIR/preference`.
+
 A model this small runs as fast on one CPU thread as on several; `torch.set_num_threads(1)` also avoids the
 large slowdowns of oversubscribed cores when other processes are busy on the same machine.
 
@@ -37,6 +42,7 @@ This module does not import trl.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -56,6 +62,7 @@ __all__ = [
     "LETTERS",
     "MODEL_VERSION",
     "PRETRAIN_STEPS",
+    "SFT_TRAINING",
     "TEACHER_PRETRAIN_STEPS",
     "TEACHER_VERSION",
     "TEST_PROMPTS",
@@ -70,6 +77,7 @@ __all__ = [
     "toy_preference_dataset",
     "toy_reward",
     "toy_splits",
+    "write_toy_datasets",
 ]
 
 LETTERS = "abcdefgh"
@@ -136,6 +144,19 @@ DPO_TRAINING: dict[str, Any] = dict(
 )
 """`DPOConfig` keyword arguments of the DPO toy run on `toy_preference_dataset`: the held-out preference accuracy
 goes from ~0.5 to ~1 in 60 steps."""
+
+SFT_TRAINING: dict[str, Any] = dict(
+    learning_rate=1e-3,
+    warmup_steps=5,
+    max_grad_norm=1.0,
+    per_device_train_batch_size=16,
+    max_steps=60,
+    logging_steps=5,
+    eval_strategy="steps",
+    eval_steps=20,
+)
+"""`SFTConfig` keyword arguments of the SFT toy run on `toy_expert_dataset`: the training loss goes from ~0.9 to ~0.4
+and the held-out loss from ~0.8 to ~0.4 in 60 steps (~3 s of training on 2 CPU cores)."""
 
 FAST_TRAINING: dict[str, Any] = dict(DEFAULT_TRAINING, per_device_train_batch_size=64, max_steps=100, logging_steps=2)
 """`GRPOConfig` keyword arguments of a short run for tests: the reward still rises clearly (~0.11 -> 0.84-0.97)."""
@@ -429,6 +450,43 @@ def toy_preference_dataset(num_pairs: int = 512, seed: int = 0, conversational: 
     else:
         chosen_col, rejected_col = [" " + a for a in chosen], [" " + a for a in rejected]
     return Dataset.from_dict({"prompt": prompts, "chosen": chosen_col, "rejected": rejected_col, "target": letters})
+
+
+def write_toy_datasets(directory: str, conversational: bool = False) -> dict[str, tuple[str, dict[str, int]]]:
+    """Write the toy task's datasets under `directory`, one dataset folder each, as JSON lines that
+    `datasets.load_dataset(folder)` and TRL's own scripts (`trl grpo / sft / dpo --dataset_name folder`) read:
+
+    * `prompts/`: the GRPO prompts, `toy_splits()` (`train.jsonl`: `toy_dataset()`, 1024 rows; `test.jsonl`: 64
+      held-out rows), columns `prompt`, `target` (train with the reward `trl_ext.toy.toy_reward`, which reads
+      `target`);
+    * `sft/`: the expert demonstrations, `toy_expert_dataset()` (256 rows) and 64 held-out ones (seed `TEST_SEED`),
+      columns `prompt`, `completion`, `target`;
+    * `preference/`: the preference pairs, `toy_preference_dataset()` (512 rows) and the DPO script's 64 held-out
+      ones, columns `prompt`, `chosen`, `rejected`, `target`.
+
+    `conversational=True` writes the conversational forms (lists of `{"role", "content"}` messages). The toy model
+    these fit is `tiny_model_path()`. Existing files are overwritten. Returns `{folder name: (path, {split: rows})}`."""
+    held_out = {"seed": TEST_SEED, "conversational": conversational}
+    datasets = {
+        "prompts": toy_splits(conversational=conversational),
+        "sft": {
+            "train": toy_expert_dataset(conversational=conversational),
+            "test": toy_expert_dataset(TEST_PROMPTS, **held_out),
+        },
+        "preference": {
+            "train": toy_preference_dataset(conversational=conversational),
+            "test": toy_preference_dataset(TEST_PROMPTS, **held_out),
+        },
+    }
+    written = {}
+    for name, splits in datasets.items():
+        folder = os.path.join(directory, name)
+        os.makedirs(folder, exist_ok=True)
+        for split, dataset in splits.items():
+            with open(os.path.join(folder, f"{split}.jsonl"), "w") as f:
+                f.writelines(json.dumps(row) + "\n" for row in dataset)
+        written[name] = (folder, {split: len(dataset) for split, dataset in splits.items()})
+    return written
 
 
 _PROMPT_LETTER = re.compile(r"letter (\S):")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import dataclasses
 import os
 import sys
@@ -17,6 +18,10 @@ import torch
 import yaml
 from trl import TrlParser, get_dataset
 
+from ..algorithms import get_algorithm
+
+from .._packaged import find_recipe, recipe_names
+
 
 class UsageError(ValueError):
     """A mistake in the command line or the `--config` file: an unknown flag, an invalid value, a dataset split that
@@ -24,16 +29,168 @@ class UsageError(ValueError):
     exit with status 2; called with an explicit `argv`, the scripts raise it (a `ValueError`)."""
 
 
+def usage_error_line(prog: str, error: BaseException | str, help_command: str | None = None) -> str:
+    """`prog: error: <the error on one line> (see <help_command>)`: what a usage error prints, instead of argparse's
+    full usage (hundreds of lines for the training scripts' flags)."""
+    line = f"{prog}: error: {' '.join(str(error).split())}"
+    return f"{line} (see {help_command})" if help_command else line
+
+
 @contextlib.contextmanager
-def usage_errors_exit(prog: str, enabled: bool = True) -> Iterator[None]:
-    """Turn a `UsageError` into `prog: error: ...` on stderr and exit status 2 (argparse's convention)."""
+def usage_errors_exit(prog: str, enabled: bool = True, help_command: str | None = None) -> Iterator[None]:
+    """Turn a `UsageError` into one line on stderr, `prog: error: ... (see <help_command>)` (default `prog --help`),
+    and exit status 2 (argparse's convention)."""
     try:
         yield
     except UsageError as error:
         if not enabled:
             raise
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        print(usage_error_line(prog, error, help_command or f"{prog} --help"), file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def script_help_command() -> str:
+    """How to get the running script's help: `python examples/train_sapo.py --help`."""
+    script = sys.argv[0] if sys.argv and sys.argv[0] else "the script"
+    return f"python {script} --help" if script.endswith(".py") else f"{script} --help"
+
+
+class _UsageErrors:
+    """An argparse parser whose errors (unknown flags, invalid values, missing values) raise `UsageError` instead of
+    printing the whole usage and exiting; `--help` still prints the full help."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+class UsageArgumentParser(_UsageErrors, argparse.ArgumentParser):
+    """`argparse.ArgumentParser` whose errors raise `UsageError`."""
+
+
+class _ParserCaptured(BaseException):  # a BaseException: no `except Exception` on the way swallows it
+    pass
+
+
+_CAPTURED: contextvars.ContextVar[list | None] = contextvars.ContextVar("trl_ext_captured_parser", default=None)
+
+
+@contextlib.contextmanager
+def captured_parser() -> Iterator[list]:
+    """Within the block, a training script stops where it would parse its arguments: its `ScriptParser`, with the
+    defaults it set for its argv (the toy's on the toy model), is appended to the yielded list, and nothing is parsed,
+    loaded or trained. `trl-ext train` uses it for `--help` and to split `accelerate launch`'s flags from the
+    script's, whichever script `train` runs for the algorithm."""
+    found: list = []
+    token = _CAPTURED.set(found)
+    try:
+        yield found
+    except _ParserCaptured:
+        pass
+    finally:
+        _CAPTURED.reset(token)
+
+
+class ScriptParser(_UsageErrors, TrlParser):
+    """The training scripts' `TrlParser`: no flag abbreviations (`--lr 3` would otherwise be ambiguous or, worse, pick
+    a flag), errors as `UsageError` (`unrecognized arguments: --lr 3`, `argument --learning_rate: invalid float
+    value: 'abc'`, ...) and `--config NAME` resolved to a packaged recipe (`resolve_config`)."""
+
+    def __init__(self, dataclass_types, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault(
+            "epilog",
+            "--config FILE_OR_NAME: a YAML mapping of these flags to values (the command line overrides them), or the "
+            f"name of a packaged recipe: {', '.join(recipe_names())}.",
+        )
+        super().__init__(dataclass_types, **kwargs)
+
+    def parse_args_and_config(
+        self,
+        args: Sequence[str] | None = None,
+        return_remaining_strings: bool = False,
+        fail_with_unknown_args: bool = True,
+        separate_remaining_strings: bool = False,
+    ) -> tuple:
+        """`TrlParser.parse_args_and_config`, with `--config NAME` resolved, and every mistake a `UsageError`: an
+        unknown flag (`unrecognized arguments: ...`), a value a config refuses, a key of the config file that no flag
+        takes. With `return_remaining_strings=True` the unknown strings are returned instead, as TRL does."""
+        captured = _CAPTURED.get()
+        if captured is not None:
+            captured.append(self)
+            raise _ParserCaptured
+        *outputs, from_config, from_command_line = self._parse(args)
+        if return_remaining_strings:
+            remaining = (from_config, from_command_line)
+            return (*outputs, *(remaining if separate_remaining_strings else (from_config + from_command_line,)))
+        if from_command_line:
+            raise UsageError(f"unrecognized arguments: {' '.join(from_command_line)}")
+        if from_config and fail_with_unknown_args:
+            self.refuse_config_keys(args or [], from_config)
+        return tuple(outputs)
+
+    def parse_known_script_args(self, args: Sequence[str]) -> tuple[tuple, list[str]]:
+        """The dataclasses parsed from `args` and the command-line strings that no flag takes (`accelerate launch`'s,
+        for `trl-ext train --accelerate_config`); a key of the config file that no flag takes is a `UsageError`."""
+        *outputs, from_config, from_command_line = self._parse(args)
+        if from_config:
+            self.refuse_config_keys(args, from_config)
+        return tuple(outputs), list(from_command_line)
+
+    def _parse(self, args: Sequence[str] | None) -> tuple:
+        args = resolve_config_argument(list(sys.argv[1:] if args is None else args))
+        try:
+            return super().parse_args_and_config(args, True, True, True)
+        except UsageError:
+            raise
+        except ValueError as error:  # a config's check of its values, TRL's check of the config file
+            raise UsageError(str(error)) from error
+
+    @staticmethod
+    def refuse_config_keys(args: Sequence[str], from_config: Sequence[str]) -> None:
+        keys = ", ".join(key[2:] for key in from_config[::2])  # TRL's ["--key", "value", ...]
+        raise UsageError(f"--config {_config_value(args)}: unknown keys {keys} (no flag of this script takes them)")
+
+
+# ---------------------------------------------------------------------------------------------- config files
+
+
+def resolve_config(value: str) -> str:
+    """The file `--config value` reads: `value` itself when it is a file, else the packaged recipe of that name
+    (`sapo` -> `trl_ext/configs/sapo.yaml`; a bare name: no path separator, no `.yaml`). Anything else is a
+    `UsageError` that lists the packaged names."""
+    path = find_recipe(value)
+    if path is not None:
+        return path
+    reason = "not a file" if os.path.exists(value) else "no such file"
+    raise UsageError(
+        f"--config {value}: {reason}, nor a packaged recipe; give a YAML file or one of {', '.join(recipe_names())}"
+    )
+
+
+def _config_value(argv: Sequence[str]) -> str | None:
+    value = None
+    for i, token in enumerate(argv):
+        if token == "--config" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith("--config="):
+            value = token.split("=", 1)[1]
+    return value
+
+
+def resolve_config_argument(argv: Sequence[str]) -> list[str]:
+    """`argv` with `--config VALUE` / `--config=VALUE` as `--config <resolve_config(VALUE)>` (the form `TrlParser`
+    reads); a `--config` without a value is a `UsageError`."""
+    out: list[str] = []
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--config" or token.startswith("--config="):
+            value = token.split("=", 1)[1] if "=" in token else next(tokens, None)
+            if value is None or value.startswith("--"):
+                raise UsageError("argument --config: expected one argument (a YAML file or a packaged recipe's name)")
+            out += ["--config", resolve_config(value)]
+        else:
+            out.append(token)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------- defaults
@@ -75,10 +232,10 @@ class ToyDefaults:
 
 def _model_and_config(argv: Sequence[str]) -> tuple[str | None, str | None, dict[str, Any]]:
     """The model named by the command line or the `--config` file, the config file's path and its contents."""
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre = UsageArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--model_name_or_path")
     pre.add_argument("--config")
-    known, _ = pre.parse_known_args(argv)
+    known, _ = pre.parse_known_args(resolve_config_argument(argv))
     config: dict[str, Any] = {}
     if known.config:
         try:
@@ -86,6 +243,8 @@ def _model_and_config(argv: Sequence[str]) -> tuple[str | None, str | None, dict
                 config = yaml.safe_load(f) or {}
         except OSError as error:
             raise UsageError(f"--config {known.config}: {error.strerror}") from error
+        except yaml.YAMLError as error:
+            raise UsageError(f"--config {known.config}: not valid YAML: {error}") from error
         if not isinstance(config, dict):
             raise UsageError(f"--config {known.config}: expected a YAML mapping of flag names to values")
     return known.model_name_or_path or config.get("model_name_or_path"), known.config, config
@@ -263,8 +422,8 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
     if trainer.eval_dataset is not None:
         rows += f", {_rows(trainer.eval_dataset)} eval rows"
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
-    grpo = hasattr(args, "num_generations")
-    unit = "completions" if grpo else "pairs"
+    family = get_algorithm(algorithm).family
+    unit = family.batch_unit
     warmup = f"warmup {args.warmup_steps:g} " + ("steps" if args.warmup_steps >= 1 else "of the steps")
     scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     lines = [
@@ -276,16 +435,8 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
         f"max_grad_norm {args.max_grad_norm:g}",
         f"  batch       {args.per_device_train_batch_size} {unit} per device x {args.gradient_accumulation_steps} "
         f"accumulation step(s) x {processes} process(es) = {per_step} {unit} per optimizer step",
+        f"  {family.geometry(args)}",
     ]
-    if grpo:
-        prompts = args.generation_batch_size // args.num_generations
-        lines.append(
-            f"  generation  {args.generation_batch_size} completions per generation batch = {prompts} prompts x "
-            f"num_generations {args.num_generations}; max_completion_length {args.max_completion_length}, "
-            f"temperature {args.temperature:g}"
-        )
-    elif getattr(args, "max_length", None) is not None:
-        lines.append(f"  length      max_length {args.max_length} tokens per prompt + completion")
     length = f"max_steps {args.max_steps}" if args.max_steps > 0 else f"num_train_epochs {args.num_train_epochs:g}"
     evaluation = {"no": "eval off", "epoch": "eval every epoch"}.get(
         getattr(args.eval_strategy, "value", args.eval_strategy),

@@ -26,16 +26,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config
+from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
 from .. import toy
 from ..toy import DPO_TRAINING
 from ..trainers.dpo_config import DPOConfig
 from ._common import (
+    ScriptParser,
     ToyDefaults,
     load_user_dataset,
     parse,
     run_summary,
+    script_help_command,
     select_splits,
     set_defaults,
     set_model_init_kwargs,
@@ -44,14 +46,19 @@ from ._common import (
 )
 
 
-def _parser(argv: Sequence[str]) -> tuple[TrlParser, ToyDefaults | None]:
-    parser = TrlParser((ScriptArguments, DPOConfig, ModelConfig, DatasetMixtureConfig))
+def _parser(argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
+    parser = ScriptParser((ScriptArguments, DPOConfig, ModelConfig, DatasetMixtureConfig))
     return parser, set_defaults(parser, argv, "outputs/dpo-tiny", DPO_TRAINING, "trl_ext.toy.DPO_TRAINING")
 
 
-def make_parser(argv: Sequence[str]) -> TrlParser:
+def make_parser(argv: Sequence[str]) -> ScriptParser:
     """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set."""
     return _parser(argv)[0]
+
+
+def train(algorithm: str, argv: Sequence[str]):
+    """The family script protocol (`TrainerFamily.script`, `trl-ext train`): the DPO family has one algorithm."""
+    return main(argv)
 
 
 def main(argv: Sequence[str] | None = None):
@@ -60,7 +67,8 @@ def main(argv: Sequence[str] | None = None):
     Mistakes in the flags or the config file, and a dataset split that does not exist, are a `UsageError` (a
     `ValueError`) raised before the model loads; from the command line (`argv=None`) they print `error: ...` and
     exit with status 2."""
-    with usage_errors_exit(os.path.basename(sys.argv[0]) or "trl_ext", enabled=argv is None):
+    prog = os.path.basename(sys.argv[0]) or "trl_ext"
+    with usage_errors_exit(prog, enabled=argv is None, help_command=script_help_command()):
         return _main(list(sys.argv[1:] if argv is None else argv))
 
 

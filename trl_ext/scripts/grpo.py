@@ -42,17 +42,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trl import DatasetMixtureConfig, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl import DatasetMixtureConfig, ModelConfig, get_peft_config, get_quantization_config
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..algorithms import get_algorithm
 from ..toy import DEFAULT_TRAINING
 from ._common import (
+    ScriptParser,
     ToyDefaults,
     UsageError,
     load_user_dataset,
     parse,
     run_summary,
+    script_help_command,
     select_splits,
     set_defaults,
     set_model_init_kwargs,
@@ -125,17 +127,22 @@ def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
     return load_dataset(args.expert_dataset_name, name=args.expert_dataset_config, split=args.expert_dataset_split)
 
 
-def _parser(algorithm: str, argv: Sequence[str]) -> tuple[TrlParser, ToyDefaults | None]:
+def _parser(algorithm: str, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
     spec = get_algorithm(algorithm)
     expert = (ExpertDataArguments,) if spec.sample_strategy == "mix" else ()
-    parser = TrlParser((GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *expert))
+    parser = ScriptParser((GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *expert))
     toy = set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING, "trl_ext.toy.DEFAULT_TRAINING")
     return parser, toy
 
 
-def make_parser(algorithm: str, argv: Sequence[str]) -> TrlParser:
+def make_parser(algorithm: str, argv: Sequence[str]) -> ScriptParser:
     """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set."""
     return _parser(algorithm, argv)[0]
+
+
+def train(algorithm: str, argv: Sequence[str]):
+    """The family script protocol (`TrainerFamily.script`, `trl-ext train`): `main(algorithm, argv)`."""
+    return main(algorithm, argv)
 
 
 def main(algorithm: str, argv: Sequence[str] | None = None):
@@ -144,7 +151,8 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
     Mistakes in the flags or the config file, and a dataset split that does not exist, are a `UsageError` (a
     `ValueError`) raised before the model loads; from the command line (`argv=None`) they print `error: ...` and
     exit with status 2."""
-    with usage_errors_exit(os.path.basename(sys.argv[0]) or "trl_ext", enabled=argv is None):
+    prog = os.path.basename(sys.argv[0]) or "trl_ext"
+    with usage_errors_exit(prog, enabled=argv is None, help_command=script_help_command()):
         return _main(algorithm, list(sys.argv[1:] if argv is None else argv))
 
 
@@ -171,8 +179,7 @@ def _main(algorithm: str, argv: list[str]):
     if expert:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
         extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
     if model is None:
-        if spec.trainer == "distill" and training_args.teacher_model_name_or_path is None:
-            training_args.teacher_model_name_or_path = toy.tiny_teacher_path()  # the toy student's teacher
+        training_args.use_toy_task()  # what the toy task provides for the family (distillation: its teacher)
         model = toy.tiny_model_path()
 
     set_model_init_kwargs(training_args, model_args)

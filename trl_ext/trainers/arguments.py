@@ -1,11 +1,10 @@
-"""The algorithms' own arguments: the argument dataclasses each trainer config is assembled from.
+"""The config fields of the algorithms and the trainer families, derived from what the components declare.
 
-A config (`trl_ext.SAPOConfig`, ...) is TRL's config plus the dataclasses that `algorithm_arguments(name)` lists for
-the algorithm: the policy loss's arguments and the advantage function's, generated from their `Argument` specs
-(`trl_ext.components`: names, types, defaults, allowed values and help are declared once, by the component), and
-the fields of the trainer family (MIX's expert data, the distillation teacher, DPO's KL term). This module needs
-neither trl nor transformers, so that `trl-ext list` can show every algorithm's settings and their defaults without
-importing the configs; `trl_ext.trainers` builds the config classes from `algorithm_arguments`.
+An algorithm's config (`trl_ext.SAPOConfig`, ...) is its family's config base plus the fields `algorithm_fields(name)`
+derives from its record: the policy loss's arguments and the advantage function's, from their `Argument` specs
+(`trl_ext.components`: names, types, defaults, allowed values and help are declared once, by the component). The
+families' own fields are dataclasses here too (MIX's expert data, the distillation teacher, DPO's KL term), which
+their config bases inherit. This module imports neither trl nor transformers.
 
 A component argument keeps its name in the config unless its spec gives a `config_name` (where the name collides
 with a TRL field or would be ambiguous: `sppo_epsilon`, `rec_*`, `advantage_epsilon`, `advantage_tau`).
@@ -183,12 +182,8 @@ def config_renames(component: type[Component]) -> dict[str, str]:
 
 
 @dataclass
-class _ExpertDataArguments:
+class ExpertDataArguments:
     """The expert-data fields of MIX / MIX-CHORD (and the entropy bonus on rollouts only)."""
-
-    #: the fields that change the default of a base config field (`trl.GRPOConfig`'s, `GRPOFamilyConfig`'s), in the
-    #: base's field order: in the config they keep their base position (`trl-ext list` needs this without trl)
-    base_fields: ClassVar[tuple[str, ...]] = ("per_device_train_batch_size", "entropy_loss_fn")
 
     expert_data_ratio: float = field(
         default=0.5,
@@ -220,7 +215,7 @@ _REWARD_ADVANTAGE_FNS = ("grpo", "rloo", "reinforce")
 
 
 @dataclass
-class _TeacherArguments:
+class TeacherArguments:
     """The teacher of on-policy distillation, and the optional blend with task rewards."""
 
     teacher_model_name_or_path: str | None = field(
@@ -265,7 +260,7 @@ class _TeacherArguments:
 
 
 @dataclass
-class _DistillPolicyLossArguments:
+class DistillPolicyLossArguments:
     """The policy loss of on-policy distillation: the dual-clip PPO loss (the record's, with its arguments) or the
     unclipped `importance_sampling` loss."""
 
@@ -308,27 +303,44 @@ class DPOKLArguments:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Which arguments each algorithm's config is assembled from
+# The fields an algorithm's own config declares over its family's config base
 # ---------------------------------------------------------------------------------------------------------------
 
-_FAMILY_ARGUMENTS: dict[str, tuple[tuple[type, ...], bool, tuple[type, ...]]] = {
-    "grpo": ((), True, ()),
-    "mix": ((), True, (_ExpertDataArguments,)),
-    "distill": ((_DistillPolicyLossArguments,), True, (_TeacherArguments,)),
-    "dpo": ((), False, (DPOKLArguments,)),
-}
-"""Trainer family -> (dataclasses before the component arguments, whether the config has the record's loss and
-advantage arguments, dataclasses after them), in the config's base order (first base first)."""
 
-
-def algorithm_arguments(name: str) -> tuple[type, ...]:
-    """The argument dataclasses of algorithm `name`'s config, in base order (first base first; the family's config
-    base comes after them): read from its record."""
+def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
+    """`(name, type, field)` of each field that algorithm `name`'s config declares over its family's config base,
+    read from its record: the KL estimator with the record's default, the group size (`repeat_times`, where the
+    family samples groups), then the fields of its policy loss's and its advantage's arguments (`argument_field`).
+    The built-in configs' class statements (`trl_ext.trainers.grpo_algorithms`) and the classes built for a record
+    registered later (`trl_ext.trainers.classes`) both take their fields from here."""
     spec = get_algorithm(name)
-    before, components, after = _FAMILY_ARGUMENTS[spec.trainer]
-    parts: list[type] = []
-    if components:
-        parts.append(component_arguments(POLICY_LOSSES[spec.policy_loss_fn], LossArguments))
-        if spec.advantage_fn is not None:
-            parts.append(component_arguments(ADVANTAGE_FNS[spec.advantage_fn], AdvantageArguments))
-    return (*before, *parts, *after)
+    family = spec.family
+    fields: list[tuple[str, Any, Any]] = []
+    if "kl_loss_fn" in family.components:
+        # the record's estimator as the default, marked as not given, so that TRL's own loss can default to TRL's
+        # estimator (`GRPOFamilyConfig.uses_trl_loss`)
+        metadata = GRPO_KL_ARGUMENTS.__dataclass_fields__["kl_loss_fn"].metadata
+        fields.append(("kl_loss_fn", str, field(default=documented_default(spec.kl_estimator), metadata=metadata)))
+    if family.group_size_field:
+        text = (
+            f"Completions sampled per prompt (the group of the group-relative advantages): the {spec.name} "
+            f"algorithm's group size, Trinity-RFT's `repeat_times`."
+        )
+        fields.append((family.group_size_field, int, field(default=spec.repeat_times, metadata=_help(text))))
+    if "policy_loss_fn" in family.components:
+        loss = POLICY_LOSSES[spec.policy_loss_fn]
+        fields += [argument_field(arg, loss, LossArguments) for arg in config_arguments(loss)]
+    if "advantage_fn" in family.components and spec.advantage_fn is not None:
+        advantage = ADVANTAGE_FNS[spec.advantage_fn]
+        fields += [argument_field(arg, advantage, AdvantageArguments) for arg in config_arguments(advantage)]
+    return fields
+
+
+def algorithm_field(name: str, field_name: str) -> Any:
+    """The dataclass field `field_name` of algorithm `name`'s config (a fresh `dataclasses.Field` each call), as
+    `algorithm_fields` derives it: what a generated class statement assigns, `tau_pos: float =
+    algorithm_field("sapo", "tau_pos")`."""
+    for candidate, _, value in algorithm_fields(name):
+        if candidate == field_name:
+            return value
+    raise ValueError(f"algorithm {name!r}: its config declares no field {field_name!r}")

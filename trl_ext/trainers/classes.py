@@ -1,65 +1,112 @@
-"""Each algorithm's config and trainer class, built from its record on first use.
+"""Each algorithm's config and trainer class: written out as source for the built-in algorithms, built at run time
+for a record registered later.
 
     from trl_ext.trainers import algorithm_classes
     SAPOConfig, SAPOTrainer = algorithm_classes("sapo")   # also trl_ext.SAPOConfig, get_algorithm("sapo").config_class
 
-The config is a dataclass over the record's trainer family's config base and the argument dataclasses
-`algorithm_arguments(name)` generates from the record's loss and advantage specs; its docstring is the record's
-description, paper and details, plus the parameter list. The trainer is the family's trainer with that config. Both
-live in `trl_ext.trainers` under the record's class names (so they pickle and show in `help()` like hand-written
-classes). DPO's family has one algorithm and keeps its hand-written `DPOConfig` / `DPOTrainer`.
+A config is a dataclass over its family's config base with the fields `algorithm_fields(name)` derives from the
+record (the KL estimator's and group size's defaults, the loss's and the advantage's arguments); its docstring is
+the record's description, paper and details plus a TRL-style parameter list. The trainer is the family's trainer
+with that config.
+
+The built-in algorithms' classes are class statements in `grpo_algorithms.py` (so that `grep`, an IDE and a type
+checker find them, with their fields), and `trl_ext/__init__.py` names them for type checkers. Both are generated
+from the records by this module, `python -m trl_ext.trainers.generate`, and `tests/test_generated_classes.py` fails
+when either is out of date. A record registered with `register_algorithm` gets the same classes, built here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import importlib
+import textwrap
 from functools import cache
+from typing import Any
 
-from ..algorithms import get_algorithm
-from .arguments import algorithm_arguments, documented_default
-from .distill_trainer import DistillFamilyTrainer
-from .dpo_config import DPOConfig
-from .dpo_trainer import DPOTrainer
-from .grpo_config import DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig, document_parameters
-from .grpo_trainer import GRPOFamilyTrainer
-from .mix_trainer import MIXFamilyTrainer
+from ..algorithms import ALGORITHMS, AlgorithmSpec, get_algorithm
+from .arguments import algorithm_fields
 
-FAMILY_BASES: dict[str, tuple[type, type]] = {
-    "grpo": (GRPOFamilyConfig, GRPOFamilyTrainer),
-    "mix": (MIXFamilyConfig, MIXFamilyTrainer),
-    "distill": (DistillFamilyConfig, DistillFamilyTrainer),
-}
-"""Trainer family -> (config base, trainer base) of the families whose algorithms get built classes."""
+WIDTH = 120
+GENERATED_MODULE = "grpo_algorithms"
+"""The module of the built-in algorithms' class statements (written by `trl_ext.trainers.generate`)."""
+
+
+def _type_name(kind: Any) -> str:
+    return kind if isinstance(kind, str) else str(kind) if getattr(kind, "__args__", None) else kind.__name__
+
+
+def _paragraph(text: str, indent: str = "    ") -> list[str]:
+    wrap = textwrap.TextWrapper(WIDTH, indent, indent, break_long_words=False, break_on_hyphens=False)
+    return wrap.wrap(text)
+
+
+def config_docstring(spec: AlgorithmSpec) -> str:
+    """The config's docstring: what the algorithm is, its paper and details, then its own parameters (the fields it
+    has beyond the family's shared settings, `settings_base`) with their types, defaults and help."""
+    _, trainer_name = spec.class_names
+    cited = f" Paper: {spec.paper}." if spec.paper else ""
+    intro = f"Configuration of [`{trainer_name}`]: {spec.description}{cited}"
+    if spec.details:
+        intro += f" {spec.details}"
+    lines = ["", *_paragraph(intro), "", "    Parameters specific to this algorithm:", ""]
+    shared = {f.name for f in dataclasses.fields(spec.family.load(spec.family.settings_base))}
+    own = {name: (kind, value) for name, kind, value in algorithm_fields(spec.name)}
+    base = spec.family.config_base_class
+    for f in dataclasses.fields(base):  # the family's own fields (MIX's expert data, the teacher, ...)
+        if f.name not in shared and f.name not in own:
+            own[f.name] = (f.type, f)
+    for name, (kind, value) in own.items():
+        default = value.default
+        lines.append(f"        {name} (`{_type_name(kind)}`, *optional*, defaults to `{default!r}`):")
+        lines += _paragraph(value.metadata["help"], " " * 12)
+    closing = f"Every other parameter is `{spec.family.settings_base.split(':')[1]}`'s."
+    lines += ["", *_paragraph(closing), ""]
+    return "\n".join(lines) + "    "
+
+
+def trainer_docstring(spec: AlgorithmSpec) -> str:
+    config_name, _ = spec.class_names
+    base = spec.family.class_names[1]
+    summary = _paragraph(f"{spec.display_name}: {spec.description} (config: `{config_name}`).")
+    closing = f"The `{base}` of this algorithm: its constructor takes exactly the TRL trainer's arguments."
+    return "\n".join([summary[0].lstrip(), *summary[1:], "", *_paragraph(closing)]) + "\n    "
+
+
+def build_classes(spec: AlgorithmSpec) -> tuple[type, type]:
+    """The config and trainer class of a record registered at run time (the built-in ones are written out)."""
+    family = spec.family
+    config_name, trainer_name = spec.class_names
+    namespace = {"__module__": __name__, "__qualname__": config_name, "__doc__": config_docstring(spec)}
+    namespace["algorithm"] = spec.name
+    namespace["__annotations__"] = {"algorithm": "ClassVar[str]"}
+    config = dataclasses.make_dataclass(
+        config_name, algorithm_fields(spec.name), bases=(family.config_base_class,), namespace=namespace
+    )
+    trainer = type(
+        trainer_name,
+        (family.trainer_base_class,),
+        {"__module__": __name__, "__qualname__": trainer_name, "__doc__": trainer_docstring(spec),
+         "config_class": config},
+    )  # fmt: skip
+    globals().update({config_name: config, trainer_name: trainer})  # where pickle finds them (checkpoints)
+    return config, trainer
 
 
 @cache
 def algorithm_classes(name: str) -> tuple[type, type]:
-    """`(config class, trainer class)` of algorithm `name`, built from its record (once)."""
+    """`(config class, trainer class)` of algorithm `name`: the family's own classes where it has one algorithm
+    (DPO, SFT), the written-out classes of a built-in algorithm, or classes built from a record registered later."""
     spec = get_algorithm(name)
-    spec.class_names  # noqa: B018 - an algorithm without a trainer raises NotImplementedError here
-    if spec.trainer == "dpo":
-        return DPOConfig, DPOTrainer
-    config_base, trainer_base = FAMILY_BASES[spec.trainer]
-    config_name, trainer_name = spec.class_names
-    cited = f" Paper: {spec.paper}." if spec.paper else ""
-    config_doc = f"\n    Configuration of [`{trainer_name}`]: {spec.description}{cited}"
-    if spec.details:
-        config_doc += f" {spec.details}"
-    namespace = {"__module__": __package__, "__qualname__": config_name, "__doc__": config_doc, "algorithm": name}
-    kl_field = config_base.__dataclass_fields__["kl_loss_fn"]  # the record's estimator as the field's default
-    # marked as not given, so that TRL's own loss can default to TRL's estimator (`GRPOFamilyConfig.uses_trl_loss`)
-    namespace["kl_loss_fn"] = dataclasses.field(
-        default=documented_default(spec.kl_estimator), metadata=kl_field.metadata
-    )
-    namespace["__annotations__"] = {"kl_loss_fn": kl_field.type}
-    config = dataclass(type(config_name, (*algorithm_arguments(name), config_base), namespace))
-    closing = "Every other parameter is `trl.GRPOConfig`'s, plus `GRPOFamilyConfig`'s KL / entropy fields."
-    config = document_parameters(config, GRPOFamilyConfig, closing)
-    trainer_doc = f"{spec.display_name}: {spec.description} (config: `{config_name}`).\n\n    {trainer_base.__doc__}"
-    trainer = type(
-        trainer_name,
-        (trainer_base,),
-        {"__module__": __package__, "__qualname__": trainer_name, "__doc__": trainer_doc, "config_class": config},
-    )
-    return config, trainer
+    config_name, trainer_name = spec.class_names  # an algorithm without a trainer raises NotImplementedError here
+    family = spec.family
+    if not family.per_algorithm_classes:
+        return family.config_base_class, family.trainer_base_class
+    module = importlib.import_module(f"{__package__}.{GENERATED_MODULE}")
+    if hasattr(module, config_name):
+        return getattr(module, config_name), getattr(module, trainer_name)
+    return build_classes(spec)
+
+
+def algorithm_class_names() -> list[str]:
+    """The config and trainer class names of every algorithm with a trainer, in record order."""
+    return [n for spec in ALGORITHMS.values() if spec.has_trainer for n in spec.class_names]

@@ -6,6 +6,9 @@
 * the mixed precision that `accelerate launch` was given (its config's `mixed_precision`, passed to the program as
   `ACCELERATE_MIXED_PRECISION`) must agree with the training arguments' `bf16` / `fp16`: transformers silently
   lets one override the other, so a run would train in a precision the user did not ask for.
+
+`check_hardware` first checks the plain `TrainingArguments` values (`check_training_arguments`): a negative learning
+rate or a batch size of 0 would otherwise load the model and fail in torch's optimizer or the data loader.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 from typing import Any
 
 import torch
+
+from .._validation import check_number
 
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 """`device_map` values that let accelerate place the model (transformers' `from_pretrained`)."""
@@ -86,9 +91,62 @@ def check_device_map(owner: str, name: str, device_map: Any) -> None:
     check_device(owner, name, device_map)
 
 
+def _strategy(value: Any) -> str:
+    return getattr(value, "value", value)
+
+
+def check_training_arguments(config: Any) -> None:
+    """The plain `transformers.TrainingArguments` values of a training config that cannot work, each named with its
+    allowed range: `learning_rate` and `weight_decay` >= 0, `adam_beta1` / `adam_beta2` in [0, 1), `adam_epsilon` > 0,
+    `max_grad_norm` >= 0 or None, `warmup_ratio` >= 0 (where the field exists), `num_train_epochs` > 0 unless
+    `max_steps` > 0, the batch sizes and `gradient_accumulation_steps` integers >= 1, `logging_steps` / `save_steps` /
+    `eval_steps` > 0 when their strategy is "steps", `seed` (and `data_seed`) an integer in [0, 2**32) (numpy's
+    seeds). Raises `ValueError("<ConfigClass>: <field>=<value> is not valid; must be <rule> (<what it is>)")`.
+
+    transformers' own `__post_init__` already refuses a negative `warmup_steps` (by name), `logging_steps=0` with the
+    "steps" strategy and fractional step counts > 1; those are not repeated here."""
+    owner = type(config).__name__
+
+    def check(name: str, hint: str, **bounds: Any) -> None:
+        try:
+            check_number(owner, name, getattr(config, name), **bounds)
+        except ValueError as error:
+            raise ValueError(f"{error} ({hint})") from None
+
+    check("learning_rate", "the optimizer's step size", ge=0)
+    check("weight_decay", "the optimizer's decoupled weight decay", ge=0)
+    check("adam_beta1", "Adam's first-moment decay", ge=0, lt=1)
+    check("adam_beta2", "Adam's second-moment decay", ge=0, lt=1)
+    check("adam_epsilon", "Adam's denominator term", gt=0)
+    check("max_grad_norm", "the gradient-clipping norm; 0 or None turns clipping off", ge=0, allow_none=True)
+    if hasattr(config, "warmup_ratio"):  # transformers < 5; 5 takes a fraction in warmup_steps
+        check("warmup_ratio", "the fraction of the steps spent warming up", ge=0, le=1)
+    check("max_steps", "the number of optimizer steps; -1 trains num_train_epochs epochs", integer=True)
+    if config.max_steps <= 0:
+        check("num_train_epochs", "the number of epochs to train, used when max_steps is not > 0", gt=0)
+    check("per_device_train_batch_size", "the training samples per device and micro-batch", ge=1, integer=True)
+    check("per_device_eval_batch_size", "the evaluation samples per device and batch", ge=1, integer=True)
+    check("gradient_accumulation_steps", "the micro-batches per optimizer step", ge=1, integer=True)
+    intervals = {"logging": "log", "save": "save a checkpoint", "eval": "evaluate"}
+    for kind, action in intervals.items():
+        if _strategy(getattr(config, f"{kind}_strategy", "no")) == "steps":
+            hint = f"{action} every that many steps, or that fraction of the run if < 1, when {kind}_strategy='steps'"
+            check(f"{kind}_steps", hint, gt=0)
+    for name, hint in (("seed", "the run's random seed"), ("data_seed", "the data sampler's seed; None uses seed")):
+        check(name, hint, ge=0, integer=True, allow_none=name == "data_seed")
+        value = getattr(config, name)
+        if value is not None and value >= 2**32:
+            raise ValueError(
+                f"{owner}: {name}={value!r} is not valid; must be an integer in [0, 2**32) ({hint}, "
+                "which numpy's seeding takes)"
+            )
+
+
 def check_hardware(config: Any) -> None:
-    """A training config's hardware settings, once its fields are parsed: the launcher's mixed precision agrees with
-    `bf16` / `fp16`, and the `device_map` of every `*_init_kwargs` field names only devices of this machine."""
+    """A training config's settings that `TrainingArguments` lets through, once its fields are parsed: the plain
+    training values (`check_training_arguments`), the launcher's mixed precision agrees with `bf16` / `fp16`, and the
+    `device_map` of every `*_init_kwargs` field names only devices of this machine."""
+    check_training_arguments(config)
     owner = type(config).__name__
     check_mixed_precision(owner, config)
     for name in config._VALID_DICT_FIELDS:

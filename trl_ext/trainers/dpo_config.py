@@ -19,13 +19,13 @@ from .._validation import check_choice, check_number
 from ..losses import get_kl_fn
 from ..losses.dpo import TRLDPOLoss
 from ..losses.kl import KL_FNS
-from .arguments import algorithm_arguments, is_documented_default
+from .arguments import DPOKLArguments, is_documented_default
 from .devices import check_hardware
 from .grpo_config import build_named, document_parameters, resolve_kl_coefficient
 
 
 @dataclass
-class DPOConfig(*algorithm_arguments("dpo"), TRLDPOConfig):
+class DPOConfig(DPOKLArguments, TRLDPOConfig):
     r"""
     Configuration of [`trl_ext.DPOTrainer`]: the preference losses of `trl.DPOTrainer` (Direct Preference
     Optimization, Rafailov et al. 2023, arXiv 2305.18290, and its variants) plus Trinity-RFT's KL term

@@ -35,7 +35,10 @@ from ..losses.trl_grpo import aggregation as trl_loss_aggregation
 from .arguments import (
     _REWARD_ADVANTAGE_FNS,
     GRPO_KL_ARGUMENTS,
+    DistillPolicyLossArguments,
     DocumentedDefault,
+    ExpertDataArguments,
+    TeacherArguments,
     _help,
     config_arguments,
     config_renames,
@@ -296,6 +299,12 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         self._check_fields()
         owner = type(self).__name__
         self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
+        if self.algorithm and self.beta != 0 and not get_algorithm(self.algorithm).use_reference:
+            raise ValueError(
+                f"{owner}: beta={self.beta!r} adds a KL term to a reference model, but the {self.algorithm} algorithm "
+                "trains without one (its record's use_reference=False, as in Trinity-RFT: no reference model is "
+                "loaded); leave beta=0, or compose its parts on a config with a reference model (e.g. GRPOConfig)"
+            )
         if self.adaptive_kl and self.beta == 0:
             raise ValueError(
                 f"{owner}: adaptive_kl=True adapts beta, but beta=0 (kl_loss_fn={self.kl_loss_fn!r}): there is no "
@@ -316,6 +325,10 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
             self.build_entropy_fn()
         super().__post_init__()
         check_hardware(self)
+
+    def use_toy_task(self) -> None:
+        """Called by the training script when it trains the toy model: fill in what the toy task provides for the
+        family (nothing here; the distillation family's teacher)."""
 
     # ---- validation ---------------------------------------------------------------------------------------
 
@@ -489,12 +502,10 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         return "token-mean" if self.uses_trl_loss else self.aggregation
 
 
-class MIXFamilyConfig(GRPOFamilyConfig):
-    """Base of the MIX / MIX-CHORD configs: the share of expert demonstrations in each generation batch.
-
-    (A plain class on purpose: the dataclass fields come from `_ExpertDataArguments`, which the algorithms' configs
-    list before this base so that its field overrides take effect.)
-    """
+@dataclass
+class MIXFamilyConfig(ExpertDataArguments, GRPOFamilyConfig):
+    """Base of the MIX / MIX-CHORD configs: the share of expert demonstrations in each generation batch (and the
+    batch and entropy defaults that go with it, `ExpertDataArguments`)."""
 
     def _check_fields(self) -> None:
         super()._check_fields()
@@ -575,12 +586,10 @@ def document_parameters(cls: type, base: type, closing: str) -> type:
     return cls
 
 
-class DistillFamilyConfig(GRPOFamilyConfig):
+@dataclass
+class DistillFamilyConfig(TeacherArguments, DistillPolicyLossArguments, GRPOFamilyConfig):
     """Base of the on-policy distillation config: the teacher, the choice of policy loss (`ppo` or
-    `importance_sampling`) and the optional task-reward term.
-
-    (A plain class on purpose: the dataclass fields come from the algorithm's argument dataclasses.)
-    """
+    `importance_sampling`) and the optional task-reward term."""
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*_TRLGRPOConfig._VALID_DICT_FIELDS, "teacher_model_init_kwargs"]  # JSON
 
@@ -614,6 +623,12 @@ class DistillFamilyConfig(GRPOFamilyConfig):
     def policy_loss_kwargs(self) -> dict[str, Any]:
         kwargs = passed_arguments(self, POLICY_LOSSES["ppo"])  # the config's loss fields are the ppo loss's
         return kwargs if self.policy_loss_fn == "ppo" else {"loss_agg_mode": self.loss_agg_mode}
+
+    def use_toy_task(self) -> None:
+        if self.teacher_model_name_or_path is None:
+            from ..toy import tiny_teacher_path
+
+            self.teacher_model_name_or_path = tiny_teacher_path()  # the toy student's teacher
 
     def build_reward_advantage_fn(self):
         """The advantage of the task-reward term (scaled by `reward_weight` in the trainer)."""

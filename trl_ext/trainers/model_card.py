@@ -15,18 +15,15 @@ import shutil
 from typing import Any
 
 from ..algorithms import get_algorithm
-from .arguments import algorithm_arguments
 
 _UNNAMED_BASE = "[None](https://huggingface.co/None)"  # TRL's template for a base model it does not name
-# TRL fields that are the ported loss's arguments, in the TRL config's field order
-_TRL_LOSS_FIELDS = {"dpo": ("label_smoothing", "beta")}
 
 
 def paper(algorithm: str) -> dict[str, str]:
     """TRL's `_paper` dict (title, arXiv id, BibTeX citation) of `algorithm`, from its record's `paper`."""
     cited = get_algorithm(algorithm).paper
-    if cited is None:
-        raise ValueError(f"algorithm {algorithm!r} has no paper to cite")
+    if cited is None:  # TRL's card then cites no method paper (as trl.SFTTrainer's)
+        return {}
     citation = (
         f"@article{{{algorithm}{cited.year},\n    title   = {{{{{cited.title}}}}},\n"
         f"    journal = {{arXiv preprint arXiv:{cited.arxiv}}},\n    year    = {cited.year},\n}}"
@@ -44,45 +41,17 @@ def field_default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
 
-def _settings_base(config_class: type, algorithm: str) -> type:
-    """The config class whose fields are not the algorithm's settings: the first class of the config's MRO that is
-    neither one of the argument dataclasses it is assembled from (`algorithm_arguments`), nor one of their bases, nor
-    derived from them (`GRPOFamilyConfig`, `MIXFamilyConfig`, DPO's `trl.DPOConfig` base)."""
-    parts = algorithm_arguments(algorithm)
-    return next(c for c in config_class.__mro__[1:] if not any(issubclass(p, c) or issubclass(c, p) for p in parts))
-
-
 def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Field]:
-    """The config's algorithm settings: its own fields, the base fields whose default it changes, and the TRL
-    fields that its loss reads (DPO's `beta` and `label_smoothing`)."""
-    inherited = {f.name: field_default(f) for f in dataclasses.fields(_settings_base(config_class, algorithm))}
-    keep = _TRL_LOSS_FIELDS.get(algorithm, ())
+    """The config's algorithm settings: the fields it has beyond its family's shared settings (`settings_base`), the
+    shared fields whose default it changes, and the TRL fields that its loss reads (DPO's `beta`)."""
+    family = get_algorithm(algorithm).family
+    inherited = {f.name: field_default(f) for f in dataclasses.fields(family.load(family.settings_base))}
+    keep = family.loss_fields_from_trl
     return [
         f
         for f in dataclasses.fields(config_class)
         if f.name not in inherited or inherited[f.name] != field_default(f) or f.name in keep
     ]
-
-
-def algorithm_defaults(algorithm: str) -> dict[str, Any]:
-    """`algorithm_fields` of the algorithm's config, as {name: default}, without importing the config (nor trl):
-    from the argument dataclasses it is assembled from (`algorithm_arguments`), for `trl-ext list`.
-
-    A config's fields are its base's, then those of its argument dataclasses, the last base first; a field that
-    changes a base field's default (`base_fields` of its dataclass) keeps its place among the base's fields, and so
-    do the TRL fields the loss reads, whose defaults are the loss's `default_args()` (equal to TRL's)."""
-    parts = algorithm_arguments(algorithm)
-    own: dict[str, dataclasses.Field] = {}
-    for part in reversed(parts):
-        own.update({f.name: f for f in dataclasses.fields(part)})
-    overrides = [name for part in reversed(parts) for name in getattr(part, "base_fields", ())]
-    defaults = {name: field_default(own.pop(name)) for name in overrides}
-    if algorithm in _TRL_LOSS_FIELDS:
-        from ..losses import get_policy_loss
-
-        loss_defaults = get_policy_loss(get_algorithm(algorithm).policy_loss_fn).default_args()
-        defaults.update({name: loss_defaults[name] for name in _TRL_LOSS_FIELDS[algorithm]})
-    return defaults | {name: field_default(f) for name, f in own.items()}
 
 
 class AlgorithmModelCard:
@@ -134,17 +103,21 @@ class AlgorithmModelCard:
             ("policy loss", f"`{getattr(args, 'policy_loss_name', spec.policy_loss_fn)}`"),
             ("advantage", f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"),
         ]
-        if hasattr(args, "kl_loss_fn"):
-            coefficient = args.kl_coef if spec.trainer == "dpo" else args.beta  # GRPO family: TRL's `beta`
+        if spec.family.kl_coef_field is not None:
+            coefficient = getattr(args, spec.family.kl_coef_field)
             rows.append(("KL term", f"`{args.kl_loss_fn}`, coefficient {coefficient}"))
         rows += [(f"`{f.name}`", f"`{getattr(args, f.name)!r}`") for f in algorithm_fields(type(args), self.algorithm)]
         table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+        source = ""
+        if cited is not None:
+            source = (
+                f", from [{cited.title}](https://huggingface.co/papers/{cited.arxiv}) (arXiv {cited.arxiv}); the "
+                "citation is above"
+            )
         return (
             "## trl_ext\n\n"
-            f"Trained with trl_ext's {display_name(self.algorithm)} trainer (Trinity-RFT's algorithm on TRL), "
-            f"from [{cited.title}](https://huggingface.co/papers/{cited.arxiv}) (arXiv {cited.arxiv}); the citation is "
-            "above.\n\n"
-            "| setting | value |\n|---|---|\n" + table + "\n"
+            f"Trained with trl_ext's {display_name(self.algorithm)} trainer (Trinity-RFT's algorithm on TRL){source}."
+            "\n\n| setting | value |\n|---|---|\n" + table + "\n"
         )
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):

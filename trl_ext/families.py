@@ -1,0 +1,198 @@
+"""Trainer families: one record per family, the single place that says how a kind of trainer is put together.
+
+    from trl_ext.families import get_family
+    family = get_family("grpo")
+    family.config_base, family.trainer_base   # 'trl_ext.trainers.grpo_config:GRPOFamilyConfig', ...
+    family.components                         # ('policy_loss_fn', 'advantage_fn', 'kl_loss_fn', 'entropy_loss_fn')
+
+A family is a TRL trainer adapted once (`trl.GRPOTrainer`, `trl.DPOTrainer`, `trl.SFTTrainer`) that trains every
+algorithm whose record names it (`AlgorithmSpec.trainer`). Its record states: where its config and trainer bases
+live (`module:Class`, imported on first use, so this module, like the algorithm table, imports neither trl nor the
+trainers), the component kinds its configs take, the data it trains on (`schema`, Trinity-RFT's name), its
+script (`trl-ext train` and `examples/train_<algorithm>.py`), and the family's parts of the run summary and the
+model card. Whether an algorithm gets classes of its own (`SAPOConfig`, `SAPOTrainer`) or is the family's single
+algorithm with hand-written classes (`DPOConfig`, `SFTConfig`) is `per_algorithm_classes`.
+
+Adding a family is one `register_family(TrainerFamily(...))` beside its trainer; adding an algorithm to a family
+is one `register_algorithm(AlgorithmSpec(...))`. Nothing else in trl_ext branches on a family's name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+COMPONENT_KINDS = ("policy_loss_fn", "advantage_fn", "kl_loss_fn", "entropy_loss_fn")
+"""The component kinds a family's configs may take (Trinity-RFT's names)."""
+
+SCHEMAS = ("experience", "dpo", "sft")
+"""The data a family trains on (Trinity-RFT's `schema`): `experience` (prompts; the trainer generates and scores
+completions), `dpo` (preference pairs), `sft` (demonstrations)."""
+
+
+def _generation_geometry(args: Any) -> str:
+    prompts = args.generation_batch_size // args.num_generations
+    return (
+        f"generation  {args.generation_batch_size} completions per generation batch = {prompts} prompts x "
+        f"num_generations {args.num_generations}; max_completion_length {args.max_completion_length}, "
+        f"temperature {args.temperature:g}"
+    )
+
+
+def _sequence_length(args: Any) -> str:
+    if getattr(args, "max_length", None) is None:
+        return "length      no truncation (max_length None)"
+    return f"length      max_length {args.max_length} tokens per sequence"
+
+
+@dataclass(frozen=True)
+class TrainerFamily:
+    """One trainer family's record.
+
+    * `config_base`, `trainer_base`: `module:Class` of the family's config and trainer; `settings_base`: the config
+      class whose fields are not an algorithm's own settings (the model card and the run summary list the others).
+    * `components`: the component kinds (`COMPONENT_KINDS`) an algorithm of the family chooses; a record naming
+      another kind's component is refused.
+    * `schema`: the data it trains on (`SCHEMAS`); `script`: the module whose `train(algorithm, argv)` runs
+      `trl-ext train --algorithm <name>`.
+    * `per_algorithm_classes`: each algorithm gets its own config and trainer class, built from its record
+      (`SAPOConfig`, ...); otherwise the family has one algorithm and its hand-written classes are the bases.
+    * `group_size_field`: the config field whose default is the record's `repeat_times` (`num_generations`), if
+      the family samples groups.
+    * `uses_critic`: whether the trainer trains a value model (a record with `use_critic=True` needs one).
+    * `kl_coef_field`: the config field of the KL term's coefficient (`beta`, DPO's `kl_coef`).
+    * `loss_fields_from_trl`: TRL config fields that are the loss's own arguments (DPO's `beta`), which the model
+      card and the run summary list among the algorithm's settings.
+    * `batch_unit` and `geometry`: the run summary's words for a row (`completions`, `pairs`, `sequences`) and its
+      family-specific line (the generation batch, or the sequence length).
+    * `script_arguments`: `module:Class` of extra argument dataclasses its script parses (MIX's expert data).
+    """
+
+    name: str
+    description: str
+    config_base: str
+    trainer_base: str
+    settings_base: str
+    components: tuple[str, ...]
+    schema: str
+    script: str
+    per_algorithm_classes: bool = True
+    group_size_field: str | None = None
+    uses_critic: bool = False
+    kl_coef_field: str | None = "beta"
+    loss_fields_from_trl: tuple[str, ...] = ()
+    batch_unit: str = "completions"
+    geometry: Callable[[Any], str] = field(default=_generation_geometry, compare=False)
+    script_arguments: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        parts = ("name", "description", "config_base", "trainer_base", "settings_base", "script")
+        missing = [name for name in parts if not getattr(self, name)]
+        if missing:
+            raise ValueError(f"trainer family {self.name!r}: missing part(s) {', '.join(missing)}")
+        for name in ("config_base", "trainer_base", "settings_base"):
+            if getattr(self, name).count(":") != 1:
+                raise ValueError(
+                    f"trainer family {self.name!r}: {name}={getattr(self, name)!r} must be 'module:Class'"
+                )
+        unknown = [kind for kind in self.components if kind not in COMPONENT_KINDS]
+        if unknown or "policy_loss_fn" not in self.components:
+            raise ValueError(
+                f"trainer family {self.name!r}: components={self.components!r} is not valid; must include "
+                f"'policy_loss_fn' and name only {', '.join(map(repr, COMPONENT_KINDS))}"
+            )
+        if self.schema not in SCHEMAS:
+            raise ValueError(
+                f"trainer family {self.name!r}: schema={self.schema!r} is not valid; must be one of "
+                f"{', '.join(map(repr, SCHEMAS))}"
+            )
+
+    def load(self, path: str) -> Any:
+        """The object at `module:Name` (the module imported on first use)."""
+        module, name = path.split(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as error:
+            raise ImportError(f"trainer family {self.name!r}: cannot load {path} ({error})") from error
+
+    @property
+    def config_base_class(self) -> type:
+        return self.load(self.config_base)
+
+    @property
+    def trainer_base_class(self) -> type:
+        return self.load(self.trainer_base)
+
+    @property
+    def class_names(self) -> tuple[str, str]:
+        """The names of the config and trainer bases (the classes themselves where the family has one algorithm)."""
+        return self.config_base.split(":")[1], self.trainer_base.split(":")[1]
+
+    def script_argument_classes(self) -> tuple[type, ...]:
+        return tuple(self.load(path) for path in self.script_arguments)
+
+    def train(self, algorithm: str, argv: list[str]) -> Any:
+        """Run the family's script for `algorithm` (`trl-ext train`); returns the trainer."""
+        return importlib.import_module(self.script).train(algorithm, argv)
+
+
+FAMILIES: dict[str, TrainerFamily] = {}
+
+
+def register_family(family: TrainerFamily) -> TrainerFamily:
+    """Add a trainer family; a name registered twice is an error."""
+    if not isinstance(family, TrainerFamily):
+        raise TypeError(f"register_family takes a TrainerFamily, got {family!r}")
+    if family.name in FAMILIES:
+        raise ValueError(f"trainer family {family.name!r} is already registered")
+    FAMILIES[family.name] = family
+    return family
+
+
+def get_family(name: str) -> TrainerFamily:
+    """The record of trainer family `name`; an unknown name is a ValueError listing the registered ones."""
+    try:
+        return FAMILIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown trainer family {name!r}; registered: {', '.join(FAMILIES)}") from None
+
+
+_ROLLOUTS = "trl_ext.scripts.grpo"
+_GRPO_SETTINGS = "trl_ext.trainers.grpo_config:GRPOFamilyConfig"
+
+register_family(TrainerFamily(
+    "grpo", "`trl.GRPOTrainer` on its own rollouts: TRL generates and scores, the algorithm's advantage and loss "
+    "train.",
+    config_base=_GRPO_SETTINGS, trainer_base="trl_ext.trainers.grpo_trainer:GRPOFamilyTrainer",
+    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
+    group_size_field="num_generations",
+))  # fmt: skip
+register_family(TrainerFamily(
+    "mix", "Rollouts and expert demonstrations in one batch (MIX, CHORD): RL on the rollouts, SFT on the experts.",
+    config_base="trl_ext.trainers.grpo_config:MIXFamilyConfig",
+    trainer_base="trl_ext.trainers.mix_trainer:MIXFamilyTrainer",
+    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
+    group_size_field="num_generations", script_arguments=("trl_ext.scripts.grpo:ExpertDataArguments",),
+))  # fmt: skip
+register_family(TrainerFamily(
+    "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",
+    config_base="trl_ext.trainers.grpo_config:DistillFamilyConfig",
+    trainer_base="trl_ext.trainers.distill_trainer:DistillFamilyTrainer",
+    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
+    group_size_field="num_generations",
+))  # fmt: skip
+register_family(TrainerFamily(
+    "dpo", "`trl.DPOTrainer` on (chosen, rejected) pairs.",
+    config_base="trl_ext.trainers.dpo_config:DPOConfig", trainer_base="trl_ext.trainers.dpo_trainer:DPOTrainer",
+    settings_base="trl:DPOConfig", components=("policy_loss_fn", "kl_loss_fn"), schema="dpo",
+    script="trl_ext.scripts.dpo", per_algorithm_classes=False, kl_coef_field="kl_coef",
+    loss_fields_from_trl=("label_smoothing", "beta"), batch_unit="pairs", geometry=_sequence_length,
+))  # fmt: skip
+register_family(TrainerFamily(
+    "sft", "`trl.SFTTrainer` on demonstrations, with Trinity-RFT's SFT token weightings.",
+    config_base="trl_ext.trainers.sft_config:SFTConfig", trainer_base="trl_ext.trainers.sft_trainer:SFTTrainer",
+    settings_base="trl:SFTConfig", components=("policy_loss_fn",), schema="sft", script="trl_ext.scripts.sft",
+    per_algorithm_classes=False, kl_coef_field=None, batch_unit="sequences", geometry=_sequence_length,
+))  # fmt: skip

@@ -1,0 +1,1131 @@
+"""The built-in algorithms' config and trainer classes (GRPO, MIX and distillation families).
+
+Generated from the algorithm records by `python -m trl_ext.trainers.generate`: do not edit by hand.
+Each field is derived from the record and its components' `Argument` specs
+(`trl_ext.trainers.arguments.algorithm_field`); `tests/test_generated_classes.py` fails when this file
+is out of date.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .arguments import algorithm_field
+from .distill_trainer import DistillFamilyTrainer
+from .grpo_config import DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig
+from .grpo_trainer import GRPOFamilyTrainer
+from .mix_trainer import MIXFamilyTrainer
+
+__all__ = [
+    "AsymREConfig",
+    "AsymRETrainer",
+    "CISPOConfig",
+    "CISPOTrainer",
+    "GRPOConfig",
+    "GRPOTrainer",
+    "GSPOConfig",
+    "GSPOTrainer",
+    "MIXCHORDConfig",
+    "MIXCHORDTrainer",
+    "MIXConfig",
+    "MIXTrainer",
+    "OPMDConfig",
+    "OPMDTrainer",
+    "OnPolicyDistillConfig",
+    "OnPolicyDistillTrainer",
+    "RAFTConfig",
+    "RAFTTrainer",
+    "RECConfig",
+    "RECTrainer",
+    "RLOOConfig",
+    "RLOOTrainer",
+    "ReinforcePlusPlusConfig",
+    "ReinforcePlusPlusTrainer",
+    "SAPOConfig",
+    "SAPOTrainer",
+    "SPPOConfig",
+    "SPPOTrainer",
+    "TOPRConfig",
+    "TOPRTrainer",
+]
+
+
+@dataclass
+class GRPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`GRPOTrainer`]: GRPO: group-normalized advantages, dual-clip PPO loss. Paper: DeepSeekMath:
+    Pushing the Limits of Mathematical Reasoning in Open Language Models (arXiv 2402.03300).
+    `loss_agg_mode='token-mean'` is TRL's default `dapo` aggregation; `'seq-mean-token-mean'` is the paper's. Setting
+    any of TRL's loss fields (`loss_type`, `importance_sampling_level`, `epsilon`, `epsilon_high`, `delta`,
+    `sapo_temperature_*`, `vespo_*`) trains TRL's own loss instead, exactly (its advantages, KL estimator `k3` and
+    token-mean entropy bonus included); trl_ext's KL estimators, advantage arguments and window normalization still
+    apply.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the grpo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "grpo"
+
+    kl_loss_fn: str = algorithm_field("grpo", "kl_loss_fn")
+    num_generations: int = algorithm_field("grpo", "num_generations")
+    clip_range: float | None = algorithm_field("grpo", "clip_range")
+    clip_range_low: float | None = algorithm_field("grpo", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("grpo", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("grpo", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("grpo", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("grpo", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("grpo", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("grpo", "fallback_to_policy_gradient")
+    advantage_epsilon: float = algorithm_field("grpo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("grpo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("grpo", "duplicate_experiences")
+    std_cal_level: str = algorithm_field("grpo", "std_cal_level")
+
+
+class GRPOTrainer(GRPOFamilyTrainer):
+    """GRPO: GRPO: group-normalized advantages, dual-clip PPO loss. (config: `GRPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOConfig
+
+
+@dataclass
+class ReinforcePlusPlusConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`ReinforcePlusPlusTrainer`]: REINFORCE++: batch-whitened discounted returns, PPO loss. Paper:
+    REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models (arXiv 2501.03262). The discounted
+    token-level returns of the outcome reward are whitened over the batch's tokens (no group baseline).
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the reinforceplusplus
+            algorithm's group size, Trinity-RFT's `repeat_times`.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        gamma (`float`, *optional*, defaults to `1.0`):
+            Discount of the token-level returns (the outcome reward sits on the last token); the returns are whitened
+            over all valid tokens of the generation batch.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "reinforceplusplus"
+
+    kl_loss_fn: str = algorithm_field("reinforceplusplus", "kl_loss_fn")
+    num_generations: int = algorithm_field("reinforceplusplus", "num_generations")
+    clip_range: float | None = algorithm_field("reinforceplusplus", "clip_range")
+    clip_range_low: float | None = algorithm_field("reinforceplusplus", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("reinforceplusplus", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("reinforceplusplus", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("reinforceplusplus", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("reinforceplusplus", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("reinforceplusplus", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("reinforceplusplus", "fallback_to_policy_gradient")
+    gamma: float = algorithm_field("reinforceplusplus", "gamma")
+
+
+class ReinforcePlusPlusTrainer(GRPOFamilyTrainer):
+    """REINFORCE++: REINFORCE++: batch-whitened discounted returns, PPO loss. (config: `ReinforcePlusPlusConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = ReinforcePlusPlusConfig
+
+
+@dataclass
+class RLOOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`RLOOTrainer`]: RLOO: leave-one-out baseline, PPO loss. Paper: Back to Basics: Revisiting
+    REINFORCE Style Optimization for Learning from Human Feedback in LLMs (arXiv 2402.14740). The baseline of a
+    completion is the mean reward of the other completions of its prompt.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the rloo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "rloo"
+
+    kl_loss_fn: str = algorithm_field("rloo", "kl_loss_fn")
+    num_generations: int = algorithm_field("rloo", "num_generations")
+    clip_range: float | None = algorithm_field("rloo", "clip_range")
+    clip_range_low: float | None = algorithm_field("rloo", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("rloo", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("rloo", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("rloo", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("rloo", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("rloo", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("rloo", "fallback_to_policy_gradient")
+
+
+class RLOOTrainer(GRPOFamilyTrainer):
+    """RLOO: RLOO: leave-one-out baseline, PPO loss. (config: `RLOOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = RLOOConfig
+
+
+@dataclass
+class OPMDConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`OPMDTrainer`]: Online policy mirror descent. Paper: Kimi k1.5: Scaling Reinforcement Learning
+    with LLMs (arXiv 2501.12599). Trinity-RFT's OPMD: the group baseline is the mean reward or a soft-max (`logavgexp`)
+    of it, and the loss −A·lp is scaled by 1/(1 + τ).
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the opmd algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        tau (`float`, *optional*, defaults to `1.0`):
+            Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        opmd_baseline (`str`, *optional*, defaults to `'mean'`):
+            Group baseline: `mean`, or `logavgexp` = τ·(logsumexp(R/τ) − log n).
+        advantage_tau (`float`, *optional*, defaults to `1.0`):
+            τ of the `logavgexp` baseline. (the `opmd` advantage's `tau`)
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "opmd"
+
+    kl_loss_fn: str = algorithm_field("opmd", "kl_loss_fn")
+    num_generations: int = algorithm_field("opmd", "num_generations")
+    tau: float = algorithm_field("opmd", "tau")
+    loss_agg_mode: str = algorithm_field("opmd", "loss_agg_mode")
+    opmd_baseline: str = algorithm_field("opmd", "opmd_baseline")
+    advantage_tau: float = algorithm_field("opmd", "advantage_tau")
+
+
+class OPMDTrainer(GRPOFamilyTrainer):
+    """OPMD: Online policy mirror descent. (config: `OPMDConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = OPMDConfig
+
+
+@dataclass
+class AsymREConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`AsymRETrainer`]: AsymRE: REINFORCE with a shifted (asymmetric) group baseline. Paper: Asymmetric
+    REINFORCE for off-Policy Reinforcement Learning (arXiv 2506.20520). The baseline is the group mean shifted by
+    `baseline_shift`; Trinity-RFT trains it with the OPMD loss.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the asymre algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        tau (`float`, *optional*, defaults to `1.0`):
+            Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        baseline_shift (`float`, *optional*, defaults to `-0.1`):
+            The baseline is the group mean plus this shift; a negative shift favours positive updates (AsymRE paper §3).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "asymre"
+
+    kl_loss_fn: str = algorithm_field("asymre", "kl_loss_fn")
+    num_generations: int = algorithm_field("asymre", "num_generations")
+    tau: float = algorithm_field("asymre", "tau")
+    loss_agg_mode: str = algorithm_field("asymre", "loss_agg_mode")
+    baseline_shift: float = algorithm_field("asymre", "baseline_shift")
+
+
+class AsymRETrainer(GRPOFamilyTrainer):
+    """AsymRE: AsymRE: REINFORCE with a shifted (asymmetric) group baseline. (config: `AsymREConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = AsymREConfig
+
+
+@dataclass
+class TOPRConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`TOPRTrainer`]: Tapered Off-Policy REINFORCE. Paper: Tapered Off-Policy REINFORCE: Stable and
+    efficient reinforcement learning for LLMs (arXiv 2503.14286). Full REINFORCE gradient on positive samples,
+    ratio-truncated gradient on negative ones; the advantage is the raw reward (no baseline), as in the paper.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the topr algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        advantage_threshold (`float`, *optional*, defaults to `0.0`):
+            Tokens with A > threshold get the full (untruncated) policy gradient; the others are weighted by the
+            truncated ratio clamp(r, 0, 1).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "topr"
+
+    kl_loss_fn: str = algorithm_field("topr", "kl_loss_fn")
+    num_generations: int = algorithm_field("topr", "num_generations")
+    advantage_threshold: float = algorithm_field("topr", "advantage_threshold")
+    loss_agg_mode: str = algorithm_field("topr", "loss_agg_mode")
+
+
+class TOPRTrainer(GRPOFamilyTrainer):
+    """TOPR: Tapered Off-Policy REINFORCE. (config: `TOPRConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = TOPRConfig
+
+
+@dataclass
+class CISPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`CISPOTrainer`]: CISPO: clipped, stop-gradient IS weight on a REINFORCE loss. Paper: MiniMax-M1:
+    Scaling Test-Time Compute Efficiently with Lightning Attention (arXiv 2506.13585). Clipped tokens still get a
+    gradient. TRL's equivalent is `loss_type='cispo', epsilon_high=1 + clip_range_high`.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the cispo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        clip_range_low (`float`, *optional*, defaults to `1.0`):
+            The stop-gradient IS weight is clamped to [1 − clip_range_low, 1 + clip_range_high]; 1.0 means no lower
+            bound (MiniMax-M1).
+        clip_range_high (`float`, *optional*, defaults to `0.28`):
+            Upper bound ε_high of the IS weight (1 + ε_high). TRL's `loss_type='cispo'` caps the ratio at `epsilon_high`
+            itself, so TRL's `epsilon_high=5.0` is `clip_range_high=4.0` here.
+        enable_mask_clip (`bool`, *optional*, defaults to `False`):
+            Also zero the tokens whose ratio left the trust region in the advantage's direction (r > 1 +
+            mask_clip_range_high with A > 0, or r < 1 − mask_clip_range_low with A < 0).
+        mask_clip_range_low (`float`, *optional*, defaults to `1.0`):
+            Lower bound of `enable_mask_clip`.
+        mask_clip_range_high (`float`, *optional*, defaults to `0.28`):
+            Upper bound of `enable_mask_clip`.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "cispo"
+
+    kl_loss_fn: str = algorithm_field("cispo", "kl_loss_fn")
+    num_generations: int = algorithm_field("cispo", "num_generations")
+    clip_range_low: float = algorithm_field("cispo", "clip_range_low")
+    clip_range_high: float = algorithm_field("cispo", "clip_range_high")
+    enable_mask_clip: bool = algorithm_field("cispo", "enable_mask_clip")
+    mask_clip_range_low: float = algorithm_field("cispo", "mask_clip_range_low")
+    mask_clip_range_high: float = algorithm_field("cispo", "mask_clip_range_high")
+    loss_agg_mode: str = algorithm_field("cispo", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("cispo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("cispo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("cispo", "duplicate_experiences")
+    std_cal_level: str = algorithm_field("cispo", "std_cal_level")
+
+
+class CISPOTrainer(GRPOFamilyTrainer):
+    """CISPO: CISPO: clipped, stop-gradient IS weight on a REINFORCE loss. (config: `CISPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = CISPOConfig
+
+
+@dataclass
+class GSPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`GSPOTrainer`]: GSPO: sequence-level (length-normalized) importance ratio. Paper: Group Sequence
+    Policy Optimization (arXiv 2507.18071). GSPO-token form: the ratio exp(mean_t log r_t) keeps a per-token gradient
+    path, so token-level advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence'`.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the gspo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        clip_range (`float | None`, *optional*, defaults to `None`):
+            Symmetric clip ε (exclusive with `clip_range_low`/`_high`).
+        clip_range_low (`float | None`, *optional*, defaults to `0.0003`):
+            Lower clip of the sequence ratio; GSPO paper (v2) §5.1 uses 3e-4. Left unset, `clip_range` (if set) applies
+            to both sides, as in the reference.
+        clip_range_high (`float | None`, *optional*, defaults to `0.0004`):
+            Upper clip of the sequence ratio; GSPO paper (v2) §5.1 uses 4e-4. Left unset, `clip_range` (if set) applies
+            to both sides, as in the reference.
+        loss_agg_mode (`str`, *optional*, defaults to `'seq-mean-token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "gspo"
+
+    kl_loss_fn: str = algorithm_field("gspo", "kl_loss_fn")
+    num_generations: int = algorithm_field("gspo", "num_generations")
+    clip_range: float | None = algorithm_field("gspo", "clip_range")
+    clip_range_low: float | None = algorithm_field("gspo", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("gspo", "clip_range_high")
+    loss_agg_mode: str = algorithm_field("gspo", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("gspo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("gspo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("gspo", "duplicate_experiences")
+    std_cal_level: str = algorithm_field("gspo", "std_cal_level")
+
+
+class GSPOTrainer(GRPOFamilyTrainer):
+    """GSPO: GSPO: sequence-level (length-normalized) importance ratio. (config: `GSPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = GSPOConfig
+
+
+@dataclass
+class SAPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`SAPOTrainer`]: SAPO: soft, temperature-controlled gate instead of hard clipping. Paper: Soft
+    Adaptive Policy Optimization (arXiv 2511.20347). The gate σ(τ(r − 1))·4/τ decays faster for negative advantages.
+    TRL's equivalent is `loss_type='sapo'` with `loss_agg_mode='seq-mean-token-mean'`.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the sapo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        tau_pos (`float`, *optional*, defaults to `1.0`):
+            Gate temperature τ for tokens with A > 0. The loss is −A·σ(τ(r − 1))·4/τ; the gradient weight is 1 at r = 1
+            and decays smoothly off-policy, faster for larger τ.
+        tau_neg (`float`, *optional*, defaults to `1.05`):
+            Gate temperature for tokens with A ≤ 0; must be ≥ `tau_pos` (the paper decays negative updates faster, §3).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        detach_gate (`bool`, *optional*, defaults to `False`):
+            Reproduce Trinity-RFT ≤ 0.6: −A·sg(gate)·lp, whose gradient weight is 2/τ at r = 1 and grows with r (not the
+            paper's objective).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "sapo"
+
+    kl_loss_fn: str = algorithm_field("sapo", "kl_loss_fn")
+    num_generations: int = algorithm_field("sapo", "num_generations")
+    tau_pos: float = algorithm_field("sapo", "tau_pos")
+    tau_neg: float = algorithm_field("sapo", "tau_neg")
+    loss_agg_mode: str = algorithm_field("sapo", "loss_agg_mode")
+    detach_gate: bool = algorithm_field("sapo", "detach_gate")
+    advantage_epsilon: float = algorithm_field("sapo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("sapo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("sapo", "duplicate_experiences")
+    std_cal_level: str = algorithm_field("sapo", "std_cal_level")
+
+
+class SAPOTrainer(GRPOFamilyTrainer):
+    """SAPO: SAPO: soft, temperature-controlled gate instead of hard clipping. (config: `SAPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = SAPOConfig
+
+
+@dataclass
+class MIXConfig(MIXFamilyConfig):
+    """
+    Configuration of [`MIXTrainer`]: RL on rollouts plus a fixed share of SFT on expert demonstrations. Paper: On-Policy
+    RL Meets Off-Policy Experts: Harmonizing Supervised Fine-Tuning and Reinforcement Learning via Dynamic Weighting
+    (arXiv 2508.11408). Trinity-RFT's MIX, the fixed-μ form of CHORD. A share `expert_data_ratio` of each generation
+    batch is expert rows from the trainer's `expert_dataset`; the loss is (1 − μ)·PPO on the rollouts (group-normalized
+    advantages) + μ·SFT on the expert rows, each part normalized over its own rows.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the mix algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        mu (`float`, *optional*, defaults to `0.1`):
+            Weight μ ∈ [0, 1] of the SFT part on the expert rows.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε of the rollout part.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low; defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high; defaults to `clip_range`.
+        use_dynamic_bsz (`bool | None`, *optional*, defaults to `None`):
+            The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for window
+            normalization: each part is averaged over its own rows of the optimizer window. Setting any of them switches
+            to the reference's per-micro-batch weighting n·w (see `trl_ext.losses.mix`), with the reference's defaults
+            (1, False) for the ones left unset.
+        ppo_mini_batch_size (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ppo_micro_batch_size_per_gpu (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ngpus_trainer (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_usual (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_expert (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
+        grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        expert_data_ratio (`float`, *optional*, defaults to `0.5`):
+            Share of each generation batch's rows that are expert demonstrations (from the trainer's `expert_dataset`),
+            the rest being rollouts: ceil(ratio × generation_batch_size) expert rows, which must be a multiple of
+            `num_generations` (and of the number of processes) so that the rollouts form whole prompt groups. 0 trains
+            on rollouts only, 1 on expert rows only (no generation).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "mix"
+
+    kl_loss_fn: str = algorithm_field("mix", "kl_loss_fn")
+    num_generations: int = algorithm_field("mix", "num_generations")
+    mu: float = algorithm_field("mix", "mu")
+    clip_range: float | None = algorithm_field("mix", "clip_range")
+    clip_range_low: float | None = algorithm_field("mix", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("mix", "clip_range_high")
+    use_dynamic_bsz: bool | None = algorithm_field("mix", "use_dynamic_bsz")
+    ppo_mini_batch_size: int | None = algorithm_field("mix", "ppo_mini_batch_size")
+    ppo_micro_batch_size_per_gpu: int | None = algorithm_field("mix", "ppo_micro_batch_size_per_gpu")
+    ngpus_trainer: int | None = algorithm_field("mix", "ngpus_trainer")
+    train_batch_size_usual: int | None = algorithm_field("mix", "train_batch_size_usual")
+    train_batch_size_expert: int | None = algorithm_field("mix", "train_batch_size_expert")
+    loss_agg_mode: str = algorithm_field("mix", "loss_agg_mode")
+    sft_loss_agg_mode: str | None = algorithm_field("mix", "sft_loss_agg_mode")
+    grpo_loss_agg_mode: str | None = algorithm_field("mix", "grpo_loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("mix", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("mix", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("mix", "duplicate_experiences")
+    std_cal_level: str = algorithm_field("mix", "std_cal_level")
+
+
+class MIXTrainer(MIXFamilyTrainer):
+    """MIX: RL on rollouts plus a fixed share of SFT on expert demonstrations. (config: `MIXConfig`).
+
+    The `MIXFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[MIXFamilyConfig]] = MIXConfig
+
+
+@dataclass
+class MIXCHORDConfig(MIXFamilyConfig):
+    """
+    Configuration of [`MIXCHORDTrainer`]: CHORD: scheduled mix of RL and phi-weighted SFT on expert data. Paper:
+    On-Policy RL Meets Off-Policy Experts: Harmonizing Supervised Fine-Tuning and Reinforcement Learning via Dynamic
+    Weighting (arXiv 2508.11408). As MIX, with μ following the global step (linear warm-up to `mu_peak`, cosine decay to
+    `mu_valley`) and CHORD-φ token weights on the expert NLL. The paper's recipe (Trinity-RFT's `examples/mix_chord`):
+    `mu_warmup_steps=200, mu_decay_steps=400, mu_peak=0.5, mu_valley=0.02`.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the mix_chord algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        mu_warmup_steps (`int`, *optional*, defaults to `0`):
+            μ rises linearly from 0 to `mu_peak` over this many optimizer steps.
+        mu_decay_steps (`int`, *optional*, defaults to `0`):
+            Then μ decays from `mu_peak` to `mu_valley` over this many steps (cosine), and stays there.
+        mu_peak (`float`, *optional*, defaults to `0.1`):
+            μ at the end of the warm-up.
+        mu_valley (`float`, *optional*, defaults to `0.1`):
+            μ after the decay (CHORD's floor).
+        enable_phi_function (`bool`, *optional*, defaults to `True`):
+            CHORD-φ: weight each expert token's NLL by sg(p(1 − p)), p the policy's probability of the token; False uses
+            plain SFT.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε of the rollout part.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low; defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high; defaults to `clip_range`.
+        use_dynamic_bsz (`bool | None`, *optional*, defaults to `None`):
+            The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for window
+            normalization: each part is averaged over its own rows of the optimizer window. Setting any of them switches
+            to the reference's per-micro-batch weighting n·w (see `trl_ext.losses.mix`), with the reference's defaults
+            (1, False) for the ones left unset.
+        ppo_mini_batch_size (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ppo_micro_batch_size_per_gpu (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ngpus_trainer (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_usual (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_expert (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
+        grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        expert_data_ratio (`float`, *optional*, defaults to `0.5`):
+            Share of each generation batch's rows that are expert demonstrations (from the trainer's `expert_dataset`),
+            the rest being rollouts: ceil(ratio × generation_batch_size) expert rows, which must be a multiple of
+            `num_generations` (and of the number of processes) so that the rollouts form whole prompt groups. 0 trains
+            on rollouts only, 1 on expert rows only (no generation).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "mix_chord"
+
+    kl_loss_fn: str = algorithm_field("mix_chord", "kl_loss_fn")
+    num_generations: int = algorithm_field("mix_chord", "num_generations")
+    mu_warmup_steps: int = algorithm_field("mix_chord", "mu_warmup_steps")
+    mu_decay_steps: int = algorithm_field("mix_chord", "mu_decay_steps")
+    mu_peak: float = algorithm_field("mix_chord", "mu_peak")
+    mu_valley: float = algorithm_field("mix_chord", "mu_valley")
+    enable_phi_function: bool = algorithm_field("mix_chord", "enable_phi_function")
+    clip_range: float | None = algorithm_field("mix_chord", "clip_range")
+    clip_range_low: float | None = algorithm_field("mix_chord", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("mix_chord", "clip_range_high")
+    use_dynamic_bsz: bool | None = algorithm_field("mix_chord", "use_dynamic_bsz")
+    ppo_mini_batch_size: int | None = algorithm_field("mix_chord", "ppo_mini_batch_size")
+    ppo_micro_batch_size_per_gpu: int | None = algorithm_field("mix_chord", "ppo_micro_batch_size_per_gpu")
+    ngpus_trainer: int | None = algorithm_field("mix_chord", "ngpus_trainer")
+    train_batch_size_usual: int | None = algorithm_field("mix_chord", "train_batch_size_usual")
+    train_batch_size_expert: int | None = algorithm_field("mix_chord", "train_batch_size_expert")
+    loss_agg_mode: str = algorithm_field("mix_chord", "loss_agg_mode")
+    sft_loss_agg_mode: str | None = algorithm_field("mix_chord", "sft_loss_agg_mode")
+    grpo_loss_agg_mode: str | None = algorithm_field("mix_chord", "grpo_loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("mix_chord", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("mix_chord", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("mix_chord", "duplicate_experiences")
+    std_cal_level: str = algorithm_field("mix_chord", "std_cal_level")
+
+
+class MIXCHORDTrainer(MIXFamilyTrainer):
+    """MIX-CHORD: CHORD: scheduled mix of RL and phi-weighted SFT on expert data. (config: `MIXCHORDConfig`).
+
+    The `MIXFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[MIXFamilyConfig]] = MIXCHORDConfig
+
+
+@dataclass
+class RAFTConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`RAFTTrainer`]: RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning). Paper: RAFT:
+    Reward rAnked FineTuning for Generative Foundation Model Alignment (arXiv 2304.06767). Generate `num_generations`
+    completions per prompt, keep the best-rewarded one of each group (the `raft` selection), and train the SFT loss on
+    the kept completions only.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the raft algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        min_reward (`float | None`, *optional*, defaults to `None`):
+            Keep a group's best completion only if its reward is at least this value (default: always keep the best).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "raft"
+
+    kl_loss_fn: str = algorithm_field("raft", "kl_loss_fn")
+    num_generations: int = algorithm_field("raft", "num_generations")
+    loss_agg_mode: str = algorithm_field("raft", "loss_agg_mode")
+    min_reward: float | None = algorithm_field("raft", "min_reward")
+
+
+class RAFTTrainer(GRPOFamilyTrainer):
+    """RAFT: RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning). (config: `RAFTConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = RAFTConfig
+
+
+@dataclass
+class SPPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`SPPOTrainer`]: sPPO: policy gradient inside a log-space trust region. Paper: A general class of
+    surrogate functions for stable and efficient reinforcement learning (arXiv 2108.05828). The policy gradient −A·log r
+    is restricted to the tokens inside the trust region 1/(1+ε) ≤ r ≤ 1+ε, with group-normalized advantages.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the sppo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        sppo_epsilon (`float`, *optional*, defaults to `0.3`):
+            Trust region of sPPO: a token contributes only while 1/(1+ε) ≤ r ≤ 1+ε. (the `sppo` loss's `epsilon`)
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "sppo"
+
+    kl_loss_fn: str = algorithm_field("sppo", "kl_loss_fn")
+    num_generations: int = algorithm_field("sppo", "num_generations")
+    sppo_epsilon: float = algorithm_field("sppo", "sppo_epsilon")
+    loss_agg_mode: str = algorithm_field("sppo", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("sppo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("sppo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("sppo", "duplicate_experiences")
+    std_cal_level: str = algorithm_field("sppo", "std_cal_level")
+
+
+class SPPOTrainer(GRPOFamilyTrainer):
+    """sPPO: sPPO: policy gradient inside a log-space trust region. (config: `SPPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = SPPOConfig
+
+
+@dataclass
+class RECConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`RECTrainer`]: REC: REINFORCE with off-policy clipping / weighting / regularization. Paper:
+    Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm (arXiv 2509.24203). Group-centred rewards with a choice
+    of off-policy clipping (`rec_clip_mode`), reweighting (`rec_weight`) and regularization (`rec_regularizer`).
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the rec algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        rec_epsilon_low (`float`, *optional*, defaults to `0.2`):
+            Lower clip ε_l (ratio ≥ 1 − ε_l), in (0, 1]. (the `rec` loss's `epsilon_low`)
+        rec_epsilon_high (`float`, *optional*, defaults to `0.2`):
+            Upper clip ε_h (ratio ≤ 1 + ε_h), > 0. (the `rec` loss's `epsilon_high`)
+        rec_epsilon_low_prime (`float`, *optional*, defaults to `0.6`):
+            `ring` mode: negative-side outer bound ε'_l, in (0, 1]. (the `rec` loss's `epsilon_low_prime`)
+        rec_epsilon_high_prime (`float`, *optional*, defaults to `2.0`):
+            `ring` mode: outer bound ε'_h, > 0. (the `rec` loss's `epsilon_high_prime`)
+        rec_clip_mode (`str`, *optional*, defaults to `'none'`):
+            Which tokens are kept: `none`, `two-side`, `one-side`, `gspo-one-side` (on the sequence ratio), `ring`. (the
+            `rec` loss's `clip_mode`)
+        rec_weight (`str`, *optional*, defaults to `'none'`):
+            Advantage reweighting: `none`, `importance_sampling` (A·r), `gspo_importance_sampling` (A·sequence ratio;
+            needs `rec_clip_mode='gspo-one-side'`), `advantage` (A·exp(A/temp)). (the `rec` loss's `weight`)
+        rec_regularizer (`str`, *optional*, defaults to `'none'`):
+            Regularizer: `none`, `forward-kl` (−coef·lp), `k2` (coef·(lp − old)²). (the `rec` loss's `regularizer`)
+        rec_regularizer_coef (`float`, *optional*, defaults to `0.0`):
+            Coefficient of `rec_regularizer`, ≥ 0. (the `rec` loss's `regularizer_coef`)
+        rec_temp (`float`, *optional*, defaults to `1.0`):
+            Temperature of `rec_weight='advantage'`, > 0. (the `rec` loss's `temp`)
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of the std normalization. (the `rec` advantage's `epsilon`)
+        std_normalize (`bool`, *optional*, defaults to `False`):
+            Divide the centred rewards by the group std.
+        drop (`str | None`, *optional*, defaults to `None`):
+            `balance`: in each group, randomly drop negative-advantage samples until there are no more of them than
+            positive ones (seeded by `seed` and the step).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "rec"
+
+    kl_loss_fn: str = algorithm_field("rec", "kl_loss_fn")
+    num_generations: int = algorithm_field("rec", "num_generations")
+    rec_epsilon_low: float = algorithm_field("rec", "rec_epsilon_low")
+    rec_epsilon_high: float = algorithm_field("rec", "rec_epsilon_high")
+    rec_epsilon_low_prime: float = algorithm_field("rec", "rec_epsilon_low_prime")
+    rec_epsilon_high_prime: float = algorithm_field("rec", "rec_epsilon_high_prime")
+    rec_clip_mode: str = algorithm_field("rec", "rec_clip_mode")
+    rec_weight: str = algorithm_field("rec", "rec_weight")
+    rec_regularizer: str = algorithm_field("rec", "rec_regularizer")
+    rec_regularizer_coef: float = algorithm_field("rec", "rec_regularizer_coef")
+    rec_temp: float = algorithm_field("rec", "rec_temp")
+    advantage_epsilon: float = algorithm_field("rec", "advantage_epsilon")
+    std_normalize: bool = algorithm_field("rec", "std_normalize")
+    drop: str | None = algorithm_field("rec", "drop")
+
+
+class RECTrainer(GRPOFamilyTrainer):
+    """REC: REC: REINFORCE with off-policy clipping / weighting / regularization. (config: `RECConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = RECConfig
+
+
+@dataclass
+class OnPolicyDistillConfig(DistillFamilyConfig):
+    """
+    Configuration of [`OnPolicyDistillTrainer`]: On-policy distillation: teacher log-probs as per-token advantages.
+    Paper: On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes (arXiv 2306.13649). The
+    student samples, a frozen teacher scores the sampled tokens, and the per-token advantage is `kl_coef`·(log π_teacher
+    − log π_old) (+ `reward_weight`·Â with task rewards), trained with the `ppo` (default) or `importance_sampling` loss
+    (Thinking Machines, "On-Policy Distillation", 2025; Trinity-RFT's `on_policy_distill`).
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the on_policy_distill
+            algorithm's group size, Trinity-RFT's `repeat_times`.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        kl_coef (`float`, *optional*, defaults to `1.0`):
+            Scale λ of the per-token advantage λ·(log π_teacher − log π_old): minus the sampled token's reverse KL to
+            the teacher (Trinity-RFT's `kl_coef`, Tinker's `kl_penalty_coef`). Not the KL-to-reference coefficient,
+            which is `beta`.
+        distill_baseline (`str`, *optional*, defaults to `'none'`):
+            Baseline subtracted from the distillation advantages (beyond the reference, which has none): `batch` the
+            mean over the generation batch's completion tokens, `group` the mean over the prompt group's tokens at the
+            same position. A variance reduction for small batches, where a teacher that rejects most samples can push
+            the student towards noise (measured on the toy task with 64 samples per step).
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            `ppo`: the dual-clip PPO loss on the distillation advantages (Trinity-RFT's default); `importance_sampling`:
+            −A·exp(lp − lp_old), unclipped (Tinker's loss). Both are −A·∇lp on the first update of a generation batch;
+            they differ only when a batch is reused (`num_iterations` > 1 or `steps_per_generation` >
+            `gradient_accumulation_steps`). Only `loss_agg_mode` applies to `importance_sampling`.
+        teacher_model_name_or_path (`str | None`, *optional*, defaults to `None`):
+            The teacher (Hub id or local path), used when the trainer gets no `teacher_model`. It must share the
+            student's tokenizer.
+        teacher_model_init_kwargs (`dict[str, Any] | str | None`, *optional*, defaults to `None`):
+            Keyword arguments of the teacher's `from_pretrained` when it is given as a path, e.g. `{"dtype":
+            "bfloat16"}` (default: the student's dtype) or `{"device_map": "auto"}` to spread a large teacher over the
+            visible GPUs (single process).
+        teacher_device (`str | None`, *optional*, defaults to `None`):
+            Device of the teacher, e.g. `cuda:1` or `cpu` (default: the student's device on each process, sharded like
+            TRL's reference model under DeepSpeed ZeRO-3 / FSDP).
+        reward_weight (`float`, *optional*, defaults to `0.0`):
+            Weight w of the task reward in the advantage: A_t = kl_coef·(log π_teacher − log π_old) + w·Â, with Â the
+            `reward_advantage_fn` advantage of the completion's summed reward (from `reward_funcs`, weighted by
+            `reward_weights`), on each of its tokens. 0 (default) is pure distillation: reward functions, if given, are
+            only logged.
+        reward_advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            Advantage of the reward term: `grpo` ((R − group mean)/(group std + 1e-6)), `rloo` (R − mean of the group's
+            other rewards) or `reinforce` (R itself).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "on_policy_distill"
+
+    kl_loss_fn: str = algorithm_field("on_policy_distill", "kl_loss_fn")
+    num_generations: int = algorithm_field("on_policy_distill", "num_generations")
+    clip_range: float | None = algorithm_field("on_policy_distill", "clip_range")
+    clip_range_low: float | None = algorithm_field("on_policy_distill", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("on_policy_distill", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("on_policy_distill", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("on_policy_distill", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("on_policy_distill", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("on_policy_distill", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("on_policy_distill", "fallback_to_policy_gradient")
+    kl_coef: float = algorithm_field("on_policy_distill", "kl_coef")
+    distill_baseline: str = algorithm_field("on_policy_distill", "distill_baseline")
+
+
+class OnPolicyDistillTrainer(DistillFamilyTrainer):
+    """On-policy distillation: On-policy distillation: teacher log-probs as per-token advantages. (config:
+    `OnPolicyDistillConfig`).
+
+    The `DistillFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[DistillFamilyConfig]] = OnPolicyDistillConfig
