@@ -1,0 +1,168 @@
+"""The built-in algorithms' public classes are class statements in the source, kept current with their records.
+
+`trl_ext/trainers/grpo_algorithms.py` and the `TYPE_CHECKING` imports of `trl_ext/__init__.py` are generated from the
+algorithm records (`python -m trl_ext.trainers.generate`); these tests fail when either is out of date, and check that
+a generated class is the class the records describe (the same fields, types, defaults and help as the classes built
+for a record registered at run time) and that the algorithm table and the trainers do not import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+import re
+
+import pytest
+
+import trl_ext
+from trl_ext.trainers import generate
+from trl_ext.trainers.classes import build_classes
+
+ROOT = pathlib.Path(trl_ext.__file__).parent
+BUILT_IN = [name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer]
+
+
+def test_generated_module_is_current():
+    assert generate.MODULE_PATH.read_text() == generate.render_module(), (
+        "trl_ext/trainers/grpo_algorithms.py is out of date: run `python -m trl_ext.trainers.generate`"
+    )
+
+
+def test_type_checking_imports_are_current():
+    text = generate.PACKAGE_INIT.read_text()
+    assert generate.package_init_with_exports(text) == text, (
+        "the generated imports of trl_ext/__init__.py are out of date: run `python -m trl_ext.trainers.generate`"
+    )
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_public_class_is_a_class_statement_grep_finds(name):
+    """`grep "class SAPOConfig"` finds it, and `trl_ext/__init__.py` imports it under TYPE_CHECKING (what a type
+    checker and an IDE's go-to-definition follow)."""
+    spec = trl_ext.get_algorithm(name)
+    sources = "\n".join(path.read_text() for path in ROOT.rglob("*.py"))
+    init = ast.parse(generate.PACKAGE_INIT.read_text())
+    checked = next(node for node in init.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    imported = {alias.name for node in ast.walk(checked) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    for class_name, cls in zip(spec.class_names, (spec.config_class, spec.trainer_class), strict=True):
+        assert re.search(rf"^class {class_name}\(", sources, re.MULTILINE), class_name
+        assert class_name in imported, class_name
+        assert getattr(trl_ext, class_name) is cls
+        assert cls.__module__.startswith("trl_ext.trainers.") and cls.__qualname__ == class_name
+
+
+@pytest.mark.parametrize("name", [n for n in BUILT_IN if trl_ext.get_algorithm(n).family.per_algorithm_classes])
+def test_a_generated_class_is_the_class_its_record_describes(name):
+    """The class statement and the classes `register_algorithm` builds at run time from the same record agree field by
+    field (name, type, default, help, choices), in docstring and in bases."""
+    spec = trl_ext.get_algorithm(name)
+    built_config, built_trainer = build_classes(spec)
+    written = {f.name: f for f in dataclasses.fields(spec.config_class)}
+    built = {f.name: f for f in dataclasses.fields(built_config)}
+    assert list(written) == list(built)
+    for field_name, field in written.items():
+        other = built[field_name]
+        assert (field.type, field.default, dict(field.metadata)) == (other.type, other.default, dict(other.metadata))
+        assert repr(field.default) == repr(other.default), field_name
+    assert spec.config_class.__doc__ == built_config.__doc__
+    assert spec.trainer_class.__doc__ == built_trainer.__doc__
+    assert spec.config_class.__bases__ == built_config.__bases__ == (spec.family.config_base_class,)
+    assert spec.trainer_class.__bases__ == built_trainer.__bases__ == (spec.family.trainer_base_class,)
+    assert spec.trainer_class.config_class is spec.config_class
+
+
+def test_help_names_the_fields_types_and_defaults():
+    doc = trl_ext.SAPOConfig.__doc__
+    assert "Soft Adaptive Policy Optimization (arXiv 2511.20347)" in " ".join(doc.split())
+    for line in (
+        "tau_pos (`float`, *optional*, defaults to `1.0`):",
+        "tau_neg (`float`, *optional*, defaults to `1.05`):",
+    ):
+        assert line in doc
+    doc = trl_ext.MIXCHORDConfig.__doc__
+    assert "expert_data_ratio (`float`, *optional*, defaults to `0.5`):" in doc  # the family's own fields too
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """The trl_ext modules `path` imports anywhere in its code (function-level imports included)."""
+    module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("trl_ext")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            if target.startswith("trl_ext"):
+                if node.module:  # `from . import x` imports the submodule x, not the package's other modules
+                    found.add(target)
+                found |= {f"{target}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {
+        ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in ROOT.rglob("*.py")
+    }
+    return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_the_algorithm_table_and_the_families_import_no_trainer():
+    graph = _graph()
+    for module in ("trl_ext.algorithms", "trl_ext.families", "trl_ext.components"):
+        seen, stack = set(), [module]
+        while stack:  # everything it imports, transitively
+            for target in graph[stack.pop()] - seen:
+                seen.add(target)
+                stack.append(target)
+        assert not {m for m in seen if m.startswith(("trl_ext.trainers", "trl_ext.scripts", "trl_ext.cli"))}, module
+
+
+def test_no_import_cycle_between_the_data_layer_and_the_trainers():
+    """No module of the data layer (the algorithm table, the families, the components, the losses, the advantages)
+    is reached back from the trainers' imports through itself: the import graph restricted to them has no cycle."""
+    graph = _graph()
+    layer = {m for m in graph if m.startswith(("trl_ext.algorithms", "trl_ext.families", "trl_ext.trainers"))}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph[node] & layer):
+            if state.get(target) == 1:
+                raise AssertionError(f"import cycle: {' -> '.join([*path, node, target])}")
+            if target not in state:
+                visit(target, [*path, node])
+        state[node] = 2
+
+    for node in sorted(layer):
+        if node not in state:
+            visit(node, [])
+
+
+def test_a_family_is_registered_once_with_every_part():
+    from trl_ext.families import TrainerFamily, register_family
+
+    grpo = trl_ext.get_family("grpo")
+    with pytest.raises(ValueError, match="trainer family 'grpo' is already registered"):
+        register_family(grpo)
+    with pytest.raises(ValueError, match="trainer family 'ppo': missing part\\(s\\) trainer_base, script"):
+        dataclasses.replace(grpo, name="ppo", trainer_base="", script="")
+    with pytest.raises(ValueError, match="config_base='GRPOFamilyConfig' must be 'module:Class'"):
+        dataclasses.replace(grpo, name="ppo", config_base="GRPOFamilyConfig")
+    with pytest.raises(
+        ValueError, match="components=\\('advantage_fn',\\) is not valid; must include 'policy_loss_fn'"
+    ):
+        dataclasses.replace(grpo, name="ppo", components=("advantage_fn",))
+    with pytest.raises(ValueError, match="schema='pairs' is not valid; must be one of 'experience', 'dpo', 'sft'"):
+        dataclasses.replace(grpo, name="ppo", schema="pairs")
+    with pytest.raises(TypeError, match="register_family takes a TrainerFamily"):
+        register_family("grpo")
+    with pytest.raises(ValueError, match="unknown trainer family 'critic'; registered: grpo, mix, distill, dpo, sft"):
+        trl_ext.get_family("critic")
+    assert isinstance(grpo, TrainerFamily) and set(trl_ext.FAMILIES) == {"grpo", "mix", "distill", "dpo", "sft"}
