@@ -133,7 +133,8 @@ def build(case: str, model: str, teacher: str, out: str, dtype: torch.dtype):
     """trl_ext's trainer for `case`, the metrics it must log, and TRL's trainer of the same setting (kind, config)."""
     settings = {**COMMON, "model_init_kwargs": {"dtype": dtype}}
     if case in algorithm_classes("grpo", trainers=True):
-        trainer = grpo_trainer(case, model, out, reward_funcs=length_reward, **GRPO_ARGS, **settings)
+        grpo_args = GRPO_ARGS if trl_ext.get_algorithm(case).use_reference else {"beta": 0.0}  # no reference model
+        trainer = grpo_trainer(case, model, out, reward_funcs=length_reward, **grpo_args, **settings)
         _, metrics = trainer.policy_loss_fn(  # the loss's own metric names (Trinity-RFT's)
             logprob=torch.zeros(2, 3),
             old_logprob=torch.zeros(2, 3),
@@ -142,7 +143,8 @@ def build(case: str, model: str, teacher: str, out: str, dtype: torch.dtype):
         )
         # TRL's equivalent loss_type (the README's mapping); TRL's default `dapo` (token-mean) for the others.
         theirs = MAPPING.get(case, ({}, {"loss_type": "dapo"}))[1]
-        return trainer, [*metrics, "policy_loss", "kl", "kl_coef", "entropy"], ("grpo", {**GRPO_ARGS, **theirs})
+        kl = ["kl", "kl_coef"] if grpo_args["beta"] else []
+        return trainer, [*metrics, "policy_loss", *kl, "entropy"], ("grpo", {**grpo_args, **theirs})
     if case in ("mix", "mix_chord"):
         cls = trl_ext.MIXTrainer if case == "mix" else trl_ext.MIXCHORDTrainer
         # beta = 0 (both): with a reference model MIX scores the rollouts' and the expert rows' reference log-probs in

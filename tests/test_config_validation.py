@@ -19,7 +19,7 @@ from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes
 
 import trl_ext
 from trl_ext.advantages import get_advantage_fn
-from trl_ext.cli import list_algorithms
+from trl_ext.cli import describe_algorithm
 from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS, DocumentedDefault
 from trl_ext.trainers.model_card import field_default
 
@@ -93,7 +93,7 @@ def test_kl_coefficient_defaults_are_documented_and_resolved(make, algorithm):
 
 
 def test_trl_ext_list_shows_the_real_kl_default():
-    dpo = list_algorithms().split("\ndpo  ")[1].split("\n", 4)[3]
+    dpo = describe_algorithm("dpo").split("settings    ")[1]
     assert "kl_coef=0.001" in dpo and "None" not in dpo
 
 

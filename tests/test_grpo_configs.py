@@ -9,7 +9,7 @@ import os
 
 import pytest
 import trl
-from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes
+from trainer_helpers import CPU, algorithm_classes
 
 import trl_ext
 from trl_ext.advantages import ADVANTAGE_FNS
@@ -143,13 +143,14 @@ def test_renamed_fields_reach_the_loss():
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml"))))
 def test_recipes_parse_into_their_config(path):
-    from trl_ext.scripts import dpo, grpo
+    import importlib
 
     algorithm = os.path.basename(path)[: -len(".yaml")]
-    configs = {**algorithm_classes(*ROLLOUT_FAMILIES), "dpo": trl_ext.DPOConfig}
-    assert algorithm in configs
+    spec = trl_ext.get_algorithm(algorithm)  # every recipe is an algorithm's
+    configs = {name: s.config_class for name, s in trl_ext.ALGORITHMS.items() if s.has_trainer}
     argv = ["--config", path, "--output_dir", "/tmp/trl_ext_unused", "--use_cpu", "--bf16", "false"]
-    parser = dpo.make_parser(argv) if algorithm == "dpo" else grpo.make_parser(algorithm, argv)
+    script = importlib.import_module(spec.family.script)  # the family's script parses it
+    parser = script.make_parser(algorithm, argv)
     config = parser.parse_args_and_config(argv)[1]
     assert type(config) is configs[algorithm]
     import yaml

@@ -5,8 +5,8 @@ list` and model-card entries. The built-in algorithms' classes come from their r
 from __future__ import annotations
 
 import dataclasses
-import pickle
 import os
+import pickle
 from typing import ClassVar
 
 import pytest

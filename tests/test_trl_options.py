@@ -181,6 +181,10 @@ def _algorithm_run(algorithm, tmp_path, tiny_model, teacher, **settings):
 @pytest.mark.parametrize("algorithm", ["sapo", "cispo", "mix_chord", "on_policy_distill"])
 def test_orthogonal_options_compose_with_every_algorithm(algorithm, option, tiny_model, tiny_teacher, tmp_path):
     settings = ORTHOGONAL[option]
+    if "beta" in settings and not trl_ext.get_algorithm(algorithm).use_reference:  # no reference model: no KL term
+        with pytest.raises(ValueError, match="adds a KL term to a reference model"):
+            cpu_config(trl_ext.get_algorithm(algorithm).config_class, str(tmp_path), **settings)
+        return
     if option == "scale_rewards" and trl_ext.get_algorithm(algorithm).advantage_fn != "grpo":
         with pytest.raises(ValueError, match="does not divide by a reward std"):
             cpu_config(trl_ext.get_algorithm(algorithm).config_class, str(tmp_path), **settings)

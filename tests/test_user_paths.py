@@ -85,7 +85,7 @@ def test_toy_defaults_apply_under_the_config_file(toy_cache, tiny_model):
     assert args.learning_rate == 1e-6 and args.warmup_steps == 0 and args.max_grad_norm == 1.0  # TRL's
     assert args.per_device_train_batch_size == 8 and args.max_steps == -1 and args.activation_checkpointing
     argv = ["--config", os.path.join(ROOT, "configs", "dpo.yaml"), "--model_name_or_path", tiny_model]
-    dpo_args = dpo.make_parser(argv).parse_args_and_config(argv)[1]
+    dpo_args = dpo.make_parser("dpo", argv).parse_args_and_config(argv)[1]
     assert dpo_args.max_steps == DPO_TRAINING["max_steps"] and dpo_args.eval_strategy == "steps"
 
 

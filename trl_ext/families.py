@@ -94,9 +94,7 @@ class TrainerFamily:
             raise ValueError(f"trainer family {self.name!r}: missing part(s) {', '.join(missing)}")
         for name in ("config_base", "trainer_base", "settings_base"):
             if getattr(self, name).count(":") != 1:
-                raise ValueError(
-                    f"trainer family {self.name!r}: {name}={getattr(self, name)!r} must be 'module:Class'"
-                )
+                raise ValueError(f"trainer family {self.name!r}: {name}={getattr(self, name)!r} must be 'module:Class'")
         unknown = [kind for kind in self.components if kind not in COMPONENT_KINDS]
         if unknown or "policy_loss_fn" not in self.components:
             raise ValueError(

@@ -136,7 +136,7 @@ def main() -> None:
                 learning_rate=0.1,
                 lr_scheduler_type="constant",
                 max_grad_norm=0.0,
-                beta=0.1,
+                beta=0.1 if spec.use_reference else 0.0,  # an algorithm without a reference model has no KL term
                 entropy_coef=0.01,
                 report_to="none",
                 save_strategy="no",

@@ -18,9 +18,8 @@ import torch
 import yaml
 from trl import TrlParser, get_dataset
 
-from ..algorithms import get_algorithm
-
 from .._packaged import find_recipe, recipe_names
+from ..algorithms import get_algorithm
 
 
 class UsageError(ValueError):
@@ -401,12 +400,14 @@ def _rows(dataset) -> str:
 def algorithm_overrides(args: Any, algorithm: str, shown: Sequence[str] = ()) -> list[str]:
     """`name=value (default d)` for each of the algorithm's own config fields (`trl-ext list`'s) that differ from their
     default, except those in `shown`."""
+    from ..trainers.arguments import is_documented_default
     from ..trainers.model_card import algorithm_fields, field_default
 
     out = []
     for f in algorithm_fields(type(args), algorithm):
         value, default = getattr(args, f.name), field_default(f)
-        if f.name not in shown and value != default:
+        # a value the config resolved itself (marked as not given) is not an override
+        if f.name not in shown and value != default and not is_documented_default(value):
             out.append(f"{f.name}={_show(value)} (default {_show(default)})")
     return out
 

@@ -51,8 +51,9 @@ def _parser(argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
     return parser, set_defaults(parser, argv, "outputs/dpo-tiny", DPO_TRAINING, "trl_ext.toy.DPO_TRAINING")
 
 
-def make_parser(argv: Sequence[str]) -> ScriptParser:
-    """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set."""
+def make_parser(algorithm: str, argv: Sequence[str]) -> ScriptParser:
+    """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set (the family script
+    protocol: the family has one algorithm)."""
     return _parser(argv)[0]
 
 

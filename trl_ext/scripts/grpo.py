@@ -129,8 +129,10 @@ def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
 
 def _parser(algorithm: str, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
     spec = get_algorithm(algorithm)
-    expert = (ExpertDataArguments,) if spec.sample_strategy == "mix" else ()
-    parser = ScriptParser((GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *expert))
+    family_arguments = spec.family.script_argument_classes()  # MIX's expert data
+    parser = ScriptParser(
+        (GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *family_arguments)
+    )
     toy = set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING, "trl_ext.toy.DEFAULT_TRAINING")
     return parser, toy
 

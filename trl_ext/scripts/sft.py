@@ -52,8 +52,9 @@ def _parser(argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
     return parser, set_defaults(parser, argv, "outputs/sft-tiny", SFT_TRAINING, "trl_ext.toy.SFT_TRAINING")
 
 
-def make_parser(argv: Sequence[str]) -> ScriptParser:
-    """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set."""
+def make_parser(algorithm: str, argv: Sequence[str]) -> ScriptParser:
+    """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set (the family script
+    protocol: the family has one algorithm)."""
     return _parser(argv)[0]
 
 

@@ -18,7 +18,7 @@ from .._validation import check_choice, check_number
 from ..losses import get_policy_loss
 from ..losses.base import LOSS_AGG_MODES, PolicyLoss
 from ..losses.sft import SFTLoss, SFTPhiLoss
-from .arguments import config_field, documented_default, is_documented_default
+from .arguments import _DocumentedDefaultStr, config_field, documented_default, is_documented_default
 from .devices import check_hardware
 from .grpo_config import build_named, document_parameters
 
@@ -31,6 +31,17 @@ TRL_LOSS_TYPES = {"nll": "sft", "dft": "sft_is", "chunked_nll": "sft"}
 _TRL_EQUIVALENT = {"sft": "nll", "sft_is": "dft", "sft_phi": "nll"}
 """The `loss_type` value TRL's own code reads once the config is built (it only checks that it is `nll` or `dft`;
 the trainer's loss is `sft_loss_fn`'s). `sft_phi` has no TRL counterpart: it holds `nll`, marked as not given."""
+
+
+class _UnsetChoice(_DocumentedDefaultStr):
+    """A string field's default, told apart from the same value given (`documented_default`), also on the command
+    line: argparse passes a string default through the field's type, `str`, and `str()` of this marker is the marker
+    itself. So `--loss_type dft` alone selects `sft_is`, while `--loss_type dft --sft_loss_fn sft` is a conflict."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return self
 
 
 @dataclass
@@ -68,7 +79,7 @@ class SFTConfig(TRLSFTConfig):
     algorithm: ClassVar[str] = "sft"
 
     sft_loss_fn: str = field(
-        default=documented_default("sft"),
+        default=_UnsetChoice("sft"),
         metadata={
             "help": "Supervised loss on the trained tokens (lp: their log-probability, p = e^lp, sg: stop-gradient): "
             "`sft` = −lp (TRL's `nll`); `sft_is` = −lp·sg(p) (exactly TRL's `dft`, DFT arXiv 2508.05629, "
@@ -84,7 +95,7 @@ class SFTConfig(TRLSFTConfig):
         metadata={
             "help": "TRL's loss selector, accepted for TRL configs: `nll` (or its deprecated alias `chunked_nll`) "
             "means `sft_loss_fn='sft'`, `dft` means `sft_loss_fn='sft_is'`. Default None: `sft_loss_fn` decides.",
-            "choices": [*TRL_LOSS_TYPES, None],
+            "choices": list(TRL_LOSS_TYPES),
         },
     )
 
@@ -124,7 +135,7 @@ class SFTConfig(TRLSFTConfig):
                 f"sft_loss_fn={self.sft_loss_fn!r} was given too; set only one of them"
             )
         # chosen through loss_type: still marked as not given, so that a copy with another loss_type is accepted
-        self.sft_loss_fn = documented_default(named)
+        self.sft_loss_fn = _UnsetChoice(named)
 
     def _check_loss_agg_mode(self, owner: str) -> None:
         check_choice(owner, "loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
@@ -150,11 +161,18 @@ class SFTConfig(TRLSFTConfig):
             kwargs["cutoff_prob"] = self.cutoff_prob
         return kwargs
 
+    @property
+    def policy_loss_name(self) -> str:
+        """The `trl_ext.losses` name of the loss this config trains (the model card names it)."""
+        return str(self.sft_loss_fn)
+
     def build_policy_loss(self) -> PolicyLoss:
         """The trainer's loss: `sft_loss_fn` built with its arguments (a bad value is a ValueError naming the
         config)."""
         name = str(self.sft_loss_fn)
-        return build_named(type(self).__name__, "policy loss", partial(get_policy_loss, name, **self.policy_loss_kwargs()))
+        return build_named(
+            type(self).__name__, "policy loss", partial(get_policy_loss, name, **self.policy_loss_kwargs())
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

@@ -37,13 +37,14 @@ from trl.trainer.utils import get_config_model_id
 
 from ..components import MEAN, SHARE
 from ..losses import aggregate_loss, get_kl_fn
+from .model_card import AlgorithmModelCard
 from .sft_config import SFTConfig
 from .window import CountWindowInLoop
 
 _IGNORE_INDEX = -100
 
 
-class SFTTrainer(CountWindowInLoop, trl.SFTTrainer):
+class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
     """A `trl.SFTTrainer` whose loss is the config's `sft_loss_fn` (`sft`, `sft_is` or `sft_phi`, with `cutoff_prob`
     and `loss_agg_mode`), normalized over the optimizer window (config: `trl_ext.SFTConfig`).
 
