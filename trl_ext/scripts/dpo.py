@@ -12,93 +12,18 @@ Arguments are parsed by `trl.TrlParser` into TRL's `ScriptArguments` (`--dataset
 Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
 `trl_ext.toy` on the toy task's preference pairs (`toy_preference_dataset`: the prompt's letter repeated is
 chosen, another letter rejected), evaluating on held-out pairs (the `--dataset_test_split` split, default "test").
-On the toy model (no model named, or `--model_name_or_path` is `trl_ext.toy.tiny_model_path()`) the toy's settings
-`trl_ext.toy.DPO_TRAINING` are the defaults, under the `--config` file and the command line
-(command line > config file > toy defaults > TRL's defaults); with a real model TRL's defaults apply. Without a CUDA
-device, `use_cpu=True` and `bf16=False` are the defaults. Before training the main process prints a summary of the run
-(see `grpo.py`); a user dataset without the requested split is an error naming the flag and the splits that exist,
-before the model loads.
+The toy defaults (`trl_ext.toy.DPO_TRAINING`), the run summary and the usage errors are
+`DatasetScript`'s (`_dataset_script.py`).
 """
 
-from __future__ import annotations
+from ..toy import DPO_TRAINING, toy_preference_dataset
+from ._dataset_script import DatasetScript
 
-import os
-import sys
-from collections.abc import Sequence
-
-from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
-
-from .. import toy
-from ..toy import DPO_TRAINING
-from ..trainers.dpo_config import DPOConfig
-from ._common import (
-    ScriptParser,
-    ToyDefaults,
-    load_user_dataset,
-    parse,
-    run_summary,
-    script_help_command,
-    select_splits,
-    set_defaults,
-    set_model_init_kwargs,
-    train_and_finish,
-    usage_errors_exit,
+SCRIPT = DatasetScript(
+    algorithm="dpo",
+    toy_data=toy_preference_dataset,
+    toy_training=DPO_TRAINING,
+    toy_training_name="trl_ext.toy.DPO_TRAINING",
+    data_description="the toy task's preference pairs (trl_ext.toy.toy_preference_dataset)",
 )
-
-
-def _parser(argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
-    parser = ScriptParser((ScriptArguments, DPOConfig, ModelConfig, DatasetMixtureConfig))
-    return parser, set_defaults(parser, argv, "outputs/dpo-tiny", DPO_TRAINING, "trl_ext.toy.DPO_TRAINING")
-
-
-def make_parser(algorithm: str, argv: Sequence[str]) -> ScriptParser:
-    """The script's `TrlParser`, with the defaults for `argv` (the toy's on the toy model) set (the family script
-    protocol: the family has one algorithm)."""
-    return _parser(argv)[0]
-
-
-def train(algorithm: str, argv: Sequence[str]):
-    """The family script protocol (`TrainerFamily.script`, `trl-ext train`): the DPO family has one algorithm."""
-    return main(argv)
-
-
-def main(argv: Sequence[str] | None = None):
-    """Parse `argv` (default: the command line), train, save the model to `output_dir`; return the trainer.
-
-    Mistakes in the flags or the config file, and a dataset split that does not exist, are a `UsageError` (a
-    `ValueError`) raised before the model loads; from the command line (`argv=None`) they print `error: ...` and
-    exit with status 2."""
-    prog = os.path.basename(sys.argv[0]) or "trl_ext"
-    with usage_errors_exit(prog, enabled=argv is None, help_command=script_help_command()):
-        return _main(list(sys.argv[1:] if argv is None else argv))
-
-
-def _main(argv: list[str]):
-    from ..trainers.dpo_trainer import DPOTrainer
-
-    parser, toy_defaults = _parser(argv)
-    script_args, training_args, model_args, dataset_args = parse(parser, argv)
-    dataset = load_user_dataset(script_args, dataset_args)
-    if dataset is None:
-        dataset = {
-            script_args.dataset_train_split: toy.toy_preference_dataset(),
-            script_args.dataset_test_split: toy.toy_preference_dataset(64, seed=toy.TEST_SEED),
-        }
-        if script_args.dataset_test_split == script_args.dataset_train_split:
-            dataset = {script_args.dataset_train_split: toy.toy_preference_dataset()}
-        data = "the toy task's preference pairs (trl_ext.toy.toy_preference_dataset)"
-    else:
-        data = script_args.dataset_name or "the --datasets mixture"
-    train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
-    model = model_args.model_name_or_path or toy.tiny_model_path()
-    set_model_init_kwargs(training_args, model_args)
-    trainer = DPOTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args),
-    )
-    summary = run_summary(trainer, "dpo", model, data, toy_defaults)
-    return train_and_finish(trainer, "dpo", training_args, script_args, summary)
+make_parser, train, main = SCRIPT.make_parser, SCRIPT.train, SCRIPT.main
