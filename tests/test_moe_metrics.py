@@ -6,43 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from trainer_helpers import CPU, cpu_config, length_reward, logged
-from transformers import GenerationConfig, Qwen2MoeConfig, Qwen2MoeForCausalLM
 
 import trl_ext
-from trl_ext.toy import build_tokenizer, toy_dataset, toy_preference_dataset
-
-
-@pytest.fixture(scope="module")
-def tiny_moe(tmp_path_factory) -> str:
-    """An untrained tiny Qwen2-MoE (4 experts, top-2, router aux loss coefficient 0.01) with the toy tokenizer."""
-    tokenizer = build_tokenizer()
-    config = Qwen2MoeConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=32,
-        num_experts=4,
-        num_experts_per_tok=2,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        router_aux_loss_coef=0.01,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    model = Qwen2MoeForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True, max_new_tokens=8
-    )
-    path = str(tmp_path_factory.mktemp("tiny_moe"))
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+from trl_ext.toy import toy_dataset, toy_preference_dataset
 
 
 def test_grpo_family_logs_the_window_mean_of_aux_loss(tiny_moe, tmp_path):

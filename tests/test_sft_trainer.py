@@ -339,37 +339,6 @@ def test_window_split_does_not_change_the_update(random_tiny_model, tmp_path, lo
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_moe(tmp_path_factory) -> str:
-    """An untrained tiny Qwen2-MoE (4 experts, top-2, router aux loss coefficient 0.01) with the toy tokenizer."""
-    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
-
-    tokenizer = build_tokenizer()
-    config = Qwen2MoeConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=32,
-        num_experts=4,
-        num_experts_per_tok=2,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        router_aux_loss_coef=0.01,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    path = str(tmp_path_factory.mktemp("tiny_moe"))
-    Qwen2MoeForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def test_moe_aux_loss_as_trl_adds_it(tiny_moe, tmp_path):
     settings = {**SGD, "learning_rate": 1.0, "per_device_train_batch_size": 3, "gradient_accumulation_steps": 2}
     data = toy_expert_dataset(12)
