@@ -166,3 +166,13 @@ def test_a_family_is_registered_once_with_every_part():
     with pytest.raises(ValueError, match="unknown trainer family 'critic'; registered: grpo, mix, distill, dpo, sft"):
         trl_ext.get_family("critic")
     assert isinstance(grpo, TrainerFamily) and set(trl_ext.FAMILIES) == {"grpo", "mix", "distill", "dpo", "sft"}
+
+
+def test_a_record_must_fit_its_family():
+    """A one-algorithm family (DPO, SFT) takes no second record, and a family without advantages no advantage."""
+    sft = trl_ext.get_algorithm("sft")
+    with pytest.raises(ValueError, match="trainer family 'sft' trains one algorithm with its own classes"):
+        trl_ext.register_algorithm(dataclasses.replace(sft, name="sft2"))
+    with pytest.raises(ValueError, match="advantage_fn='grpo', but trainer family 'dpo' takes no advantage function"):
+        dataclasses.replace(trl_ext.get_algorithm("dpo"), advantage_fn="grpo")
+    assert "sft2" not in trl_ext.ALGORITHMS

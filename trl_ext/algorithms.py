@@ -81,6 +81,11 @@ class AlgorithmSpec:
     def __post_init__(self) -> None:
         if self.trainer is not None:
             family = get_family(self.trainer)  # an unknown family is a ValueError naming the registered ones
+            if self.advantage_fn is not None and "advantage_fn" not in family.components:
+                raise ValueError(
+                    f"algorithm {self.name!r}: advantage_fn={self.advantage_fn!r}, but trainer family "
+                    f"{self.trainer!r} takes no advantage function (its components: {', '.join(family.components)})"
+                )
             if self.use_critic and not family.uses_critic:
                 raise ValueError(
                     f"algorithm {self.name!r}: use_critic=True needs a trainer family that trains a value model; "
@@ -318,6 +323,12 @@ def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
         raise TypeError(f"register_algorithm takes an AlgorithmSpec, got {spec!r}")
     if spec.name in ALGORITHMS:
         raise ValueError(f"algorithm {spec.name!r} is already registered")
+    if spec.has_trainer and not spec.family.per_algorithm_classes:
+        raise ValueError(
+            f"algorithm {spec.name!r}: trainer family {spec.trainer!r} trains one algorithm with its own classes "
+            f"({', '.join(spec.family.class_names)}); families that take more: "
+            f"{', '.join(n for n, f in FAMILIES.items() if f.per_algorithm_classes)}"
+        )
     if spec.has_trainer:
         taken = {n: s.name for s in ALGORITHMS.values() if s.has_trainer for n in s.class_names}
         clash = [n for n in spec.class_names if n in taken]

@@ -53,12 +53,13 @@ class TrainerFamily:
 
     * `config_base`, `trainer_base`: `module:Class` of the family's config and trainer; `settings_base`: the config
       class whose fields are not an algorithm's own settings (the model card and the run summary list the others).
-    * `components`: the component kinds (`COMPONENT_KINDS`) an algorithm of the family chooses; a record naming
-      another kind's component is refused.
+    * `components`: the component kinds (`COMPONENT_KINDS`) an algorithm of the family chooses (its config gets
+      their arguments as fields); a record naming an advantage for a family without one is refused.
     * `schema`: the data it trains on (`SCHEMAS`); `script`: the module whose `train(algorithm, argv)` runs
       `trl-ext train --algorithm <name>`.
     * `per_algorithm_classes`: each algorithm gets its own config and trainer class, built from its record
-      (`SAPOConfig`, ...); otherwise the family has one algorithm and its hand-written classes are the bases.
+      (`SAPOConfig`, ...); otherwise the family has one algorithm, whose classes are the family's hand-written
+      ones (`register_algorithm` refuses a second).
     * `group_size_field`: the config field whose default is the record's `repeat_times` (`num_generations`), if
       the family samples groups.
     * `uses_critic`: whether the trainer trains a value model (a record with `use_critic=True` needs one).
