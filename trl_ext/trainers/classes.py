@@ -35,6 +35,12 @@ def _type_name(kind: Any) -> str:
     return kind if isinstance(kind, str) else str(kind) if getattr(kind, "__args__", None) else kind.__name__
 
 
+def _annotation(cls: type, name: str) -> Any:
+    """The declared type of field `name` (its class's annotation: `HfArgumentParser` rewrites `Field.type` in place,
+    e.g. `str | None` to `str`, once a parser is built on the class)."""
+    return next(c.__annotations__[name] for c in cls.__mro__ if name in c.__dict__.get("__annotations__", {}))
+
+
 def _paragraph(text: str, indent: str = "    ") -> list[str]:
     wrap = textwrap.TextWrapper(WIDTH, indent, indent, break_long_words=False, break_on_hyphens=False)
     return wrap.wrap(text)
@@ -54,7 +60,7 @@ def config_docstring(spec: AlgorithmSpec) -> str:
     base = spec.family.config_base_class
     for f in dataclasses.fields(base):  # the family's own fields (MIX's expert data, the teacher, ...)
         if f.name not in shared and f.name not in own:
-            own[f.name] = (f.type, f)
+            own[f.name] = (_annotation(base, f.name), f)
     for name, (kind, value) in own.items():
         default = value.default
         lines.append(f"        {name} (`{_type_name(kind)}`, *optional*, defaults to `{default!r}`):")
@@ -77,8 +83,7 @@ def build_classes(spec: AlgorithmSpec) -> tuple[type, type]:
     family = spec.family
     config_name, trainer_name = spec.class_names
     namespace = {"__module__": __name__, "__qualname__": config_name, "__doc__": config_docstring(spec)}
-    namespace["algorithm"] = spec.name
-    namespace["__annotations__"] = {"algorithm": "ClassVar[str]"}
+    namespace["algorithm"] = spec.name  # a class attribute (not annotated: not a field)
     config = dataclasses.make_dataclass(
         config_name, algorithm_fields(spec.name), bases=(family.config_base_class,), namespace=namespace
     )
