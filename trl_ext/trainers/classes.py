@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import textwrap
 from functools import cache
 from typing import Any
@@ -38,7 +39,7 @@ def _type_name(kind: Any) -> str:
 def _annotation(cls: type, name: str) -> Any:
     """The declared type of field `name` (its class's annotation: `HfArgumentParser` rewrites `Field.type` in place,
     e.g. `str | None` to `str`, once a parser is built on the class)."""
-    return next(c.__annotations__[name] for c in cls.__mro__ if name in c.__dict__.get("__annotations__", {}))
+    return next(inspect.get_annotations(c)[name] for c in cls.__mro__ if name in inspect.get_annotations(c))
 
 
 def _paragraph(text: str, indent: str = "    ") -> list[str]:
