@@ -255,6 +255,14 @@ def toy_data(directory: str) -> str:
     return "\n".join(lines)
 
 
+def _print(text: str) -> None:
+    """Print to stdout; a reader that closed the pipe early (`trl-ext list | head`) ends the output quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The `trl-ext` command. Returns None, so the console script exits with status 0 after a run; use `train(...)`
     for the trainer. A usage error (an unknown flag or algorithm, a bad value, a missing `--algorithm`, a bad
@@ -283,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "train":
         if args.algorithm is None:
             if args.help:
-                print(train_help())
+                _print(train_help())
                 return None
             train_parser.error("the following arguments are required: --algorithm")
         if args.algorithm not in _trainable():
@@ -305,16 +313,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if rest:
         (toy_parser if args.command == "toy-data" else parser).error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "toy-data":
-        print(toy_data(args.directory))
+        _print(toy_data(args.directory))
     elif args.command == "env":
-        print(environment())
+        _print(environment())
     elif args.algorithm is not None:
         from .scripts._common import usage_errors_exit
 
         with usage_errors_exit("trl-ext list", help_command="trl-ext list"):
-            print(describe_algorithm(args.algorithm))
+            _print(describe_algorithm(args.algorithm))
     else:
-        print(list_algorithms())
+        _print(list_algorithms())
     return None
 
 
