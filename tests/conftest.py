@@ -100,3 +100,31 @@ def tiny_moe(tmp_path_factory) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def float_tolerance():
+    """`float_tolerance(dtype, n_terms=1, magnitude=1.0)`: `{"rtol", "atol"}` for comparing two computations of the
+    same float values that round differently (another summation order, batch split, process count or kernel: AVX2
+    and AVX-512 CPUs reduce in other orders). Spread it into `torch.testing.assert_close`; for `pytest.approx` pass
+    `rel=tol["rtol"], abs=tol["atol"]`. (A fixture, as `from conftest import` would find tests/gpu/conftest.py.)
+
+    Each float operation rounds by at most eps / 2 relative, eps = `torch.finfo(dtype).eps` (float32 2**-23 ≈ 1.2e-7,
+    float64 2**-52 ≈ 2.2e-16). Over a sum of n terms the roundings of the partial sums add up like a random walk, to
+    about eps·√n times the size of the numbers summed (eps·n at worst), and two orderings differ by that much:
+
+        rtol = 4 · eps · √n_terms        atol = rtol · magnitude
+
+    The factor 4 covers the few roundings per term (a product, an exp, the stored result). `n_terms`: the size of the
+    sums, e.g. the tokens a gradient or a token mean sums over. `magnitude`: the size of the numbers that are rounded,
+    not of the result, since where they cancel (an update entry near 0, a loss near 0) their absolute error remains;
+    for a parameter update measured as (p + Δ) − p, the largest |p| plus the largest |Δ|.
+    """
+
+    def tolerance(dtype: torch.dtype, n_terms: float = 1, magnitude: float | torch.Tensor = 1.0) -> dict[str, float]:
+        if isinstance(magnitude, torch.Tensor):
+            magnitude = magnitude.detach().item()
+        rtol = 4 * torch.finfo(dtype).eps * float(n_terms) ** 0.5
+        return {"rtol": rtol, "atol": rtol * float(magnitude)}
+
+    return tolerance

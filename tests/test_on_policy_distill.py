@@ -359,7 +359,7 @@ def test_teacher_with_another_tokenizer_is_rejected(tiny_model, tiny_teacher, tm
     assert os.path.isdir(small)
 
 
-def test_checkpoints_hold_the_student_only_and_resume_exactly(tiny_model, tiny_teacher, tmp_path):
+def test_checkpoints_hold_the_student_only_and_resume_exactly(tiny_model, tiny_teacher, tmp_path, float_tolerance):
     """The teacher is not trained, so it is not checkpointed; a run resumed from checkpoint-2 reloads it from its
     path and ends with the weights of the uninterrupted 4-step run."""
 
@@ -377,5 +377,6 @@ def test_checkpoints_hold_the_student_only_and_resume_exactly(tiny_model, tiny_t
     assert weights == ["model.safetensors"] and not os.path.exists(checkpoint / "trl_ext_state.json")
     resumed = run(tmp_path / "resumed", resume=str(checkpoint))
     for (name, a), b in zip(full.model.named_parameters(), resumed.model.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-7, msg=name)
+        # the same float32 operations replayed: a few ulps of the weights at most
+        torch.testing.assert_close(a, b, **float_tolerance(torch.float32, magnitude=a.abs().max()), msg=name)
     assert logged(resumed, "kl/mean") == pytest.approx(logged(full, "kl/mean"))
