@@ -193,3 +193,10 @@ def test_use_critic_needs_a_family_with_a_critic():
     with pytest.raises(ValueError, match="use_critic=True needs a trainer family that trains a value model"):
         dataclasses.replace(spec, name="critic_grpo", use_critic=True)
     assert trl_ext.get_algorithm("ppo").use_critic and not trl_ext.get_algorithm("ppo").has_trainer
+
+
+def test_sample_strategy_is_the_familys():
+    """Trinity-RFT's `sample_strategy` is `mix` exactly for the algorithms whose family mixes expert rows in."""
+    mixed = {name for name, spec in trl_ext.ALGORITHMS.items() if spec.default_config()["sample_strategy"] == "mix"}
+    assert mixed == {"mix", "mix_chord"}
+    assert {spec.sample_strategy for spec in trl_ext.ALGORITHMS.values()} == {"mix", "default"}

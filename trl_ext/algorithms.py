@@ -111,8 +111,8 @@ class AlgorithmSpec:
 
     @property
     def sample_strategy(self) -> str:
-        """Trinity-RFT's `sample_strategy`: `mix` where the family mixes expert data into the batch."""
-        return "mix" if self.family is not None and self.family.script_arguments else "default"
+        """Trinity-RFT's `sample_strategy`: its family's (`mix` where expert rows are mixed into the batch)."""
+        return self.family.sample_strategy if self.family is not None else "default"
 
     @property
     def kl_estimator(self) -> str:

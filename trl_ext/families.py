@@ -69,6 +69,7 @@ class TrainerFamily:
     * `batch_unit` and `geometry`: the run summary's words for a row (`completions`, `pairs`, `sequences`) and its
       family-specific line (the generation batch, or the sequence length).
     * `script_arguments`: `module:Class` of extra argument dataclasses its script parses (MIX's expert data).
+    * `sample_strategy`: Trinity-RFT's name for how a batch is sampled (`mix`: expert rows mixed into the rollouts).
     """
 
     name: str
@@ -87,6 +88,7 @@ class TrainerFamily:
     batch_unit: str = "completions"
     geometry: Callable[[Any], str] = field(default=_generation_geometry, compare=False)
     script_arguments: tuple[str, ...] = ()
+    sample_strategy: str = "default"
 
     def __post_init__(self) -> None:
         parts = ("name", "description", "config_base", "trainer_base", "settings_base", "script")
@@ -174,6 +176,7 @@ register_family(TrainerFamily(
     trainer_base="trl_ext.trainers.mix_trainer:MIXFamilyTrainer",
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
     group_size_field="num_generations", script_arguments=("trl_ext.scripts.grpo:ExpertDataArguments",),
+    sample_strategy="mix",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",
