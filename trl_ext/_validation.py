@@ -78,3 +78,15 @@ def declared_inputs(func: Any, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
         inspect.Parameter.KEYWORD_ONLY,
     )
     return tuple(dict.fromkeys([*(p.name for p in params if p.kind in named), *extra]))
+
+
+def required_inputs(component: Any) -> tuple[str, ...]:
+    """The inputs a component cannot do without: the named parameters of its `__call__` (its `compute` for an
+    advantage function) that have no default."""
+    func = getattr(type(component), "compute", None) or type(component).__call__
+    params = list(inspect.signature(func).parameters.values())[1:]  # without self
+    return tuple(
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    )

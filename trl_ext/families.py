@@ -70,6 +70,9 @@ class TrainerFamily:
       family-specific line (the generation batch, or the sequence length).
     * `script_arguments`: `module:Class` of extra argument dataclasses its script parses (MIX's expert data).
     * `sample_strategy`: Trinity-RFT's name for how a batch is sampled (`mix`: expert rows mixed into the rollouts).
+    * `loss_inputs`, `advantage_inputs`: what the trainer hands a policy loss / an advantage function (a composed
+      part that needs anything else cannot train there: the config says which input and who provides it,
+      `input_source`).
     """
 
     name: str
@@ -89,6 +92,8 @@ class TrainerFamily:
     geometry: Callable[[Any], str] = field(default=_generation_geometry, compare=False)
     script_arguments: tuple[str, ...] = ()
     sample_strategy: str = "default"
+    loss_inputs: tuple[str, ...] = ()
+    advantage_inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         parts = ("name", "description", "config_base", "trainer_base", "settings_base", "script")
@@ -160,6 +165,36 @@ def get_family(name: str) -> TrainerFamily:
         raise ValueError(f"unknown trainer family {name!r}; registered: {', '.join(FAMILIES)}") from None
 
 
+# What the GRPO-family trainers hand the parts: the loss's batch (window counts included) and, to the advantage
+# function, the gathered masks, a seeded generator, the sampling policy's log-probs and entropies (one extra forward
+# pass when TRL has not computed them) and ReMax's greedy baselines (one greedy completion per prompt).
+_WINDOW = ("global_valid_toks", "global_valid_seqs", "normalizer")
+_ROLLOUT_LOSS_INPUTS = ("logprob", "old_logprob", "action_mask", "advantages", "importance_sampling_ratio", "step")
+_ROLLOUT_LOSS_INPUTS += _WINDOW
+_ROLLOUT_ADVANTAGE_INPUTS = ("response_mask", "completion_mask", "generator", "logprobs", "entropy", "reward_baselines")
+
+INPUT_SOURCES: dict[str, str] = {
+    "expert_mask": "which only the MIX family's trainer provides (expert rows mixed into the rollouts: MIXConfig, "
+    "MIXCHORDConfig)",
+    "expert_valid_toks": "which only the MIX family's trainer provides (MIXConfig, MIXCHORDConfig)",
+    "teacher_logprob": "a teacher's per-token log-probs, which only the on-policy distillation trainer computes "
+    "(OnPolicyDistillConfig)",
+    "old_logprob": "the sampling policy's per-token log-probs at advantage time, which only the on-policy "
+    "distillation trainer hands an advantage function (OnPolicyDistillConfig)",
+    "ref_logprob": "per-token reference log-probs of paired rows (a preference loss: train it with DPOConfig)",
+    "run_ids": "the run each step of a multi-turn episode belongs to, which no trainer records yet",
+    "necs": "a per-token statistic of Clip-V (arXiv 2602.03392) that Trinity-RFT 0.6.0 takes as an input but "
+    "computes nowhere, and whose definition trl_ext could not verify against the paper: use `clipb`, whose "
+    "inputs (log-probs and entropies) the trainer computes",
+}
+"""Why a trainer cannot give a composed part an input it needs (the end of the config's error message)."""
+
+
+def input_source(name: str) -> str:
+    """The end of the message that refuses a part needing input `name` (`INPUT_SOURCES`)."""
+    return INPUT_SOURCES.get(name, "which this trainer does not compute")
+
+
 _ROLLOUTS = "trl_ext.scripts.grpo"
 _GRPO_SETTINGS = "trl_ext.trainers.grpo_config:GRPOFamilyConfig"
 
@@ -168,7 +203,7 @@ register_family(TrainerFamily(
     "train.",
     config_base=_GRPO_SETTINGS, trainer_base="trl_ext.trainers.grpo_trainer:GRPOFamilyTrainer",
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
-    group_size_field="num_generations",
+    group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS, advantage_inputs=_ROLLOUT_ADVANTAGE_INPUTS,
 ))  # fmt: skip
 register_family(TrainerFamily(
     "mix", "Rollouts and expert demonstrations in one batch (MIX, CHORD): RL on the rollouts, SFT on the experts.",
@@ -176,14 +211,16 @@ register_family(TrainerFamily(
     trainer_base="trl_ext.trainers.mix_trainer:MIXFamilyTrainer",
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
     group_size_field="num_generations", script_arguments=("trl_ext.scripts.grpo:ExpertDataArguments",),
-    sample_strategy="mix",
+    sample_strategy="mix", loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "expert_mask", "expert_valid_toks", "expert_valid_seqs"),
+    advantage_inputs=_ROLLOUT_ADVANTAGE_INPUTS,
 ))  # fmt: skip
 register_family(TrainerFamily(
     "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",
     config_base="trl_ext.trainers.grpo_config:DistillFamilyConfig",
     trainer_base="trl_ext.trainers.distill_trainer:DistillFamilyTrainer",
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
-    group_size_field="num_generations",
+    group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "teacher_logprob", "old_logprob"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "dpo", "`trl.DPOTrainer` on (chosen, rejected) pairs.",

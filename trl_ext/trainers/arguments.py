@@ -176,6 +176,14 @@ def passed_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
     return kwargs
 
 
+def set_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
+    """The arguments of `component` that the user set through the config's fields: `passed_arguments` without the
+    fields that hold their argument's default (a value equal to the default counts as not set)."""
+    passed = passed_arguments(config, component)
+    specs = {spec.name: spec for spec in config_arguments(component)}
+    return {name: value for name, value in passed.items() if specs[name].config_unset or value != specs[name].default}
+
+
 def config_renames(component: type[Component]) -> dict[str, str]:
     """Config field -> argument name, where they differ (for error messages that name the config's fields)."""
     return {spec.config_name: spec.name for spec in component.arguments if spec.config_name}
@@ -259,21 +267,78 @@ class TeacherArguments:
     )
 
 
-@dataclass
-class DistillPolicyLossArguments:
-    """The policy loss of on-policy distillation: the dual-clip PPO loss (the record's, with its arguments) or the
-    unclipped `importance_sampling` loss."""
+_ARGS_RULE = 'a dict (a JSON object on the command line, e.g. \'{"clip_range": 0.3}\')'
 
-    policy_loss_fn: str = field(
-        default="ppo",
+
+@dataclass
+class CompositionArguments:
+    """The composition fields of every GRPO-family config (Trinity-RFT's `*_args` dicts and `kl_penalty_fn`): the
+    arguments of a policy loss / advantage function chosen in place of the algorithm's, and the KL penalty on the
+    rewards. The choices themselves (`policy_loss_fn`, `advantage_fn`) are the algorithm's own fields, whose
+    defaults are its record's (`algorithm_fields`)."""
+
+    policy_loss_fn_args: dict[str, Any] | str | None = field(
+        default=None,
         metadata=_help(
-            "`ppo`: the dual-clip PPO loss on the distillation advantages (Trinity-RFT's default); "
-            "`importance_sampling`: −A·exp(lp − lp_old), unclipped (Tinker's loss). Both are −A·∇lp on the first "
-            "update of a generation batch; they differ only when a batch is reused (`num_iterations` > 1 or "
-            "`steps_per_generation` > `gradient_accumulation_steps`). Only `loss_agg_mode` applies to "
-            "`importance_sampling`.",
-            choices=["ppo", "importance_sampling"],
+            f"Arguments of the policy loss `policy_loss_fn`, by the loss's argument names: {_ARGS_RULE}. Validated "
+            "against the loss's arguments; an argument also set through its own field must agree with it."
         ),
+    )
+    advantage_fn_args: dict[str, Any] | str | None = field(
+        default=None,
+        metadata=_help(
+            f"Arguments of the advantage function `advantage_fn`, by its argument names: {_ARGS_RULE}. Validated "
+            "against the function's arguments; an argument also set through its own field must agree with it."
+        ),
+    )
+    kl_penalty_fn: str = field(
+        default="none",
+        metadata=_help(
+            "KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every "
+            "completion token, the outcome score on the last one, before the advantage is computed. The KL "
+            "estimator (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a "
+            "reference model (loaded even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, "
+            "`remax`, the `*_verl` ones) see them per token; the per-sample estimators see each completion's sum, "
+            "score − coef·Σ_t KL_t, as the reference's trainer-side (`*_verl`) estimators compute it.",
+            choices=sorted(KL_FNS),
+        ),
+    )
+    kl_penalty_fn_args: dict[str, Any] | str | None = field(
+        default=None,
+        metadata=_help(
+            "Arguments of the KL penalty: `kl_coef` (default 0.001, ≥ 0), `adaptive` (default false: the adaptive "
+            "controller of Ziegler et al. 2019, coef ← coef·(1 + clip(KL/target_kl − 1, ±0.2)·sequences/horizon) "
+            "after every generation batch), `target_kl` and `horizon` (both needed when adaptive), as "
+            f"{_ARGS_RULE}."
+        ),
+    )
+
+
+def composition_field_help(kind: str, spec: Any) -> str:
+    """The help text of an algorithm config's `policy_loss_fn` / `advantage_fn` field (default: the record's)."""
+    default = getattr(spec, kind)
+    if kind == "policy_loss_fn":
+        text = (
+            f"The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `{default}`, the "
+            f"{spec.name} algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms"
+        )
+        if spec.trainer == "mix":
+            text = (
+                f"The policy loss; default `{default}`, the {spec.name} algorithm's mix of RL on the rollouts and SFT "
+                "on the expert rows. Another mixing loss (`mix`, `mix_chord`) replaces the mix; any other "
+                "`trl_ext.losses` name replaces the PPO part on the rollout rows (CHORD with SAPO: `sapo`), each "
+                "part still normalized over its own rows"
+            )
+        what = "loss"
+    else:
+        text = (
+            f"The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default "
+            f"`{default}`, the {spec.name} algorithm's. Another one composes with the algorithm's loss"
+        )
+        what = "function"
+    return (
+        f"{text}: its arguments go in `{kind}_args`. The fields of `{default}`'s arguments configure `{default}`; "
+        f"with another {what}, one that is set is passed on to it if it takes the argument (else an error)."
     )
 
 
@@ -327,6 +392,10 @@ def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
             f"algorithm's group size, Trinity-RFT's `repeat_times`."
         )
         fields.append((family.group_size_field, int, field(default=spec.repeat_times, metadata=_help(text))))
+    for kind in ("policy_loss_fn", "advantage_fn"):  # the composition: the algorithm's choice as the default
+        if kind in family.components and getattr(spec, kind) is not None and family.per_algorithm_classes:
+            text = composition_field_help(kind, spec)
+            fields.append((kind, str, field(default=getattr(spec, kind), metadata=_help(text))))
     if "policy_loss_fn" in family.components:
         loss = POLICY_LOSSES[spec.policy_loss_fn]
         fields += [argument_field(arg, loss, LossArguments) for arg in config_arguments(loss)]

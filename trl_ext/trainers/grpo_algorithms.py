@@ -69,6 +69,16 @@ class GRPOConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the grpo algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the grpo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the grpo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         clip_range (`float | None`, *optional*, defaults to `0.2`):
             PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
         clip_range_low (`float | None`, *optional*, defaults to `None`):
@@ -111,6 +121,8 @@ class GRPOConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("grpo", "kl_loss_fn")
     num_generations: int = algorithm_field("grpo", "num_generations")
+    policy_loss_fn: str = algorithm_field("grpo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("grpo", "advantage_fn")
     clip_range: float | None = algorithm_field("grpo", "clip_range")
     clip_range_low: float | None = algorithm_field("grpo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("grpo", "clip_range_high")
@@ -150,6 +162,17 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the reinforceplusplus
             algorithm's group size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the reinforceplusplus
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'reinforceplusplus'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default
+            `reinforceplusplus`, the reinforceplusplus algorithm's. Another one composes with the algorithm's loss: its
+            arguments go in `advantage_fn_args`. The fields of `reinforceplusplus`'s arguments configure
+            `reinforceplusplus`; with another function, one that is set is passed on to it if it takes the argument
+            (else an error).
         clip_range (`float | None`, *optional*, defaults to `0.2`):
             PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
         clip_range_low (`float | None`, *optional*, defaults to `None`):
@@ -183,6 +206,8 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("reinforceplusplus", "kl_loss_fn")
     num_generations: int = algorithm_field("reinforceplusplus", "num_generations")
+    policy_loss_fn: str = algorithm_field("reinforceplusplus", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("reinforceplusplus", "advantage_fn")
     clip_range: float | None = algorithm_field("reinforceplusplus", "clip_range")
     clip_range_low: float | None = algorithm_field("reinforceplusplus", "clip_range_low")
     clip_range_high: float | None = algorithm_field("reinforceplusplus", "clip_range_high")
@@ -219,6 +244,16 @@ class RLOOConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the rloo algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the rloo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'rloo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `rloo`, the rloo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `rloo`'s arguments configure `rloo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         clip_range (`float | None`, *optional*, defaults to `0.2`):
             PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
         clip_range_low (`float | None`, *optional*, defaults to `None`):
@@ -249,6 +284,8 @@ class RLOOConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("rloo", "kl_loss_fn")
     num_generations: int = algorithm_field("rloo", "num_generations")
+    policy_loss_fn: str = algorithm_field("rloo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("rloo", "advantage_fn")
     clip_range: float | None = algorithm_field("rloo", "clip_range")
     clip_range_low: float | None = algorithm_field("rloo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("rloo", "clip_range_high")
@@ -284,6 +321,16 @@ class OPMDConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the opmd algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'opmd'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `opmd`, the opmd algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `opmd`'s arguments configure `opmd`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'opmd'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `opmd`, the opmd
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `opmd`'s arguments configure `opmd`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         tau (`float`, *optional*, defaults to `1.0`):
             Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
@@ -304,6 +351,8 @@ class OPMDConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("opmd", "kl_loss_fn")
     num_generations: int = algorithm_field("opmd", "num_generations")
+    policy_loss_fn: str = algorithm_field("opmd", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("opmd", "advantage_fn")
     tau: float = algorithm_field("opmd", "tau")
     loss_agg_mode: str = algorithm_field("opmd", "loss_agg_mode")
     opmd_baseline: str = algorithm_field("opmd", "opmd_baseline")
@@ -335,6 +384,16 @@ class AsymREConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the asymre algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'opmd'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `opmd`, the asymre
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `opmd`'s arguments configure `opmd`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'asymre'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `asymre`, the
+            asymre algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`.
+            The fields of `asymre`'s arguments configure `asymre`; with another function, one that is set is passed on
+            to it if it takes the argument (else an error).
         tau (`float`, *optional*, defaults to `1.0`):
             Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
@@ -353,6 +412,8 @@ class AsymREConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("asymre", "kl_loss_fn")
     num_generations: int = algorithm_field("asymre", "num_generations")
+    policy_loss_fn: str = algorithm_field("asymre", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("asymre", "advantage_fn")
     tau: float = algorithm_field("asymre", "tau")
     loss_agg_mode: str = algorithm_field("asymre", "loss_agg_mode")
     baseline_shift: float = algorithm_field("asymre", "baseline_shift")
@@ -383,6 +444,16 @@ class TOPRConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the topr algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'topr'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `topr`, the topr algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `topr`'s arguments configure `topr`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'reinforce'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `reinforce`, the
+            topr algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`.
+            The fields of `reinforce`'s arguments configure `reinforce`; with another function, one that is set is
+            passed on to it if it takes the argument (else an error).
         advantage_threshold (`float`, *optional*, defaults to `0.0`):
             Tokens with A > threshold get the full (untruncated) policy gradient; the others are weighted by the
             truncated ratio clamp(r, 0, 1).
@@ -400,6 +471,8 @@ class TOPRConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("topr", "kl_loss_fn")
     num_generations: int = algorithm_field("topr", "num_generations")
+    policy_loss_fn: str = algorithm_field("topr", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("topr", "advantage_fn")
     advantage_threshold: float = algorithm_field("topr", "advantage_threshold")
     loss_agg_mode: str = algorithm_field("topr", "loss_agg_mode")
 
@@ -429,6 +502,16 @@ class CISPOConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the cispo algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'cispo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `cispo`, the cispo
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `cispo`'s arguments configure `cispo`; with another loss, one that is
+            set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the cispo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         clip_range_low (`float`, *optional*, defaults to `1.0`):
             The stop-gradient IS weight is clamped to [1 − clip_range_low, 1 + clip_range_high]; 1.0 means no lower
             bound (MiniMax-M1).
@@ -468,6 +551,8 @@ class CISPOConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("cispo", "kl_loss_fn")
     num_generations: int = algorithm_field("cispo", "num_generations")
+    policy_loss_fn: str = algorithm_field("cispo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("cispo", "advantage_fn")
     clip_range_low: float = algorithm_field("cispo", "clip_range_low")
     clip_range_high: float = algorithm_field("cispo", "clip_range_high")
     enable_mask_clip: bool = algorithm_field("cispo", "enable_mask_clip")
@@ -505,6 +590,16 @@ class GSPOConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the gspo algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'gspo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `gspo`, the gspo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `gspo`'s arguments configure `gspo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the gspo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         clip_range (`float | None`, *optional*, defaults to `None`):
             Symmetric clip ε (exclusive with `clip_range_low`/`_high`).
         clip_range_low (`float | None`, *optional*, defaults to `0.0003`):
@@ -539,6 +634,8 @@ class GSPOConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("gspo", "kl_loss_fn")
     num_generations: int = algorithm_field("gspo", "num_generations")
+    policy_loss_fn: str = algorithm_field("gspo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("gspo", "advantage_fn")
     clip_range: float | None = algorithm_field("gspo", "clip_range")
     clip_range_low: float | None = algorithm_field("gspo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("gspo", "clip_range_high")
@@ -574,6 +671,16 @@ class SAPOConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the sapo algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'sapo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `sapo`, the sapo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `sapo`'s arguments configure `sapo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the sapo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         tau_pos (`float`, *optional*, defaults to `1.0`):
             Gate temperature τ for tokens with A > 0. The loss is −A·σ(τ(r − 1))·4/τ; the gradient weight is 1 at r = 1
             and decays smoothly off-policy, faster for larger τ.
@@ -608,6 +715,8 @@ class SAPOConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("sapo", "kl_loss_fn")
     num_generations: int = algorithm_field("sapo", "num_generations")
+    policy_loss_fn: str = algorithm_field("sapo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("sapo", "advantage_fn")
     tau_pos: float = algorithm_field("sapo", "tau_pos")
     tau_neg: float = algorithm_field("sapo", "tau_neg")
     loss_agg_mode: str = algorithm_field("sapo", "loss_agg_mode")
@@ -645,6 +754,17 @@ class MIXConfig(MIXFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the mix algorithm's group size,
             Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'mix'`):
+            The policy loss; default `mix`, the mix algorithm's mix of RL on the rollouts and SFT on the expert rows.
+            Another mixing loss (`mix`, `mix_chord`) replaces the mix; any other `trl_ext.losses` name replaces the PPO
+            part on the rollout rows (CHORD with SAPO: `sapo`), each part still normalized over its own rows: its
+            arguments go in `policy_loss_fn_args`. The fields of `mix`'s arguments configure `mix`; with another loss,
+            one that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the mix
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         mu (`float`, *optional*, defaults to `0.1`):
             Weight μ ∈ [0, 1] of the SFT part on the expert rows.
         clip_range (`float | None`, *optional*, defaults to `0.2`):
@@ -703,6 +823,8 @@ class MIXConfig(MIXFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("mix", "kl_loss_fn")
     num_generations: int = algorithm_field("mix", "num_generations")
+    policy_loss_fn: str = algorithm_field("mix", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("mix", "advantage_fn")
     mu: float = algorithm_field("mix", "mu")
     clip_range: float | None = algorithm_field("mix", "clip_range")
     clip_range_low: float | None = algorithm_field("mix", "clip_range_low")
@@ -749,6 +871,17 @@ class MIXCHORDConfig(MIXFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the mix_chord algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'mix_chord'`):
+            The policy loss; default `mix_chord`, the mix_chord algorithm's mix of RL on the rollouts and SFT on the
+            expert rows. Another mixing loss (`mix`, `mix_chord`) replaces the mix; any other `trl_ext.losses` name
+            replaces the PPO part on the rollout rows (CHORD with SAPO: `sapo`), each part still normalized over its own
+            rows: its arguments go in `policy_loss_fn_args`. The fields of `mix_chord`'s arguments configure
+            `mix_chord`; with another loss, one that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the
+            mix_chord algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `grpo`'s arguments configure `grpo`; with another function, one that is
+            set is passed on to it if it takes the argument (else an error).
         mu_warmup_steps (`int`, *optional*, defaults to `0`):
             μ rises linearly from 0 to `mu_peak` over this many optimizer steps.
         mu_decay_steps (`int`, *optional*, defaults to `0`):
@@ -816,6 +949,8 @@ class MIXCHORDConfig(MIXFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("mix_chord", "kl_loss_fn")
     num_generations: int = algorithm_field("mix_chord", "num_generations")
+    policy_loss_fn: str = algorithm_field("mix_chord", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("mix_chord", "advantage_fn")
     mu_warmup_steps: int = algorithm_field("mix_chord", "mu_warmup_steps")
     mu_decay_steps: int = algorithm_field("mix_chord", "mu_decay_steps")
     mu_peak: float = algorithm_field("mix_chord", "mu_peak")
@@ -865,6 +1000,16 @@ class RAFTConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the raft algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'sft'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `sft`, the raft algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `sft`'s arguments configure `sft`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'raft'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `raft`, the raft
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `raft`'s arguments configure `raft`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
@@ -881,6 +1026,8 @@ class RAFTConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("raft", "kl_loss_fn")
     num_generations: int = algorithm_field("raft", "num_generations")
+    policy_loss_fn: str = algorithm_field("raft", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("raft", "advantage_fn")
     loss_agg_mode: str = algorithm_field("raft", "loss_agg_mode")
     min_reward: float | None = algorithm_field("raft", "min_reward")
 
@@ -910,6 +1057,16 @@ class SPPOConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the sppo algorithm's group
             size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'sppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `sppo`, the sppo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `sppo`'s arguments configure `sppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the sppo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
         sppo_epsilon (`float`, *optional*, defaults to `0.3`):
             Trust region of sPPO: a token contributes only while 1/(1+ε) ≤ r ≤ 1+ε. (the `sppo` loss's `epsilon`)
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
@@ -938,6 +1095,8 @@ class SPPOConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("sppo", "kl_loss_fn")
     num_generations: int = algorithm_field("sppo", "num_generations")
+    policy_loss_fn: str = algorithm_field("sppo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("sppo", "advantage_fn")
     sppo_epsilon: float = algorithm_field("sppo", "sppo_epsilon")
     loss_agg_mode: str = algorithm_field("sppo", "loss_agg_mode")
     advantage_epsilon: float = algorithm_field("sppo", "advantage_epsilon")
@@ -971,6 +1130,16 @@ class RECConfig(GRPOFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the rec algorithm's group size,
             Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'rec'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `rec`, the rec algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `rec`'s arguments configure `rec`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'rec'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `rec`, the rec
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `rec`'s arguments configure `rec`; with another function, one that is set is passed on to it if it
+            takes the argument (else an error).
         rec_epsilon_low (`float`, *optional*, defaults to `0.2`):
             Lower clip ε_l (ratio ≥ 1 − ε_l), in (0, 1]. (the `rec` loss's `epsilon_low`)
         rec_epsilon_high (`float`, *optional*, defaults to `0.2`):
@@ -1006,6 +1175,8 @@ class RECConfig(GRPOFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("rec", "kl_loss_fn")
     num_generations: int = algorithm_field("rec", "num_generations")
+    policy_loss_fn: str = algorithm_field("rec", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("rec", "advantage_fn")
     rec_epsilon_low: float = algorithm_field("rec", "rec_epsilon_low")
     rec_epsilon_high: float = algorithm_field("rec", "rec_epsilon_high")
     rec_epsilon_low_prime: float = algorithm_field("rec", "rec_epsilon_low_prime")
@@ -1047,6 +1218,17 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
         num_generations (`int`, *optional*, defaults to `8`):
             Completions sampled per prompt (the group of the group-relative advantages): the on_policy_distill
             algorithm's group size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the on_policy_distill
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'on_policy_distill'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default
+            `on_policy_distill`, the on_policy_distill algorithm's. Another one composes with the algorithm's loss: its
+            arguments go in `advantage_fn_args`. The fields of `on_policy_distill`'s arguments configure
+            `on_policy_distill`; with another function, one that is set is passed on to it if it takes the argument
+            (else an error).
         clip_range (`float | None`, *optional*, defaults to `0.2`):
             PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
         clip_range_low (`float | None`, *optional*, defaults to `None`):
@@ -1078,11 +1260,6 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
             mean over the generation batch's completion tokens, `group` the mean over the prompt group's tokens at the
             same position. A variance reduction for small batches, where a teacher that rejects most samples can push
             the student towards noise (measured on the toy task with 64 samples per step).
-        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
-            `ppo`: the dual-clip PPO loss on the distillation advantages (Trinity-RFT's default); `importance_sampling`:
-            −A·exp(lp − lp_old), unclipped (Tinker's loss). Both are −A·∇lp on the first update of a generation batch;
-            they differ only when a batch is reused (`num_iterations` > 1 or `steps_per_generation` >
-            `gradient_accumulation_steps`). Only `loss_agg_mode` applies to `importance_sampling`.
         teacher_model_name_or_path (`str | None`, *optional*, defaults to `None`):
             The teacher (Hub id or local path), used when the trainer gets no `teacher_model`. It must share the
             student's tokenizer.
@@ -1109,6 +1286,8 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
 
     kl_loss_fn: str = algorithm_field("on_policy_distill", "kl_loss_fn")
     num_generations: int = algorithm_field("on_policy_distill", "num_generations")
+    policy_loss_fn: str = algorithm_field("on_policy_distill", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("on_policy_distill", "advantage_fn")
     clip_range: float | None = algorithm_field("on_policy_distill", "clip_range")
     clip_range_low: float | None = algorithm_field("on_policy_distill", "clip_range_low")
     clip_range_high: float | None = algorithm_field("on_policy_distill", "clip_range_high")

@@ -25,17 +25,19 @@ from typing import Any, ClassVar
 
 from trl import GRPOConfig as _TRLGRPOConfig
 
-from .._validation import check_choice, check_number
+from .._validation import check_choice, check_number, required_inputs
 from ..advantages import ADVANTAGE_FNS, get_advantage_fn
 from ..algorithms import get_algorithm
+from ..families import input_source
 from ..losses import POLICY_LOSSES, get_entropy_fn, get_kl_fn, get_policy_loss
 from ..losses.kl import KL_FNS, KLFn
+from ..losses.mix import MIXPolicyLoss
 from ..losses.trl_grpo import TRLGRPOLoss
 from ..losses.trl_grpo import aggregation as trl_loss_aggregation
 from .arguments import (
     _REWARD_ADVANTAGE_FNS,
     GRPO_KL_ARGUMENTS,
-    DistillPolicyLossArguments,
+    CompositionArguments,
     DocumentedDefault,
     ExpertDataArguments,
     TeacherArguments,
@@ -45,6 +47,7 @@ from .arguments import (
     documented_default,
     is_documented_default,
     passed_arguments,
+    set_arguments,
 )
 from .devices import check_device, check_hardware
 
@@ -126,8 +129,17 @@ def _unused_trl_field(name: str) -> Any:
     )
 
 
+_REGISTRIES = {"policy_loss_fn": POLICY_LOSSES, "advantage_fn": ADVANTAGE_FNS}
+KL_PENALTY_DEFAULTS: dict[str, Any] = {"adaptive": False, "kl_coef": 0.001}
+"""The reference's `kl_penalty_fn_args` when none are given (Trinity-RFT's `KLFn.default_args()`)."""
+
 TRL_ADVANTAGE_EPSILON = 1e-4
 """The ε of TRL's (R − mean)/(std + ε), the `grpo` advantage's default with TRL's own loss."""
+
+
+def _takes_rewards(advantage: Any) -> bool:
+    """Whether an advantage function reads the rewards (not: the distillation estimators, which read log-probs)."""
+    return getattr(type(advantage), "reads_rewards", True)
 
 
 def _plain(value: Any) -> Any:
@@ -218,7 +230,7 @@ class UnsetTRLFields:
 
 
 @dataclass
-class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
+class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
     r"""
     Base configuration of the trl_ext GRPO-family trainers: every `trl.GRPOConfig` field, plus the KL and entropy
     choices shared by all algorithms. Use an algorithm's subclass (`SAPOConfig`, `GSPOConfig`, ...), which adds
@@ -248,6 +260,12 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
     #: the algorithm's name (its record): set on the algorithm's config class, which also has the fields of its
     #: loss's and advantage's arguments
     algorithm: ClassVar[str] = ""
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [  # JSON objects on the command line
+        *_TRLGRPOConfig._VALID_DICT_FIELDS,
+        "policy_loss_fn_args",
+        "advantage_fn_args",
+        "kl_penalty_fn_args",
+    ]
     unset_trl_fields: ClassVar[dict[str, Any]] = {name: _GRPO_DEFAULTS[name] for name in _TRL_LOSS_FIELDS}
 
     beta: float = field(
@@ -292,6 +310,8 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         # trl_ext's checks first, each field on its own, so that a bad value is reported by its field's name
         # before TRL's own processing of the other fields.
         self._take_trl_defaults()
+        if self.algorithm:
+            self._check_composition_fields()
         if self.uses_trl_loss:
             self._enter_trl_loss_mode()
         if self.use_bias_correction_kl is None:
@@ -299,12 +319,16 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         self._check_fields()
         owner = type(self).__name__
         self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
-        if self.algorithm and self.beta != 0 and not get_algorithm(self.algorithm).use_reference:
-            raise ValueError(
-                f"{owner}: beta={self.beta!r} adds a KL term to a reference model, but the {self.algorithm} algorithm "
-                "trains without one (its record's use_reference=False, as in Trinity-RFT: no reference model is "
-                "loaded); leave beta=0, or compose its parts on a config with a reference model (e.g. GRPOConfig)"
-            )
+        if self.algorithm and not get_algorithm(self.algorithm).use_reference:
+            for name, value, off in (("beta", self.beta, 0), ("kl_penalty_fn", self.kl_penalty_fn, "none")):
+                if value != off:
+                    raise ValueError(
+                        f"{owner}: {name}={value!r} adds a KL term to a reference model, but the {self.algorithm} "
+                        "algorithm trains without one (its record's use_reference=False, as in Trinity-RFT: no "
+                        f"reference model is loaded); leave {name}={off!r}, or compose its parts on a config with a "
+                        f"reference model (e.g. GRPOConfig(policy_loss_fn={self.policy_loss_name!r}, "
+                        f"advantage_fn={self.advantage_fn_name!r}))"
+                    )
         if self.adaptive_kl and self.beta == 0:
             raise ValueError(
                 f"{owner}: adaptive_kl=True adapts beta, but beta=0 (kl_loss_fn={self.kl_loss_fn!r}): there is no "
@@ -323,6 +347,8 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
             self.build_advantage_fn()
             self.build_kl_fn()
             self.build_entropy_fn()
+            self.build_kl_penalty_fn()
+            self._check_pairing()
         super().__post_init__()
         check_hardware(self)
 
@@ -348,6 +374,50 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         choices = type(self).__dataclass_fields__["entropy_loss_fn"].metadata["choices"]
         check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, choices)
         check_number(owner, "entropy_coef", self.entropy_coef)
+
+    def _check_composition_fields(self) -> None:
+        """`policy_loss_fn` / `advantage_fn` name registered components, the `*_args` fields are dicts (parsed from
+        JSON on the command line), `kl_penalty_fn` is an estimator: each field on its own."""
+        owner = type(self).__name__
+        for kind, registry in _REGISTRIES.items():
+            if hasattr(self, kind):
+                check_choice(owner, kind, getattr(self, kind), sorted(registry))
+            setattr(self, f"{kind}_args", check_kwargs(owner, f"{kind}_args", getattr(self, f"{kind}_args")))
+            if getattr(self, f"{kind}_args") and not hasattr(self, kind):
+                raise ValueError(f"{owner}: {kind}_args is set, but the {self.algorithm} algorithm has no {kind}")
+        check_choice(owner, "kl_penalty_fn", self.kl_penalty_fn, sorted(KL_FNS))
+        self.kl_penalty_fn_args = check_kwargs(owner, "kl_penalty_fn_args", self.kl_penalty_fn_args)
+        if self.kl_penalty_fn_args and self.kl_penalty_fn == "none":
+            raise ValueError(
+                f"{owner}: kl_penalty_fn_args={self.kl_penalty_fn_args} is set but kl_penalty_fn='none' applies no KL "
+                f"penalty; choose an estimator (kl_penalty_fn one of "
+                f"{', '.join(repr(k) for k in sorted(KL_FNS) if k != 'none')}) or drop kl_penalty_fn_args"
+            )
+
+    def _check_pairing(self) -> None:
+        """The composed parts can train together in this family's trainer: each gets every input it needs (a
+        `ValueError` names the part, the input and who provides it)."""
+        family = get_algorithm(self.algorithm).family
+        loss = self.build_policy_loss()
+        parts = [("policy_loss_fn", self.policy_loss_name, required_inputs(loss), family.loss_inputs)]
+        advantage = self.build_advantage_fn()
+        if advantage is not None:
+            needed = advantage.needed_inputs() if hasattr(advantage, "needed_inputs") else required_inputs(advantage)
+            needed = [key for key in needed if key not in ("rewards", "group_ids")]
+            parts.append(("advantage_fn", self.advantage_fn_name, needed, family.advantage_inputs))
+        for kind, name, needed, provided in parts:
+            missing = [key for key in needed if key not in provided]
+            if missing:
+                raise ValueError(
+                    f"{type(self).__name__}: {kind}={name!r} cannot train in the {family.name} family's trainer: it "
+                    f"needs `{missing[0]}`, {input_source(missing[0])}"
+                )
+        if self.kl_penalty_fn != "none" and (advantage is None or not _takes_rewards(advantage)):
+            raise ValueError(
+                f"{type(self).__name__}: kl_penalty_fn={self.kl_penalty_fn!r} subtracts the KL from the rewards, but "
+                f"advantage_fn={self.advantage_fn_name!r} does not read rewards; use kl_loss_fn with beta > 0 (the "
+                "KL in the loss) instead, or leave kl_penalty_fn='none'"
+            )
 
     def _clip_hint(self) -> dict[str, str]:
         names = self.loss_argument_names()
@@ -376,7 +446,14 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         advantage's ε default to TRL's (`k3`, 1e-4)."""
         owner = type(self).__name__
         given = ", ".join(self._trl_loss_fields)
-        for spec in config_arguments(POLICY_LOSSES[get_algorithm(self.algorithm).policy_loss_fn]):
+        spec = get_algorithm(self.algorithm)
+        if self.policy_loss_fn != spec.policy_loss_fn or self.policy_loss_fn_args:
+            what = f"policy_loss_fn={self.policy_loss_fn!r}"
+            what = what if self.policy_loss_fn != spec.policy_loss_fn else f"policy_loss_fn_args={self.policy_loss_fn_args}"
+            raise ValueError(
+                f"{owner}: {given} selects TRL's own loss and {what} selects trl_ext's; set one of them"
+            )
+        for spec in config_arguments(POLICY_LOSSES[spec.policy_loss_fn]):
             value = getattr(self, spec.field_name)
             if value != spec.default:
                 raise ValueError(
@@ -386,6 +463,8 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
                 )
         if is_documented_default(self.kl_loss_fn):
             self.kl_loss_fn = documented_default("k3")
+        if self.advantage_fn_name != self.advantage_name() or "epsilon" in (self.advantage_fn_args or {}):
+            return  # TRL's ε is the default of its own advantage only
         for spec in config_arguments(ADVANTAGE_FNS[self.advantage_name()]):
             if spec.name == "epsilon" and getattr(self, spec.field_name) == spec.default:  # TRL's ε, in the config
                 setattr(self, spec.field_name, TRL_ADVANTAGE_EPSILON)
@@ -404,18 +483,19 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
             self.multi_objective_aggregation,
             ("sum_then_normalize", "normalize_then_sum"),
         )
-        name = self.advantage_name()
+        name = self.advantage_fn_name
         if name is None or scale == "group":
             return
-        if "std_cal_level" not in self.advantage_argument_names():
+        if "std_cal_level" not in {a.name for a in ADVANTAGE_FNS[name].arguments}:
             raise ValueError(
                 f"{owner}: scale_rewards={self.scale_rewards!r} chooses the reward std that GRPO's advantage divides "
-                f"by, but the {self.algorithm} algorithm's advantage function `{name}` does not divide by a reward "
-                "std; leave scale_rewards='group' (its default)"
+                f"by, but the advantage function `{name}` does not divide by a reward std; leave "
+                "scale_rewards='group' (its default)"
             )
-        if self.std_cal_level != "group" and self.std_cal_level != scale:
+        std_cal_level = self.composed_kwargs("advantage_fn").get("std_cal_level", "group")
+        if std_cal_level != "group" and std_cal_level != scale:
             raise ValueError(
-                f"{owner}: scale_rewards={self.scale_rewards!r} and std_cal_level={self.std_cal_level!r} contradict "
+                f"{owner}: scale_rewards={self.scale_rewards!r} and std_cal_level={std_cal_level!r} contradict "
                 "each other (both choose the std of the advantage); set one of them"
             )
 
@@ -426,21 +506,29 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
             f"{self.algorithm or 'GRPO-family'} trainer does not use ({rule}); {hint}"
         )
 
-    # ---- components ---------------------------------------------------------------------------------------
+    # ---- components: the algorithm's, or composed (`policy_loss_fn` / `advantage_fn` + their `*_args`) ---------
 
     @property
     def policy_loss_name(self) -> str:
-        """The `trl_ext.losses` name of the policy loss: the algorithm's, or `trl_grpo` (TRL's own losses)."""
-        return "trl_grpo" if self.uses_trl_loss else get_algorithm(self.algorithm).policy_loss_fn
+        """The `trl_ext.losses` name of the policy loss: `policy_loss_fn` (the algorithm's by default), or
+        `trl_grpo` (TRL's own losses)."""
+        if self.uses_trl_loss:
+            return "trl_grpo"
+        return getattr(self, "policy_loss_fn", None) or get_algorithm(self.algorithm).policy_loss_fn
+
+    @property
+    def advantage_fn_name(self) -> str | None:
+        """The `trl_ext.advantages` name of the advantage function: `advantage_fn` (the algorithm's by default)."""
+        return getattr(self, "advantage_fn", None) or self.advantage_name()
 
     @classmethod
     def advantage_name(cls) -> str | None:
-        """The `trl_ext.advantages` name of the advantage function: the algorithm's."""
+        """The algorithm's own advantage function (the record's), whose arguments are this config's fields."""
         return get_algorithm(cls.algorithm).advantage_fn if cls.algorithm else None
 
     @classmethod
     def loss_argument_names(cls) -> list[str]:
-        """The config fields of the policy loss's arguments."""
+        """The config fields of the algorithm's own policy loss's arguments."""
         if not cls.algorithm:
             return []
         return [
@@ -449,35 +537,89 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
 
     @classmethod
     def advantage_argument_names(cls) -> list[str]:
-        """The config fields of the advantage function's arguments."""
+        """The config fields of the algorithm's own advantage function's arguments."""
         name = cls.advantage_name()
         return [spec.field_name for spec in config_arguments(ADVANTAGE_FNS[name])] if name else []
 
     def _named(self, build, what: str, renames: dict[str, str] | None = None):
         return build_named(type(self).__name__, what, build, renames)
 
+    def composed_kwargs(self, kind: str, chosen: str | None = None) -> dict[str, Any]:
+        """The arguments of component `kind` (`policy_loss_fn` / `advantage_fn`): the config's fields of the
+        algorithm's own component and the `<kind>_args` dict.
+
+        With the algorithm's own component (`chosen` = `getattr(self, kind)` by default), every field is passed and
+        `<kind>_args` overrides the fields it names. With another one, only the fields the user set (a value other
+        than the default) are passed, each only if the chosen component takes that argument (else an error: the
+        field configures the algorithm's component). A field and an `<kind>_args` entry that set the same argument
+        differently are an error either way."""
+        owner, registry = type(self).__name__, _REGISTRIES[kind]
+        own = registry[getattr(get_algorithm(self.algorithm), kind)]
+        chosen_cls = registry[chosen or getattr(self, kind)]
+        given = self.given_args(kind, chosen_cls)
+        valid = [a.name for a in chosen_cls.arguments]
+        fields = {spec.name: spec.field_name for spec in config_arguments(own)}
+        set_by_field = set_arguments(self, own)
+        for name, value in given.items():
+            if name in set_by_field and set_by_field[name] != value:
+                raise ValueError(
+                    f"{owner}: {fields[name]}={set_by_field[name]!r} and {kind}_args[{name!r}]={value!r} set the same "
+                    f"argument of {chosen_cls.name!r} differently; set it once"
+                )
+        if chosen_cls is own:
+            return {**passed_arguments(self, own), **given}
+        foreign = [name for name in set_by_field if name not in valid]
+        if foreign:
+            name = foreign[0]
+            raise ValueError(
+                f"{owner}: {fields[name]}={set_by_field[name]!r} is an argument of the {self.algorithm} algorithm's "
+                f"{own.name!r}, but {kind}={chosen_cls.name!r} replaces it and does not take it (its arguments: "
+                f"{', '.join(valid) or 'none'}); leave {fields[name]} unset and give {chosen_cls.name}'s arguments in "
+                f"{kind}_args"
+            )
+        return {**set_by_field, **given}
+
+    def given_args(self, kind: str, component: type) -> dict[str, Any]:
+        """The `<kind>_args` dict, checked to name only arguments of `component`."""
+        given = dict(getattr(self, f"{kind}_args") or {})
+        valid = [a.name for a in component.arguments]
+        unknown = [key for key in given if key not in valid]
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}: {kind}_args has {', '.join(map(repr, unknown))}, which {component.name!r} "
+                f"does not take; its arguments: {', '.join(valid) or 'none'}"
+            )
+        return given
+
     def policy_loss_kwargs(self) -> dict[str, Any]:
-        """The policy loss's arguments, from this config's fields (TRL's own fields for TRL's loss)."""
+        """The policy loss's arguments (TRL's own fields for TRL's loss)."""
         if self.uses_trl_loss:
             return {name: _plain(getattr(self, name)) for name in _TRL_LOSS_FIELDS}
-        return passed_arguments(self, POLICY_LOSSES[self.policy_loss_name])
+        return self.composed_kwargs("policy_loss_fn")
 
     def build_policy_loss(self):
         if self.uses_trl_loss:
             return self._named(lambda: TRLGRPOLoss(**self.policy_loss_kwargs()), "TRL's loss")
-        name = self.policy_loss_name
+        name, kwargs = self.policy_loss_name, self.policy_loss_kwargs()
         renames = config_renames(POLICY_LOSSES[name])
-        return self._named(lambda: get_policy_loss(name, **self.policy_loss_kwargs()), "policy loss", renames)
+        return self._named(lambda: get_policy_loss(name, **kwargs), "policy loss", renames)
+
+    def advantage_kwargs(self) -> dict[str, Any]:
+        """The advantage function's arguments, with TRL's `scale_rewards` (GDPO's sum of normalized rewards: the
+        batch std) as the `std_cal_level` of a function that has one."""
+        kwargs = self.composed_kwargs("advantage_fn")
+        if "std_cal_level" in {a.name for a in ADVANTAGE_FNS[self.advantage_fn_name].arguments}:
+            scale = "batch" if self.multi_objective_aggregation == "normalize_then_sum" else self.scale_rewards
+            if scale != "group":
+                kwargs["std_cal_level"] = scale
+        return kwargs
 
     def build_advantage_fn(self):
-        name = self.advantage_name()
+        name = self.advantage_fn_name
         if name is None:
             return None
-        kwargs = passed_arguments(self, ADVANTAGE_FNS[name])
-        if "std_cal_level" in kwargs:  # TRL's reward scaling (GDPO's sum of normalized rewards: the batch std)
-            scale = "batch" if self.multi_objective_aggregation == "normalize_then_sum" else self.scale_rewards
-            kwargs["std_cal_level"] = kwargs["std_cal_level"] if scale == "group" else scale
-        renames = config_renames(ADVANTAGE_FNS[name])
+        renames = config_renames(ADVANTAGE_FNS[name]) if name == self.advantage_name() else {}
+        kwargs = self.advantage_kwargs()
         return self._named(lambda: get_advantage_fn(name, **kwargs), "advantage function", renames)
 
     def build_kl_fn(self):
@@ -485,15 +627,55 @@ class GRPOFamilyConfig(UnsetTRLFields, GRPO_KL_ARGUMENTS, _TRLGRPOConfig):
         kwargs = {"kl_coef": self.beta, **passed_arguments(self, KLFn)}
         return self._named(lambda: get_kl_fn(name, **kwargs), "KL", {"beta": "kl_coef", **config_renames(KLFn)})
 
+    def build_kl_penalty_fn(self):
+        """The KL penalty on the rewards (`kl_penalty_fn`, its arguments `kl_penalty_fn_args`), or None."""
+        if self.kl_penalty_fn == "none":
+            return None
+        kwargs = {**KL_PENALTY_DEFAULTS, **(self.kl_penalty_fn_args or {})}
+        unknown = [key for key in kwargs if key not in KLFn.default_args()]
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}: kl_penalty_fn_args has {', '.join(map(repr, unknown))}; its keys: "
+                f"{', '.join(KLFn.default_args())}"
+            )
+        return build_named(
+            type(self).__name__,
+            "kl_penalty_fn_args",
+            lambda: get_kl_fn(self.kl_penalty_fn, **kwargs),
+            {f"kl_penalty_fn_args[{k!r}]": k for k in KLFn.default_args()},
+        )
+
     def build_entropy_fn(self):
         return self._named(lambda: get_entropy_fn(self.entropy_loss_fn, entropy_coef=self.entropy_coef), "entropy")
+
+    def composition(self) -> dict[str, str]:
+        """The trained parts in words, for the run summary and the model card: `{"policy loss": "sapo", ...}`; a
+        part other than the algorithm's says so, with its `*_args`."""
+        spec = get_algorithm(self.algorithm)
+        parts = {
+            "policy loss": self._part_text("policy_loss_fn", self.policy_loss_name, spec.policy_loss_fn),
+            "advantage": self._part_text("advantage_fn", self.advantage_fn_name, spec.advantage_fn),
+            "KL in the loss": f"{self.kl_loss_fn}, beta {self.beta:g}" if self.beta else "off",
+        }
+        if self.kl_penalty_fn != "none":
+            args = {**KL_PENALTY_DEFAULTS, **(self.kl_penalty_fn_args or {})}
+            adaptive = f", adaptive towards {args['target_kl']:g}" if args.get("adaptive") else ""
+            parts["KL in the reward"] = f"{self.kl_penalty_fn}, coefficient {args['kl_coef']:g}{adaptive}"
+        return parts
+
+    def _part_text(self, kind: str, name: str | None, own: str | None) -> str:
+        if name is None:
+            return "-"
+        given = getattr(self, f"{kind}_args", None) or {}
+        text = name + (" (" + ", ".join(f"{k}={v!r}" for k, v in given.items()) + ")" if given else "")
+        return text if name == own or self.uses_trl_loss else f"{text}, composed (the algorithm's: {own})"
 
     @property
     def aggregation(self) -> str:
         """The `loss_agg_mode` of the KL term: the policy loss's."""
         if self.uses_trl_loss:
             return trl_loss_aggregation(self.loss_type)
-        return getattr(self, "loss_agg_mode", "token-mean")
+        return getattr(self.build_policy_loss(), "loss_agg_mode", "token-mean")
 
     @property
     def entropy_aggregation(self) -> str:
@@ -552,6 +734,40 @@ class MIXFamilyConfig(ExpertDataArguments, GRPOFamilyConfig):
         raise ValueError(f"{what}; {why}. The nearest ratios that fit: {options}")
 
     @property
+    def rollout_loss_name(self) -> str | None:
+        """The loss of the rollout rows when `policy_loss_fn` names one in place of the mix's PPO part (CHORD with
+        SAPO: `sapo`); None when it names a mixing loss (`mix`, `mix_chord`: PPO on the rollouts)."""
+        name = self.policy_loss_fn
+        return None if issubclass(POLICY_LOSSES[name], MIXPolicyLoss) else name
+
+    @property
+    def policy_loss_name(self) -> str:
+        """The mixing loss: `policy_loss_fn` when it is one, else the algorithm's (whose rollout part it replaces)."""
+        if self.rollout_loss_name is None:
+            return super().policy_loss_name
+        return get_algorithm(self.algorithm).policy_loss_fn
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        """The mixing loss's arguments (its fields); with a rollout loss, that loss built from `policy_loss_fn_args`
+        as its `rollout_loss`."""
+        rollout = self.rollout_loss_name
+        if rollout is None:
+            return super().policy_loss_kwargs()
+        given = self.given_args("policy_loss_fn", POLICY_LOSSES[rollout])
+        mixing = passed_arguments(self, POLICY_LOSSES[self.policy_loss_name])
+        loss = build_named(type(self).__name__, "rollout loss", lambda: get_policy_loss(rollout, **given))
+        return {**mixing, "rollout_loss": loss}
+
+    def composition(self) -> dict[str, str]:
+        parts = super().composition()
+        rollout = self.rollout_loss_name
+        if rollout is not None:
+            own = get_algorithm(self.algorithm).policy_loss_fn
+            rows = self._part_text("policy_loss_fn", rollout, "ppo").split(", composed")[0]
+            parts["policy loss"] = f"{own} with {rows} on the rollout rows, composed (the algorithm's: ppo)"
+        return parts
+
+    @property
     def expert_rows_per_generation(self) -> int:
         """Expert rows in each generation batch, over all processes: ceil(ratio × generation_batch_size), as the
         reference's mix sampler takes ceil(ratio × train_batch_size)."""
@@ -587,16 +803,15 @@ def document_parameters(cls: type, base: type, closing: str) -> type:
 
 
 @dataclass
-class DistillFamilyConfig(TeacherArguments, DistillPolicyLossArguments, GRPOFamilyConfig):
-    """Base of the on-policy distillation config: the teacher, the choice of policy loss (`ppo` or
-    `importance_sampling`) and the optional task-reward term."""
+class DistillFamilyConfig(TeacherArguments, GRPOFamilyConfig):
+    """Base of the on-policy distillation config: the teacher and the optional task-reward term (its policy loss is
+    `ppo` by default, `importance_sampling` is Tinker's; any loss composes)."""
 
-    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*_TRLGRPOConfig._VALID_DICT_FIELDS, "teacher_model_init_kwargs"]  # JSON
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOFamilyConfig._VALID_DICT_FIELDS, "teacher_model_init_kwargs"]
 
     def _check_fields(self) -> None:
         super()._check_fields()
         owner = type(self).__name__
-        check_choice(owner, "policy_loss_fn", self.policy_loss_fn, ("ppo", "importance_sampling"))
         check_choice(owner, "reward_advantage_fn", self.reward_advantage_fn, _REWARD_ADVANTAGE_FNS)
         check_number(owner, "reward_weight", self.reward_weight, ge=0)
         check_text(owner, "teacher_model_name_or_path", self.teacher_model_name_or_path)
@@ -606,23 +821,6 @@ class DistillFamilyConfig(TeacherArguments, DistillPolicyLossArguments, GRPOFami
         )
         if self.teacher_device is not None:
             check_device(owner, "teacher_device", self.teacher_device)
-        if self.policy_loss_fn == "importance_sampling":
-            for spec in POLICY_LOSSES["ppo"].arguments:
-                value = getattr(self, spec.field_name)
-                if spec.name != "loss_agg_mode" and value != spec.default:
-                    raise ValueError(
-                        f"{owner}: {spec.field_name}={value!r} is an argument of the ppo loss, but "
-                        "policy_loss_fn='importance_sampling' (unclipped) does not use it; leave it at its default "
-                        f"({spec.default!r}) or use policy_loss_fn='ppo'"
-                    )
-
-    @property
-    def policy_loss_name(self) -> str:
-        return self.policy_loss_fn
-
-    def policy_loss_kwargs(self) -> dict[str, Any]:
-        kwargs = passed_arguments(self, POLICY_LOSSES["ppo"])  # the config's loss fields are the ppo loss's
-        return kwargs if self.policy_loss_fn == "ppo" else {"loss_agg_mode": self.loss_agg_mode}
 
     def use_toy_task(self) -> None:
         if self.teacher_model_name_or_path is None:
