@@ -182,6 +182,8 @@ INPUT_SOURCES: dict[str, str] = {
     "old_logprob": "the sampling policy's per-token log-probs at advantage time, which only the on-policy "
     "distillation trainer hands an advantage function (OnPolicyDistillConfig)",
     "ref_logprob": "per-token reference log-probs of paired rows (a preference loss: train it with DPOConfig)",
+    "reward_baselines": "the rewards of greedy completions (ReMax), which only the grpo family's trainer generates "
+    "(GRPOConfig, ...: the MIX trainer's batches also hold expert rows)",
     "run_ids": "the run each step of a multi-turn episode belongs to, which no trainer records yet",
     "necs": "a per-token statistic of Clip-V (arXiv 2602.03392) that Trinity-RFT 0.6.0 takes as an input but "
     "computes nowhere, and whose definition trl_ext could not verify against the paper: use `clipb`, whose "
@@ -212,7 +214,7 @@ register_family(TrainerFamily(
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
     group_size_field="num_generations", script_arguments=("trl_ext.scripts.grpo:ExpertDataArguments",),
     sample_strategy="mix", loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "expert_mask", "expert_valid_toks", "expert_valid_seqs"),
-    advantage_inputs=_ROLLOUT_ADVANTAGE_INPUTS,
+    advantage_inputs=tuple(key for key in _ROLLOUT_ADVANTAGE_INPUTS if key != "reward_baselines"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",

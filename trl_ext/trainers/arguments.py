@@ -267,7 +267,7 @@ class TeacherArguments:
     )
 
 
-_ARGS_RULE = 'a dict (a JSON object on the command line, e.g. \'{"clip_range": 0.3}\')'
+_ARGS_RULE = "a dict (a JSON object on the command line, e.g. '{\"clip_range\": 0.3}')"
 
 
 @dataclass

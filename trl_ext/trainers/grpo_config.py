@@ -446,14 +446,12 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
         advantage's ε default to TRL's (`k3`, 1e-4)."""
         owner = type(self).__name__
         given = ", ".join(self._trl_loss_fields)
-        spec = get_algorithm(self.algorithm)
-        if self.policy_loss_fn != spec.policy_loss_fn or self.policy_loss_fn_args:
+        own = get_algorithm(self.algorithm).policy_loss_fn
+        if self.policy_loss_fn != own or self.policy_loss_fn_args:
             what = f"policy_loss_fn={self.policy_loss_fn!r}"
-            what = what if self.policy_loss_fn != spec.policy_loss_fn else f"policy_loss_fn_args={self.policy_loss_fn_args}"
-            raise ValueError(
-                f"{owner}: {given} selects TRL's own loss and {what} selects trl_ext's; set one of them"
-            )
-        for spec in config_arguments(POLICY_LOSSES[spec.policy_loss_fn]):
+            what = what if self.policy_loss_fn != own else f"policy_loss_fn_args={self.policy_loss_fn_args}"
+            raise ValueError(f"{owner}: {given} selects TRL's own loss and {what} selects trl_ext's; set one of them")
+        for spec in config_arguments(POLICY_LOSSES[own]):
             value = getattr(self, spec.field_name)
             if value != spec.default:
                 raise ValueError(

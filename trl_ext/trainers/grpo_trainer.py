@@ -28,6 +28,8 @@ a `MEAN` averaged).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 from typing import Any, ClassVar
@@ -35,6 +37,8 @@ from typing import Any, ClassVar
 import torch
 import trl
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.data_utils import is_conversational
+from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd
 
 from ..losses import aggregate_loss
@@ -93,11 +97,31 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
                 if not environment:
                     _check_prompt_column(type(self).__name__, split if key is None else f"{split}[{key!r}]", data)
 
-        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
+        if "reward_baselines" in _needed_inputs(args.build_advantage_fn()):
+            for name in ("rollout_func", "tools", "environment_factory"):
+                if kwargs.get(name):
+                    raise ValueError(
+                        f"{type(self).__name__}: advantage_fn={args.advantage_fn_name!r} compares each reward with the "
+                        f"reward of a greedy completion of the prompt from TRL's single-turn generation, which "
+                        f"cannot be made with {name}; drop {name} or choose another advantage function"
+                    )
+
+        # TRL loads the reference model (and computes its log-probs) only for beta != 0; KL in the reward needs it
+        # too: TRL sees a non-zero beta while it builds and while it generates (`_reference_log_probs`).
+        self._reference_for_reward = args.kl_penalty_fn != "none" and args.beta == 0
+        beta = args.beta
+        if self._reference_for_reward:
+            args.beta = 1.0
+        try:
+            super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
+        finally:
+            args.beta = beta
+        self.beta = beta
 
         self.algorithm = algorithm
         self.policy_loss_fn = args.build_policy_loss()
         self.advantage_fn = args.build_advantage_fn()
+        self.kl_penalty_fn = args.build_kl_penalty_fn()
         self.kl_fn = args.build_kl_fn()
         self.entropy_fn = args.build_entropy_fn()
         self.loss_agg_mode = args.aggregation
@@ -147,8 +171,23 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         self._gathered_rewards = rewards_per_func
         return rewards_per_func
 
+    @contextlib.contextmanager
+    def _reference_log_probs(self):
+        """TRL computes the reference log-probs only while its `beta` is non-zero: so it is while it generates, when
+        the KL penalty on the rewards needs them and the loss has no KL term."""
+        if not self._reference_for_reward:
+            yield
+            return
+        self.beta = 1.0
+        try:
+            yield
+        finally:
+            self.beta = 0.0
+
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+        with self._reference_log_probs():
+            output = super()._generate_and_score_completions(inputs)
+        self._generation_inputs = inputs  # the dataset rows: ReMax scores its greedy completions with them
         mode = "train" if self.model.training else "eval"
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
         device = rewards_per_func.device
@@ -159,6 +198,10 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         group_ids = torch.arange(rewards.numel(), device=device) // group_size
 
         result, response_mask = self._compute_advantages(rewards, group_ids, output)
+        if self._reference_for_reward:
+            output.pop("ref_per_token_logps", None)  # the loss has no KL term
+        for name, value in (getattr(result, "metrics", None) or {}).items():
+            self._metrics[mode][f"advantage/{name}"].append(float(value))
         # The completions table shows each completion's own advantage: 0 for a row replaced by a duplicate.
         table = _zero_dropped(result.advantages, result.keep)
         row_advantages = result.advantages  # the advantage of each row of the batch that trains
@@ -181,6 +224,10 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         self._metrics[mode]["advantages/dropped_frac"].append(dropped_frac)
         if dropped_frac > 0:
             output["completion_mask"] = completion_mask * keep.unsqueeze(1).to(completion_mask.dtype)
+        token_keep = getattr(result, "token_keep", None)
+        if token_keep is not None:  # a token filter (clipb): the tokens it drops leave the loss and its counts
+            token_keep = token_keep[local, : completion_mask.size(1)]
+            output["completion_mask"] = output["completion_mask"] * token_keep.to(completion_mask.dtype)
         # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
         if table.dim() == 2:
             table = table.sum(1) / response_mask.sum(1).clamp(min=1)
@@ -237,19 +284,139 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         self, rewards: torch.Tensor, group_ids: torch.Tensor, output: dict[str, Any]
     ) -> tuple[Any, torch.Tensor | None]:
         """The advantage function on the generation batch's summed rewards (every process's samples, `[N]`), and
-        the gathered response mask of token-level advantages (`[N, T]`; None for `[N]` advantages)."""
-        wanted = self.advantage_fn.inputs()  # the estimator declares what it reads besides the rewards
+        the gathered response mask of token-level advantages (`[N, T]`; None for `[N]` advantages).
+
+        The function gets the inputs it declares: the gathered masks, a seeded generator, the sampling policy's
+        per-token log-probs and entropies (`logprobs`, `entropy`: one forward pass without gradients, unless TRL
+        already computed the log-probs and no entropy is needed) and ReMax's `reward_baselines` (the reward of one
+        greedy completion per prompt). With `kl_penalty_fn`, the rewards first become token rewards: the score on the
+        completion's last token minus coef·KL(π_old ‖ π_ref) on every loss token; a function that takes token
+        rewards gets them as `[N, T]`, the others each completion's sum."""
+        fn = self.advantage_fn
+        declared, needed = fn.inputs(), _needed_inputs(fn)
+        penalty = self.kl_penalty_fn
         kwargs: dict[str, Any] = {}
         # Token-level returns need every sample's masks: pad to a common width and gather. The loss mask has gaps
         # where tool outputs sit inside a completion; the reward sits on the completion's last token.
-        for name, mask in (("response_mask", _loss_mask), ("completion_mask", lambda out: out["completion_mask"])):
-            if name in wanted:
-                padded = self.accelerator.pad_across_processes(mask(output), dim=1, pad_index=0)
-                kwargs[name] = self.accelerator.gather(padded).bool()
-        if "generator" in wanted:  # random choices (REC's balance drop, duplicate_experiences): seeded per step
+        masks = {"response_mask": _loss_mask(output), "completion_mask": output["completion_mask"]}
+        if "logprobs" in needed or "entropy" in needed or penalty is not None:
+            logprobs, entropy = self._sampling_log_probs(output, entropy="entropy" in needed)
+            masks["logprobs"], masks["entropy"] = logprobs, entropy
+            if penalty is not None:
+                masks["ref_logprobs"] = output["ref_per_token_logps"]
+        gathered = {
+            name: self.accelerator.gather(self.accelerator.pad_across_processes(value, dim=1, pad_index=0))
+            for name, value in masks.items()
+            if value is not None and (name in declared or penalty is not None or name == "response_mask")
+        }
+        for name in ("response_mask", "completion_mask"):
+            if name in gathered:
+                gathered[name] = gathered[name].bool()
+        kwargs.update({name: gathered[name] for name in declared if name in gathered and name in masks})
+        if "generator" in declared:  # random choices (REC's balance drop, duplicate_experiences): seeded per step
             generator = torch.Generator(device="cpu").manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
             kwargs["generator"] = generator
-        return self.advantage_fn.compute(rewards, group_ids, **kwargs), kwargs.get("response_mask")
+        if "reward_baselines" in needed:
+            kwargs["reward_baselines"] = self._greedy_baselines(group_ids)
+        if penalty is not None:
+            rewards = self._penalized_rewards(rewards, gathered, takes_tokens=getattr(fn, "token_rewards", False))
+        response_mask = gathered["response_mask"] if "response_mask" in kwargs else None
+        return fn.compute(rewards, group_ids, **kwargs), response_mask
+
+    def _sampling_log_probs(self, output: dict[str, Any], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The sampling policy's per-token log-probs `[B, T]` of the local completions (TRL's, when it computed them
+        and no entropy is asked for), and their entropies (None unless `entropy`)."""
+        old = output.get("old_per_token_logps")
+        if old is not None and not entropy:
+            return old, None
+        completion_ids = output["completion_ids"]
+        mode = "train" if self.model.training else "eval"
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                torch.cat([output["prompt_ids"], completion_ids], dim=1),
+                torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+                completion_ids.size(1),
+                batch_size=batch_size,
+                compute_entropy=entropy,
+                **{key: output.get(key) for key in _MULTIMODAL_KEYS},
+            )
+        return (logps if old is None else old), entropies
+
+    def _penalized_rewards(self, rewards: torch.Tensor, gathered: dict[str, torch.Tensor], takes_tokens: bool):
+        """The KL penalty on the rewards (`kl_penalty_fn`): token rewards `[N, T]` = the score on the completion's
+        last token − coef·KL(π_old ‖ π_ref) on the loss tokens (`[N, T]` for a function that takes token rewards,
+        else each completion's sum `[N]`); logs the batch KL and the coefficient as the reference does
+        (`advantage/kl`, `advantage/kl_coef`) and steps an adaptive coefficient."""
+        mode = "train" if self.model.training else "eval"
+        completion, loss_mask = gathered["completion_mask"].bool(), gathered["response_mask"].bool()
+        width = completion.size(1)
+        positions = torch.arange(width, device=completion.device).expand_as(completion)
+        last = torch.where(completion, positions, -1).amax(dim=1)
+        scores = torch.zeros_like(completion, dtype=rewards.dtype)
+        rows = (last >= 0).nonzero().flatten()
+        scores[rows, last[rows]] = rewards[rows]
+        coefficient = self.kl_penalty_fn.kl_coef
+        token_rewards, metrics = self.kl_penalty_fn.apply_kl_penalty_to_reward(
+            scores, gathered["logprobs"].to(rewards.dtype), gathered["ref_logprobs"].to(rewards.dtype), loss_mask
+        )
+        metrics["kl_coef"] = coefficient  # the coefficient applied (a float, as the reference logs it)
+        if mode == "eval":  # evaluation does not move an adaptive coefficient
+            self.kl_penalty_fn.kl_coef = coefficient
+        for name, value in metrics.items():
+            self._metrics[mode][f"advantage/{name}"].append(float(value))
+        return token_rewards if takes_tokens else token_rewards.sum(dim=1)  # score − coef·Σ_t KL_t
+
+    @contextlib.contextmanager
+    def _greedy_generation(self):
+        """TRL's generation, greedy: vLLM at temperature 0, transformers with `do_sample=False`."""
+        if self.use_vllm:
+            generation = self.vllm_generation
+            saved = generation.temperature
+            generation.temperature = 0.0
+            try:
+                yield
+            finally:
+                generation.temperature = saved
+            return
+        saved_config, saved_kwargs = self.generation_config, self.generation_kwargs
+        greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "min_p": None}
+        self.generation_config = copy.deepcopy(saved_config)
+        self.generation_config.update(**greedy)
+        self.generation_kwargs = {**saved_kwargs, **greedy}
+        try:
+            yield
+        finally:
+            self.generation_config, self.generation_kwargs = saved_config, saved_kwargs
+
+    def _greedy_baselines(self, group_ids: torch.Tensor) -> torch.Tensor:
+        """ReMax's baselines `[N]`: the reward of one greedy completion of each prompt, generated through TRL's
+        generation path (vLLM when it is on) and scored by the reward functions; every sample of the prompt's group
+        gets it. Each process generates for the groups of its own rows (whole groups: the config checks it)."""
+        inputs = self._generation_inputs
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        firsts = [inputs[i] for i in range(0, len(inputs), group)]
+        prompts = [row["prompt"] for row in firsts]
+        prompt_ids, images, multimodal = self._tokenize_prompts(prompts)
+        with self._greedy_generation():
+            completion_ids, _ = self._generate_single_turn(prompt_ids, images, multimodal, 1)
+        if is_conversational({"prompt": prompts[0]}):
+            texts = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+            completions = [[{"role": "assistant", "content": text}] for text in texts]
+        else:
+            completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        per_func = trl.GRPOTrainer._calculate_rewards(self, firsts, prompts, completions, completion_ids)
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            raise ValueError(
+                f"{type(self).__name__}: advantage_fn='remax' compares each reward with a greedy completion's, which "
+                "multi_objective_aggregation='normalize_then_sum' (per-group normalized rewards) has no value for; "
+                "use 'sum_then_normalize'"
+            )
+        baselines = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+        self._metrics[mode]["advantage/greedy_reward"].append(baselines.mean().item())
+        return baselines.repeat_interleave(group)[: group_ids.numel()]
 
     # ---- optimizer-window normalization ----------------------------------------------------------------------
 
@@ -456,11 +623,16 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
 
     def _checkpoint_state(self) -> dict[str, Any]:
         """What a resumed run needs beyond TRL's checkpoint: the adaptive KL coefficient."""
-        return {"kl_coef": self.kl_fn.kl_coef} if self.kl_fn.adaptive else {}
+        state = {"kl_coef": self.kl_fn.kl_coef} if self.kl_fn.adaptive else {}
+        if self.kl_penalty_fn is not None and self.kl_penalty_fn.adaptive:
+            state["kl_penalty_coef"] = self.kl_penalty_fn.kl_coef
+        return state
 
     def _restore_checkpoint_state(self, state: dict[str, Any]) -> None:
         if self.kl_fn.adaptive and "kl_coef" in state:
             self.kl_fn.kl_coef = self.beta = state["kl_coef"]
+        if self.kl_penalty_fn is not None and "kl_penalty_coef" in state:
+            self.kl_penalty_fn.kl_coef = state["kl_penalty_coef"]
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -478,6 +650,13 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         if path is not None and os.path.exists(path):
             with open(path) as f:
                 self._restore_checkpoint_state(json.load(f))
+
+
+def _needed_inputs(advantage_fn: Any) -> tuple[str, ...]:
+    """The inputs an advantage function needs with its arguments (all it declares when it does not say)."""
+    if advantage_fn is None:
+        return ()
+    return advantage_fn.needed_inputs() if hasattr(advantage_fn, "needed_inputs") else advantage_fn.inputs()
 
 
 def _read_by(loss_fn: Any, inputs: dict[str, Any]) -> dict[str, Any]:
