@@ -80,7 +80,8 @@ def test_attached_to_the_algorithm_table():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"policy_loss_fn": "sft"}, r"policy_loss_fn='sft' is not valid; must be one of 'ppo', 'importance_sampling'"),
+        ({"policy_loss_fn": "nope"}, r"policy_loss_fn='nope' is not valid; must be one of 'cispo', "),
+        ({"policy_loss_fn": "mix"}, r"policy_loss_fn='mix' cannot train in the distill family's trainer: it needs `expert_mask`"),
         (
             {"distill_baseline": "mean"},
             r"distill_baseline='mean' is not valid; must be one of 'none', 'batch', 'group'",
@@ -91,7 +92,8 @@ def test_attached_to_the_algorithm_table():
         ({"teacher_device": "gpu7"}, r"teacher_device='gpu7' is not a device"),
         (
             {"policy_loss_fn": "importance_sampling", "clip_range": 0.3},
-            r"clip_range=0.3 is an argument of the ppo loss, but policy_loss_fn='importance_sampling'",
+            r"clip_range=0.3 is an argument of the on_policy_distill algorithm's 'ppo', but "
+            r"policy_loss_fn='importance_sampling' replaces it and does not take it",
         ),
         ({"teacher_model_init_kwargs": "dtype=bfloat16"}, r"teacher_model_init_kwargs='dtype=bfloat16' must be a dict"),
         ({"loss_type": "bnpo"}, r"loss_type='bnpo' is a trl.GRPOConfig field"),

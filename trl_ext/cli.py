@@ -62,8 +62,25 @@ def list_algorithms() -> str:
     untrained = [name for name, spec in ALGORITHMS.items() if not spec.has_trainer]
     if untrained:
         lines.append(f"no trainer yet (losses in trl_ext.losses): {', '.join(untrained)}")
+    lines += composable_parts()
     lines.append("An algorithm's settings and defaults: trl-ext list ALGORITHM")
     return "\n".join(textwrap.fill(line, 118, subsequent_indent="    ") for line in lines)
+
+
+def composable_parts() -> list[str]:
+    """What a GRPO-family config composes (`policy_loss_fn`, `advantage_fn`, the KL estimators), from the
+    registries, one line each."""
+    from .advantages import ADVANTAGE_FNS
+    from .losses import KL_FNS, POLICY_LOSSES
+
+    kl = [name for name, cls in KL_FNS.items() if cls.name == name]  # without the aliases (kl = k1, mse = k2)
+    return [
+        "compose on any grpo / mix / distill config (with *_args dicts; each part refused where its trainer cannot "
+        "feed it):",
+        f"  policy_loss_fn   {', '.join(sorted(POLICY_LOSSES))}",
+        f"  advantage_fn     {', '.join(sorted(ADVANTAGE_FNS))}",
+        f"  kl_loss_fn / kl_penalty_fn (KL in the loss with beta / in the reward)   {', '.join(kl)}",
+    ]
 
 
 def describe_algorithm(name: str) -> str:
@@ -77,6 +94,11 @@ def describe_algorithm(name: str) -> str:
     components = f"policy loss {spec.policy_loss_fn}, advantage {spec.advantage_fn or '-'}"
     components += f", KL {spec.kl_loss_fn}, entropy {spec.entropy_loss_fn}"
     lines.append(f"  components  {components} (Trinity-RFT's defaults)")
+    if spec.has_trainer and spec.family.per_algorithm_classes:
+        lines.append(
+            f"  compose     {spec.class_names[0]}(policy_loss_fn=..., advantage_fn=..., *_args, kl_penalty_fn=...): "
+            "parts in trl-ext list"
+        )
     if not spec.has_trainer:
         lines.append(f"  trainer     none yet: its loss is trl_ext.losses.get_policy_loss({spec.policy_loss_fn!r})")
         return "\n".join(lines)

@@ -222,7 +222,7 @@ register_family(TrainerFamily(
     trainer_base="trl_ext.trainers.distill_trainer:DistillFamilyTrainer",
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
-    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "teacher_logprob", "old_logprob"),
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "teacher_logprob", "old_logprob", "teacher_valid_mask"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "dpo", "`trl.DPOTrainer` on (chosen, rejected) pairs.",

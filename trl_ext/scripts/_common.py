@@ -444,6 +444,9 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
         f"eval every {args.eval_steps or args.logging_steps:g} steps",
     )
     lines.append(f"  schedule    {length}; logging every {args.logging_steps:g} steps; {evaluation}")
+    if hasattr(args, "composition"):  # the trained parts, composed ones marked
+        parts = "; ".join(f"{part} {text}" for part, text in args.composition().items())
+        lines += textwrap.wrap(f"  parts       {parts}", width=118, subsequent_indent="              ")
     shown = ("learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length")
     settings = algorithm_overrides(args, algorithm, shown)
     lines += textwrap.wrap(

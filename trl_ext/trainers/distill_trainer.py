@@ -224,14 +224,19 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         mask_all, scored_all = mask_all.bool(), scored_all.bool()
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         group_ids = torch.arange(mask_all.size(0), device=mask_all.device) // group_size
-        distill = self.advantage_fn.compute(
-            None,
-            group_ids,
-            teacher_logprob=teacher_all,
-            old_logprob=old_all,
-            response_mask=mask_all,
-            teacher_valid_mask=scored_all,
-        ).advantages
+        available = {  # the distillation advantage (`on_policy_distill`, `jsd`) reads the ones it declares
+            "teacher_logprob": teacher_all,
+            "old_logprob": old_all,
+            "response_mask": mask_all,
+            "teacher_valid_mask": scored_all,
+        }
+        declared = self.advantage_fn.inputs()
+        if "teacher_valid_mask" not in declared:  # tokens the teacher cannot score are left out of its mask
+            available["response_mask"] = scored_all
+        result = self.advantage_fn.compute(None, group_ids, **{k: v for k, v in available.items() if k in declared})
+        distill = result.advantages
+        for name, value in (getattr(result, "metrics", None) or {}).items():
+            self._metrics[mode][f"advantage/{name}"].append(float(value))
         task = self.accelerator.gather(output["advantages"])  # reward_weight·Â per sample
         advantages = distill + task.unsqueeze(1) * mask_all
         rows = slice(self.accelerator.process_index * batch, (self.accelerator.process_index + 1) * batch)

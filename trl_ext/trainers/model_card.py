@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from typing import Any
 
@@ -100,10 +101,15 @@ class AlgorithmModelCard:
         rows = [
             ("algorithm", f"`{self.algorithm}`: {spec.description}"),
             ("trainer / config", f"`trl_ext.{type(self).__name__}` / `trl_ext.{type(args).__name__}`"),
-            ("policy loss", f"`{getattr(args, 'policy_loss_name', spec.policy_loss_fn)}`"),
-            ("advantage", f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"),
         ]
-        if spec.family.kl_coef_field is not None:
+        if hasattr(args, "composition"):  # the trained parts (a composed one says so)
+            rows += [(part, re.sub(r"^(\w+)", r"`\1`", text)) for part, text in args.composition().items()]
+        else:
+            rows += [
+                ("policy loss", f"`{getattr(args, 'policy_loss_name', spec.policy_loss_fn)}`"),
+                ("advantage", f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"),
+            ]
+        if spec.family.kl_coef_field is not None and not hasattr(args, "composition"):
             coefficient = getattr(args, spec.family.kl_coef_field)
             rows.append(("KL term", f"`{args.kl_loss_fn}`, coefficient {coefficient}"))
         rows += [(f"`{f.name}`", f"`{getattr(args, f.name)!r}`") for f in algorithm_fields(type(args), self.algorithm)]
