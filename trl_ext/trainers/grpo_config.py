@@ -325,9 +325,13 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
                     raise ValueError(
                         f"{owner}: {name}={value!r} adds a KL term to a reference model, but the {self.algorithm} "
                         "algorithm trains without one (its record's use_reference=False, as in Trinity-RFT: no "
-                        f"reference model is loaded); leave {name}={off!r}, or compose its parts on a config with a "
-                        f"reference model (e.g. GRPOConfig(policy_loss_fn={self.policy_loss_name!r}, "
-                        f"advantage_fn={self.advantage_fn_name!r}))"
+                        f"reference model is loaded); leave {name}={off!r}"
+                        + (
+                            f", or compose its parts on a config with a reference model (e.g. GRPOConfig("
+                            f"policy_loss_fn={self.policy_loss_name!r}, advantage_fn={self.advantage_fn_name!r}))"
+                            if get_algorithm(self.algorithm).trainer == "grpo"
+                            else ""
+                        )
                     )
         if self.adaptive_kl and self.beta == 0:
             raise ValueError(
