@@ -6,6 +6,7 @@ construction, naming the field; KL in the reward follows the reference (score on
 coef·KL(old ‖ ref) per loss token, the sum for per-sample estimators).
 """
 
+# ruff: noqa: E501  (the table of refused compositions: one line per case)
 from __future__ import annotations
 
 import json

@@ -81,7 +81,10 @@ def test_attached_to_the_algorithm_table():
     ("overrides", "message"),
     [
         ({"policy_loss_fn": "nope"}, r"policy_loss_fn='nope' is not valid; must be one of 'cispo', "),
-        ({"policy_loss_fn": "mix"}, r"policy_loss_fn='mix' cannot train in the distill family's trainer: it needs `expert_mask`"),
+        (
+            {"policy_loss_fn": "mix"},
+            r"policy_loss_fn='mix' cannot train in the distill family's trainer: it needs `expert_mask`",
+        ),
         (
             {"distill_baseline": "mean"},
             r"distill_baseline='mean' is not valid; must be one of 'none', 'batch', 'group'",
