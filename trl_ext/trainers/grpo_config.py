@@ -416,6 +416,15 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
                     f"{type(self).__name__}: {kind}={name!r} cannot train in the {family.name} family's trainer: it "
                     f"needs `{missing[0]}`, {input_source(missing[0])}"
                 )
+        if advantage is not None and "reward_baselines" in needed:  # ReMax: a greedy completion per local group
+            rows = self.per_device_train_batch_size * (self.steps_per_generation or self.gradient_accumulation_steps)
+            if rows % self.num_generations:
+                raise ValueError(
+                    f"{type(self).__name__}: advantage_fn={self.advantage_fn_name!r} generates one greedy completion "
+                    f"per prompt group on the process that holds the group, so each process's {rows} rows "
+                    f"(per_device_train_batch_size × steps_per_generation) must be whole groups of "
+                    f"num_generations={self.num_generations}; make it a multiple"
+                )
         if self.kl_penalty_fn != "none" and (advantage is None or not _takes_rewards(advantage)):
             raise ValueError(
                 f"{type(self).__name__}: kl_penalty_fn={self.kl_penalty_fn!r} subtracts the KL from the rewards, but "
