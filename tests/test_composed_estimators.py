@@ -1,0 +1,92 @@
+"""The estimators with extra inputs, in the trainers: ReMax's greedy baseline, Clip-B's token filter, JSD as the
+distillation advantage, and Clip-V's refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from trainer_helpers import CPU, cpu_config, logged, toy_trainer, train_update
+
+import trl_ext
+from trl_ext.toy import tiny_teacher_path
+
+
+class _RecordingGRPOTrainer(trl_ext.GRPOTrainer):
+    """Records each generation call (greedy or sampled, how many prompts) and each ReMax baseline."""
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        self.calls.append((self.generation_config.do_sample, len(prompt_ids), num_generations))
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+
+    def _greedy_baselines(self, group_ids):
+        baselines = super()._greedy_baselines(group_ids)
+        self.baselines.append(baselines)
+        return baselines
+
+
+def test_remax_baseline_is_a_greedy_completions_reward(tiny_model, tmp_path):
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="remax", max_steps=1)
+    trainer = toy_trainer(_RecordingGRPOTrainer, config, tiny_model)
+    trainer.calls, trainer.baselines = [], []
+    update = train_update(trainer)
+    # 8 sampled rows (2 prompts × 4), then one greedy completion per prompt; sampling is restored afterwards
+    assert trainer.calls == [(True, 8, 4), (False, 2, 1)]
+    assert trainer.generation_config.do_sample
+    (baselines,) = trainer.baselines
+    assert baselines.shape == (8,) and torch.equal(baselines[:4], baselines[:1].expand(4))
+    # every token of a completion gets R − b (returns of an outcome reward, γ = 1): the table's per-row mean
+    rewards = torch.tensor(list(trainer._logs["rewards"]["length_reward"])[-8:])
+    advantages = torch.tensor(list(trainer._logs["advantages"])[-8:])
+    torch.testing.assert_close(advantages, rewards - baselines, rtol=1e-6, atol=1e-6)
+    assert logged(trainer, "advantage/greedy_reward") == [pytest.approx(baselines.mean().item())]
+    assert max(u.abs().max().item() for u in update.values()) > 0
+
+
+def test_remax_refuses_what_cannot_make_a_greedy_completion(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match=r"each process's 6 rows .* must be whole groups of num_generations=4"):
+        cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="remax", per_device_train_batch_size=6,
+                   num_generations=3 + 1, generation_batch_size=12)  # fmt: skip
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="remax")
+    with pytest.raises(ValueError, match=r"advantage_fn='remax' .* cannot be made with rollout_func"):
+        trl_ext.GRPOTrainer(model=tiny_model, reward_funcs=lambda completions, **_: [0.0] * len(completions),
+                            args=config, rollout_func=lambda prompts, trainer: {})  # fmt: skip
+
+
+def test_clipb_drops_negative_advantage_tokens_from_the_loss(tiny_model, tmp_path):
+    """μ = 0 clips every negative-advantage token whose S = p·(H + log p) is below the batch mean: some are
+    dropped, no positive one is; the update differs from GRPO's."""
+    updates, trainers = [], []
+    for overrides in ({"advantage_fn": "clipb", "advantage_fn_args": {"mu": 0.0}}, {}):
+        torch.manual_seed(0)
+        config = cpu_config(trl_ext.GRPOConfig, str(tmp_path / str(len(updates))), **overrides)
+        trainers.append(toy_trainer(trl_ext.GRPOTrainer, config, tiny_model))
+        updates.append(train_update(trainers[-1]))
+    clipped = trainers[0]
+    assert max(logged(clipped, "advantage/frac_clipped_neg")) > 0
+    assert logged(clipped, "advantage/frac_clipped_pos") == [0.0, 0.0]
+    assert any(not torch.allclose(updates[0][n], updates[1][n]) for n in updates[0])
+
+
+def test_clipv_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match=r"advantage_fn='clipv' cannot train .* it needs `necs`.* computes nowhere"):
+        trl_ext.GRPOConfig(output_dir="unused", **CPU, advantage_fn="clipv")
+
+
+def test_jsd_is_the_distillation_advantage(tiny_model, tmp_path):
+    """JSD with β = 0 is KL(student ‖ teacher) per token: exactly on-policy distillation's advantage, so the same
+    update; with β = 0.5 it trains and logs the reference's metrics."""
+    updates = []
+    for overrides in ({"advantage_fn": "jsd", "advantage_fn_args": {"lambda_coef": 0.0}}, {}, {"advantage_fn": "jsd"}):
+        torch.manual_seed(0)
+        config = cpu_config(
+            trl_ext.OnPolicyDistillConfig,
+            str(tmp_path / str(len(updates))),
+            teacher_model_name_or_path=tiny_teacher_path(),
+            **overrides,
+        )
+        trainer = toy_trainer(trl_ext.OnPolicyDistillTrainer, config, tiny_model)
+        updates.append(train_update(trainer))
+    for name in updates[0]:
+        assert torch.equal(updates[0][name], updates[1][name]), name
+    assert any(not torch.allclose(updates[2][n], updates[1][n]) for n in updates[1])
+    assert len(logged(trainer, "advantage/jsd/mean")) == 2 and logged(trainer, "advantage/jsd/mean")[0] != 0
