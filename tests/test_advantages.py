@@ -51,6 +51,13 @@ def test_registry_names():
         "reinforceplusplus",
         "on_policy_distill",
         "raft",
+        "remax",
+        "clipb",
+        "clipv",
+        "jsd",
+        "grpo_verl",
+        "opmd_verl",
+        "asymre_verl",
     }
 
 
@@ -71,6 +78,13 @@ DEFAULT_ARGS = {
     "reinforceplusplus": {"gamma": 1.0},
     "on_policy_distill": {"kl_coef": 1.0, "distill_baseline": "none"},
     "raft": {"min_reward": None},
+    "remax": {},
+    "clipb": {"epsilon": 1e-6, "mu": 2.5},
+    "clipv": {"epsilon": 1e-6, "mu": 8.5, "max_frac": 1e-4},
+    "jsd": {"lambda_coef": 0.5, "kl_coef": 1.0, "temperature": 1.0, "chunk_size": None},
+    "grpo_verl": {"epsilon": 1e-6},
+    "opmd_verl": {"opmd_baseline": "mean", "tau": 1.0},
+    "asymre_verl": {"baseline_shift": -0.1},
 }
 """Every estimator's arguments with their defaults, in declaration order."""
 
@@ -135,7 +149,12 @@ OUT_OF_RANGE = list(_out_of_range_values())
 def test_out_of_range_cases_cover_the_ruled_arguments():
     arguments = {(name, spec.name) for name, cls in ADVANTAGE_FNS.items() for spec in cls.arguments}
     covered = {case.values[:2] for case in OUT_OF_RANGE}
-    assert arguments - covered == {("asymre", "baseline_shift"), ("raft", "min_reward")}  # any finite number
+    # any finite number
+    assert arguments - covered == {
+        ("asymre", "baseline_shift"),
+        ("asymre_verl", "baseline_shift"),
+        ("raft", "min_reward"),
+    }
 
 
 @pytest.mark.parametrize(("name", "argument", "value"), OUT_OF_RANGE)
@@ -335,76 +354,56 @@ def test_grpo_batch_std():
 
 
 def test_grpo_rank_penalty_hand_example():
+    """Trinity-RFT's rank penalty: the group mean / std are those of R·(1 − rank/n·β), rank ascending by mean token
+    log-prob (0 = the least likely); the numerator keeps R."""
     fn = get_advantage_fn("grpo", rank_penalty=0.5)
-    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, -1.0, 2.0])
-    logp = torch.tensor([-1.0, -3.0, -0.5, -2.0, 5.0, -7.0])
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, -1.0, 2.0], dtype=torch.float64)
     groups = [0, 0, 0, 0, 1, 1]
-    # Group 0 (G=4): positives by descending logp: idx0 (rank 0), idx3 (rank 1), idx1 (rank 2)
-    #   factors 1 - .5*4/4 = .5, 1 - .5*3/4 = .625, 1 - .5*2/4 = .75; idx2 (reward 0) unchanged.
-    # Group 1 (G=2): idx5 is the only positive -> rank 0 -> factor .5; idx4 (reward -1) unchanged.
-    shaped = [0.5, 0.75, 0.0, 0.625, -1.0, 1.0]
-    close(fn(rewards, groups, seq_logprobs=logp), py_grpo(shaped, groups))
-    with pytest.raises(ValueError, match=r"grpo: rank_penalty is set, so compute\(\) needs seq_logprobs"):
+    # Mean log-probs over the mask: row 0 -1, row 1 -3, row 2 -0.5, row 3 -2 (its masked -100 ignored), row 4 5,
+    # row 5 -7.
+    logprobs = torch.tensor(
+        [[-1.0, -1.0], [-2.0, -4.0], [-0.5, float("nan")], [-2.0, -100.0], [5.0, 5.0], [-7.0, -7.0]],
+        dtype=torch.float64,
+    )
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0], [1, 1], [1, 1]])
+    # Group 0 (n=4): ascending ranks idx1 0, idx3 1, idx0 2, idx2 3 -> factors 1, 7/8, 3/4, 5/8:
+    # scaled [0.75, 1, 0, 0.875].  Group 1 (n=2): idx5 rank 0 (factor 1), idx4 rank 1 (factor 3/4): [-0.75, 2].
+    scaled0, scaled1 = [0.75, 1.0, 0.0, 0.875], [-0.75, 2.0]
+    m0, s0 = statistics.mean(scaled0), statistics.stdev(scaled0)
+    m1, s1 = statistics.mean(scaled1), statistics.stdev(scaled1)
+    expected = [(r - m0) / (s0 + EPS) for r in [1.0, 1.0, 0.0, 1.0]] + [(r - m1) / (s1 + EPS) for r in [-1.0, 2.0]]
+    close(fn(rewards, groups, logprobs=logprobs, response_mask=mask), expected, atol=1e-12)
+    with pytest.raises(ValueError, match=r"grpo: rank_penalty is set, so compute\(\) needs logprobs and response_mask"):
         fn(rewards, groups)
-    with pytest.raises(ValueError, match=r"seq_logprobs\[1\] is nan"):
-        fn(rewards, groups, seq_logprobs=torch.tensor([0.0, float("nan"), 0, 0, 0, 0]))
-    with pytest.raises(ValueError, match=r"seq_logprobs must have shape \(6,\)"):
-        fn(rewards, groups, seq_logprobs=torch.zeros(5))
+    with pytest.raises(ValueError, match=r"grpo: rank_penalty is set, so compute\(\) needs response_mask"):
+        fn(rewards, groups, logprobs=logprobs)
+    with pytest.raises(
+        ValueError, match=r"grpo: logprobs\[1, 0\] is nan, logprobs\[1, 1\] is nan; logprobs must be finite where"
+    ):
+        fn(rewards, groups, logprobs=logprobs.index_fill(0, torch.tensor([1]), float("nan")), response_mask=mask)
+    with pytest.raises(ValueError, match=r"grpo: logprobs must have the shape \(6, 2\) of response_mask"):
+        fn(rewards, groups, logprobs=torch.zeros(6, 3), response_mask=mask)
+    with pytest.raises(ValueError, match=r"grpo: response_mask has 5 rows but rewards has 6 entries"):
+        fn(rewards, groups, logprobs=torch.zeros(5, 2), response_mask=torch.ones(5, 2))
+    with pytest.raises(ValueError, match=r"grpo: response_mask must be a 2-D"):
+        fn(rewards, groups, logprobs=torch.zeros(6), response_mask=torch.ones(6))
 
 
 def test_grpo_rank_penalty_ties_and_zero():
-    # Ties: stable by index -> idx0 rank 0 (factor 1 - 1*2/2 = 0), idx1 rank 1 (factor 1 - 1*1/2 = .5).
-    out = get_advantage_fn("grpo", rank_penalty=1.0)(torch.tensor([1.0, 1.0]), [0, 0], seq_logprobs=[-1.0, -1.0])
-    close(out, py_grpo([0.0, 0.5], [0, 0]))
-    # rank_penalty=0 leaves rewards unchanged; seq_logprobs is ignored without rank_penalty.
+    # Ties: by index -> idx0 rank 0 (factor 1), idx1 rank 1 (factor 1 - 1/2 = .5): scaled [1, .5].
+    fn = get_advantage_fn("grpo", rank_penalty=1.0)
+    out = fn(torch.tensor([1.0, 1.0]), [0, 0], logprobs=[[-1.0], [-1.0]], response_mask=[[1], [1]])
+    close(out, [(1 - 0.75) / (statistics.stdev([1.0, 0.5]) + EPS)] * 2)
+    # rank_penalty=0 leaves the statistics unchanged; the inputs are ignored without rank_penalty.
     rewards = torch.tensor([1.0, 0.0, 1.0])
-    base = get_advantage_fn("grpo")(rewards, [0, 0, 0], seq_logprobs=torch.tensor([1.0, 2.0, 3.0]))
-    close(get_advantage_fn("grpo", rank_penalty=0.0)(rewards, [0, 0, 0], seq_logprobs=[1.0, 2.0, 3.0]), base)
-
-
-def paper_unlikeliness_rewards(rewards: list[float], logps: list[float], penalty: float) -> list[float]:
-    """He et al. 2025 (arXiv 2506.02355) unlikeliness reward of ONE group, plain Python: the correct samples
-    (R > 0) are ranked by descending log-prob (rank 0 = the most likely; ties by position) and get
-    R * (1 - penalty * (G - rank) / G); the others keep R."""
-    g = len(rewards)
-    positives = sorted((i for i in range(g) if rewards[i] > 0), key=lambda i: -logps[i])  # stable
-    rank = {i: k for k, i in enumerate(positives)}
-    return [r * (1 - penalty * (g - rank[i]) / g) if i in rank else r for i, r in enumerate(rewards)]
-
-
-def trinity_rank_penalty_advantages(
-    rewards: list[float], mean_logps: list[float], penalty: float, eps: float = EPS
-) -> list[float]:
-    """Trinity-RFT 0.6.0 GRPOGroupedAdvantage's rank_penalty for ONE group (n > 1), plain Python: rank =
-    ascending position of the mean token log-prob / n; EVERY reward is scaled by (1 - rank * penalty); the
-    scaled rewards give the mean / unbiased std, but the numerator is the unscaled reward."""
-    n = len(rewards)
-    rank = [0.0] * n
-    for k, i in enumerate(sorted(range(n), key=lambda i: mean_logps[i])):
-        rank[i] = k / n
-    scaled = [r * (1 - rank[i] * penalty) for i, r in enumerate(rewards)]
-    mean, std = statistics.mean(scaled), statistics.stdev(scaled)
-    return [(r - mean) / (std + eps) for r in rewards]
-
-
-def test_grpo_rank_penalty_is_the_papers_not_trinitys():
-    # One group of four; seq_logprobs of equal-length completions, so summed and mean log-probs rank alike.
-    rewards = [1.0, 1.0, 0.0, 1.0]
-    logps = [-1.0, -3.0, -0.5, -2.0]
-    penalty = 0.5
-    ours = get_advantage_fn("grpo", rank_penalty=penalty)(
-        torch.tensor(rewards, dtype=torch.float64), [0] * 4, seq_logprobs=torch.tensor(logps, dtype=torch.float64)
+    lp, mask = torch.tensor([[1.0], [2.0], [3.0]]), torch.ones(3, 1)
+    base = get_advantage_fn("grpo")(rewards, [0, 0, 0], logprobs=lp, response_mask=mask)
+    close(get_advantage_fn("grpo", rank_penalty=0.0)(rewards, [0, 0, 0], logprobs=lp, response_mask=mask), base)
+    # A row with no valid token ranks last (the reference's NaN mean sorts last); a group of one is not scaled.
+    out = fn(
+        torch.tensor([1.0, 1.0, 3.0]), [0, 0, 1], logprobs=torch.zeros(3, 2), response_mask=[[0, 0], [1, 1], [1, 1]]
     )
-    shaped = paper_unlikeliness_rewards(rewards, logps, penalty)
-    assert shaped == [0.5, 0.75, 0.0, 0.625]
-    close(ours, py_grpo(shaped, [0] * 4), atol=1e-12)
-    trinity = torch.tensor(trinity_rank_penalty_advantages(rewards, logps, penalty), dtype=torch.float64)
-    assert (ours - trinity).abs().max() > 0.1  # a deliberate difference (README, "Deliberate differences")
-    # Ours ranks the correct samples: the least likely (idx 1) gets the largest advantage, the most likely
-    # (idx 0) the smallest.  Trinity's unscaled numerator gives every correct sample the same advantage: its
-    # penalty moves only the group mean / std.
-    assert ours[1] > ours[3] > ours[0] > 0 > ours[2]
-    assert trinity[0] == trinity[1] == trinity[3]
+    close(out, [(1 - 0.75) / (statistics.stdev([1.0, 0.5]) + EPS)] * 2 + [3 / (1 + EPS)])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -457,10 +456,7 @@ def test_grpo_duplicate_experiences_edge_cases():
     res = fn.compute(torch.tensor([1.0, 1.0, 3.0, 3.0, 5.0]), [0, 0, 1, 1, 2])
     assert res.source is None and not res.keep.any()
     assert fn(torch.tensor([1.0, 1.0, 3.0, 3.0, 5.0]), [0, 0, 1, 1, 2]).abs().sum() == 0
-    # Unequal group sizes cannot be duplicated row for row.
-    with pytest.raises(ValueError, match=r"grpo: duplicate_experiences needs groups of equal size.*\[1, 2, 3\]"):
-        fn.compute(torch.tensor([1.0, 0.0, 2.0, 2.0, 0.0, 1.0]), [0, 0, 1, 1, 1, 2])
-    # ... but unequal sizes are fine when nothing is duplicated.
+    # Unequal sizes are fine when nothing is duplicated (test_advantages_trinity.py covers duplicating them).
     assert fn.compute(torch.tensor([1.0, 0.0, 2.0, 0.0, 1.0]), [0, 0, 1, 1, 1]).source is None
     # Without duplicate_experiences a skipped group is just dropped.
     res = get_advantage_fn("grpo", std_threshold=0.0).compute(torch.tensor([1.0, 0.0, 1.0, 1.0]), [0, 0, 1, 1])
@@ -469,7 +465,7 @@ def test_grpo_duplicate_experiences_edge_cases():
 
 def test_advantage_result_source_default():
     res = AdvantageResult(torch.zeros(2), torch.ones(2, dtype=torch.bool))
-    assert res.source is None and len(res) == 3
+    assert res.source is None and res.token_keep is None and res.metrics is None and len(res) == 5
     assert res[2] is None and AdvantageResult(*res).source is None
 
 
@@ -953,7 +949,7 @@ def test_each_estimator_declares_the_inputs_it_reads():
     declared = {name: cls.inputs() for name, cls in ADVANTAGE_FNS.items()}
     assert declared["reinforceplusplus"] == ("response_mask", "completion_mask")
     assert declared["rec"] == ("generator",)
-    assert declared["grpo"] == ("seq_logprobs", "generator")
+    assert declared["grpo"] == ("logprobs", "response_mask", "generator")
     assert declared["step_wise_grpo"] == ("run_ids",)
     assert all(declared[name] == () for name in ("rloo", "reinforce", "opmd", "asymre", "raft"))
     for name, inputs in declared.items():

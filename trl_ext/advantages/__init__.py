@@ -10,17 +10,22 @@ Usage::
 
 Registered names (`ADVANTAGE_FNS`): `grpo`, `rloo`, `reinforce`, `opmd`, `asymre`, `rec`,
 `step_wise_grpo`, `raft` (RAFT's best-of-group selection) (group estimators, `[N]`) and
-`reinforceplusplus`, `on_policy_distill` (token-level, `[N, T]`).
+`reinforceplusplus`, `remax`, `on_policy_distill`, `jsd`, `clipb`, `clipv`, `grpo_verl`, `opmd_verl`,
+`asymre_verl` (token-level, `[N, T]`).
 
 An estimator subclasses `AdvantageFn`, declares its hyperparameters as `arguments` (`Argument` specs, see
 `trl_ext.components`) and is registered with `@register_advantage(name)`.
 
 `keep` marks the rows an estimator keeps; `source` (None unless GRPO's `duplicate_experiences` copied
-groups) maps each output row to the input sample it is a copy of (see `AdvantageResult`).
+groups) maps each output row to the input sample it is a copy of; `token_keep` marks the tokens a token filter
+(`clipb`, `clipv`) keeps in the loss; `metrics` holds the reference's advantage metrics (see `AdvantageResult`).
+`fn.needed_inputs()` names the inputs an instance reads given its arguments (a subset of `inputs()`).
 """
 
 from ..components import Argument
 from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn, register_advantage
+from .broadcast import AsymREVerlAdvantage, GRPOVerlAdvantage, OPMDVerlAdvantage
+from .clip import ClipBAdvantage, ClipVAdvantage
 from .group import (
     AsymREAdvantage,
     GRPOAdvantage,
@@ -31,8 +36,10 @@ from .group import (
     RLOOAdvantage,
     StepWiseGRPOAdvantage,
 )
+from .jsd import JSDAdvantage
 from .on_policy_distill import OnPolicyDistillAdvantage
 from .reinforce_plus_plus import ReinforcePlusPlusAdvantage
+from .remax import REMAXAdvantage
 
 __all__ = [
     "ADVANTAGE_FNS",
@@ -40,11 +47,18 @@ __all__ = [
     "AdvantageResult",
     "Argument",
     "AsymREAdvantage",
+    "AsymREVerlAdvantage",
+    "ClipBAdvantage",
+    "ClipVAdvantage",
     "GRPOAdvantage",
+    "GRPOVerlAdvantage",
+    "JSDAdvantage",
     "OPMDAdvantage",
+    "OPMDVerlAdvantage",
     "OnPolicyDistillAdvantage",
     "RAFTSelection",
     "RECAdvantage",
+    "REMAXAdvantage",
     "RLOOAdvantage",
     "ReinforceAdvantage",
     "ReinforcePlusPlusAdvantage",

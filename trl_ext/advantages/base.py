@@ -3,20 +3,28 @@
 An advantage estimator turns per-sample rewards `R` (one per generated completion) into advantages `A`.
 Group estimators (GRPO, RLOO, OPMD, ...) compare each sample with the other samples of its *group* — the
 completions generated for the same prompt, identified by a shared group id.  Token-level estimators
-(REINFORCE++, on-policy distillation) return one advantage per response token.
+(REINFORCE++, ReMax, on-policy distillation, JSD, Clip_B / Clip_V, the `*_verl` variants) return one advantage
+per response token.
+
+Per-token inputs have fixed names, which a trainer passes as they are: `response_mask` `[N, T]` (the loss mask,
+may have gaps), `completion_mask` (the completion's tokens, tool outputs included), `logprobs` (the sampling
+policy's log-prob of each sampled token), `entropy` (the per-token entropy from the same pass), `necs`,
+`teacher_logprob`, `old_logprob`; per-sample: `reward_baselines` `[N]`.
 
 Group statistics are computed vectorized: group ids are mapped to `0..G-1` (`torch.unique` for tensors,
 a dict for Python sequences) and per-group sums are accumulated with `index_add_`.  Following verl
 (`verl/trainer/ppo/core_algos.py`) and Trinity-RFT (`trinity/algorithm/advantage_fn`), a group with a
 single sample uses mean 0 and standard deviation 1.
 
-Trinity-RFT drops or duplicates experiences by editing its list of experiences; here the rows stay fixed
-(row `i` of every output is sample `i` of the input unless `AdvantageResult.source` says otherwise) and
-`AdvantageResult.keep` / `.source` describe the edit.
+Trinity-RFT drops or duplicates experiences by editing its list of experiences, and filters tokens by editing
+its response mask; here the rows stay fixed (row `i` of every output is sample `i` of the input unless
+`AdvantageResult.source` says otherwise) and `AdvantageResult.keep` / `.source` / `.token_keep` describe the
+edit.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
@@ -35,18 +43,31 @@ class AdvantageResult(NamedTuple):
     float dtype, one per INPUT sample.  `advantages` holds the raw values even for samples an estimator
     drops (except REC, whose dropped samples get 0 as in the reference); `AdvantageFn.__call__` zeroes them.
 
-    `keep`: bool `[N]`, one per OUTPUT row; `False` marks rows that must not contribute to the loss.
+    `keep`: bool `[M]`, one per OUTPUT row; `False` marks rows that must not contribute to the loss.  `M = N`
+    except for GRPO's `duplicate_experiences` with groups of unequal size (see `source`).
 
-    `source`: `None` (the identity) or long `[N]`: output row `i` is a copy of input sample
+    `source`: `None` (the identity, `M = N`) or long `[M]`: output row `i` is a copy of input sample
     `source[i]`, its data (completion, masks, log-probs) AND its advantage `advantages[source[i]]`.  Only
     GRPO's `duplicate_experiences` sets it (a skipped group's rows become copies of a valid group's); rows
-    that are not copies have `source[i] = i`.  A consumer must gather its per-row tensors with `source`
-    (across processes when the batch was gathered), then apply `keep` to the gathered rows.
+    that are not copies have `source[i] = i`.  When a copied group is larger than the group it replaces, its
+    extra copies are appended as rows `N, N + 1, ...` (`M > N`), as the reference's batch grows; when it is
+    smaller, the replaced group's leftover rows get `keep=False`.  A consumer must gather its per-row tensors
+    with `source` (across processes when the batch was gathered), then apply `keep` to the gathered rows.
+
+    `token_keep`: `None` (every token) or bool `[N, T]` (per INPUT sample, like `advantages`): the response
+    tokens the estimator keeps, `False` where a token filter (`clipb`, `clipv`) removes a token from the loss.
+    The reference removes them from its `response_mask`, so a consumer must drop them from the loss mask too
+    (which changes token-mean denominators), not only zero their advantages (`AdvantageFn.__call__` does that).
+
+    `metrics`: `None` or the estimator's metrics by the reference's names (`frac_clipped`, `jsd/mean`, ...),
+    as Python floats.
     """
 
     advantages: torch.Tensor
     keep: torch.Tensor
     source: torch.Tensor | None = None
+    token_keep: torch.Tensor | None = None
+    metrics: dict[str, float] | None = None
 
 
 class AdvantageFn(Component):
@@ -59,6 +80,8 @@ class AdvantageFn(Component):
 
     #: True for estimators returning `[N, T]` token-level advantages.
     token_level: ClassVar[bool] = False
+    #: True for estimators whose `compute` accepts token-level rewards `[N, T]` as `rewards` (as well as `[N]`).
+    token_rewards: ClassVar[bool] = False
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:
@@ -67,14 +90,33 @@ class AdvantageFn(Component):
         positional = ("rewards", "group_ids")
         return tuple(name for name in declared_inputs(cls.compute) if name not in positional)
 
+    def needed_inputs(self) -> tuple[str, ...]:
+        """The subset of `inputs()` this instance reads given its arguments: every input `compute` requires (no
+        default value) and the optional ones `optional_inputs_needed` names (GRPO's `logprobs` only with
+        `rank_penalty`).  A trainer computes an expensive input (an extra forward pass) only when it is here."""
+        parameters = inspect.signature(type(self).compute).parameters
+        optional = set(self.optional_inputs_needed())
+        return tuple(
+            name for name in self.inputs() if parameters[name].default is inspect.Parameter.empty or name in optional
+        )
+
+    def optional_inputs_needed(self) -> tuple[str, ...]:
+        """The optional inputs of `compute` (those with a default value) that this instance reads given its
+        arguments; see `needed_inputs`.  None by default."""
+        return ()
+
     def compute(self, *args: Any, **kwargs: Any) -> AdvantageResult:
         raise NotImplementedError
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Same arguments as `compute`; returns one advantage per output row: `advantages[source]` (when
-        `source` is set), with the rows `keep` drops set to 0."""
+        `source` is set), with the rows `keep` drops and the tokens `token_keep` drops set to 0."""
         res = self.compute(*args, **kwargs)
-        advantages = res.advantages if res.source is None else res.advantages[res.source]
+        advantages = res.advantages
+        if res.token_keep is not None:
+            advantages = advantages.masked_fill(~res.token_keep, 0.0)
+        if res.source is not None:
+            advantages = advantages[res.source]
         keep = res.keep.reshape(res.keep.shape + (1,) * (advantages.dim() - 1))
         return advantages.masked_fill(~keep, 0.0)
 
@@ -155,6 +197,52 @@ def check_mask(owner: str, name: str, mask: Any, shape: torch.Size, device: torc
             raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1")
         mask = mask != 0
     return mask.to(device)
+
+
+def check_response_mask(owner: str, response_mask: Any, device: torch.device | None = None) -> torch.Tensor:
+    """Validate the loss mask `response_mask`: 2-D `[N, T]`, 0/1 or bool; return it as a bool tensor."""
+    shape = tuple(response_mask.shape) if isinstance(response_mask, torch.Tensor) else None
+    if shape is None:
+        try:
+            shape = tuple(torch.as_tensor(response_mask).shape)
+        except (TypeError, ValueError, RuntimeError):
+            shape = None
+    if shape is None or len(shape) != 2:
+        raise ValueError(f"{owner}: response_mask must be a 2-D [N, T] tensor, got shape {shape}")
+    mask = torch.as_tensor(response_mask)
+    return check_mask(owner, "response_mask", mask, mask.shape, mask.device if device is None else device)
+
+
+def check_token_values(owner: str, name: str, value: Any, mask: torch.Tensor) -> torch.Tensor:
+    """Validate a per-token float tensor `[N, T]` of `mask`'s shape, finite where `mask` is True (values outside
+    it, even NaN / inf, are ignored by every estimator)."""
+    value = as_float_tensor(owner, name, value, device=mask.device).to(mask.device)
+    if value.shape != mask.shape:
+        raise ValueError(
+            f"{owner}: {name} must have the shape {tuple(mask.shape)} of response_mask, got {tuple(value.shape)}"
+        )
+    msg = nonfinite_message(name, value, where=mask)
+    if msg:
+        raise ValueError(f"{owner}: {msg}; {name} must be finite where response_mask is 1")
+    return value
+
+
+def sequence_rewards(owner: str, rewards: Any, mask: torch.Tensor) -> torch.Tensor:
+    """One reward per sample `[N]`: `rewards` `[N]`, or token-level `[N, T]` summed over the whole row (as the
+    reference's trainer-side estimators do: `token_level_rewards.sum(-1)`, the positions outside `mask` included,
+    so every entry must be finite)."""
+    rewards = as_float_tensor(owner, "rewards", rewards, device=mask.device)
+    n, t = mask.shape
+    if rewards.shape not in ((n,), (n, t)):
+        raise ValueError(
+            f"{owner}: rewards must have shape [N] or [N, T] = {(n, t)} matching response_mask, got "
+            f"{tuple(rewards.shape)}"
+        )
+    msg = nonfinite_message("rewards", rewards)
+    if msg:
+        what = "all rewards" if rewards.dim() == 1 else "token rewards are summed over the whole row, so all"
+        raise ValueError(f"{owner}: {msg}; {what} must be finite")
+    return rewards.sum(-1) if rewards.dim() == 2 else rewards
 
 
 def group_index(

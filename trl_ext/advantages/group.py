@@ -7,13 +7,14 @@ its group (of size `n`); a group of one uses `mean = 0` and `std = 1` (verl / Tr
 REC is the exception: it uses the population std (see `RECAdvantage`).
 
 Each estimator follows Trinity-RFT 0.6.0 (`trinity/algorithm/advantage_fn`) exactly, groups of one
-included, except where a docstring says otherwise (GRPO's `rank_penalty`, REC's group of one).
+included, except where a docstring says otherwise (REC's group of one, on which the reference crashes).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 
@@ -22,8 +23,9 @@ from .base import (
     AdvantageFn,
     AdvantageResult,
     GroupIds,
-    check_per_sample,
+    check_response_mask,
     check_rewards,
+    check_token_values,
     group_index,
     group_positions,
     group_stats,
@@ -46,14 +48,17 @@ def _grpo(
     epsilon: float,
     std_cal_level: str = "group",
     std_threshold: float | None = None,
+    stat_rewards: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """GRPO advantages `(R - mean) / (std + epsilon)` `[N]`, the per-group sizes `[G]` and which groups
     pass `std_threshold` `[G]` (all when it is None; else more than one sample and group std > threshold).
 
-    `std_cal_level="batch"`: `std` is the unbiased std of all `rewards` (1 when there are at most one); `"none"`:
-    `R - mean`, no division (Dr. GRPO; TRL's `scale_rewards="none"`).
+    `mean` / `std` (and the threshold's std) are those of `stat_rewards` (default `rewards`; GRPO's
+    `rank_penalty` passes its rescaled rewards) while the numerator is `R`.  `std_cal_level="batch"`: `std` is
+    the unbiased std of all `rewards` (1 when there are at most one); `"none"`: `R - mean`, no division
+    (Dr. GRPO; TRL's `scale_rewards="none"`).
     """
-    counts, mean, std = group_stats(rewards, index, num_groups)
+    counts, mean, std = group_stats(rewards if stat_rewards is None else stat_rewards, index, num_groups)
     valid = torch.ones_like(counts, dtype=torch.bool)
     if std_threshold is not None:
         valid = (counts > 1) & (std > std_threshold)
@@ -71,53 +76,64 @@ def _random_device(generator: torch.Generator | None, like: torch.Tensor) -> tor
 
 
 def duplicate_groups(
-    owner: str,
     index: torch.Tensor,
     num_groups: int,
     counts: torch.Tensor,
     valid: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`(keep [N], source [N] or None)` for Trinity-RFT's `duplicate_experiences`.
+    """`(keep [M], source [M] or None)` for Trinity-RFT's `duplicate_experiences`.
 
-    Each skipped (not `valid`) group, in group order, is replaced by a copy of a valid group drawn uniformly
-    with replacement (`torch.randint` over the valid groups, in group order): its `k`-th sample (in index
-    order) becomes a copy of the chosen group's `k`-th sample.  Needs groups of equal size.  With no skipped
-    group, or no valid one, nothing is copied (`source` None) and `keep` marks the valid groups' samples.
+    The reference keeps the valid groups and appends, for each skipped (not `valid`) group, a copy of a valid
+    group drawn uniformly with replacement (`torch.randint(0, #valid, (#skipped,))`, valid and skipped groups
+    in group order).  Here the `k`-th row (in index order) of a skipped group becomes a copy of the chosen
+    group's `k`-th sample; when the chosen group is larger, its remaining samples' copies are appended as new
+    rows `N, N + 1, ...` (in skipped-group order, then position), and when it is smaller, the skipped group's
+    leftover rows get `keep=False`.  The kept rows are then exactly the reference's experiences (up to order);
+    with groups of equal size `M = N` and every row is kept.  With no skipped group, or no valid one, nothing is
+    copied (`source` None) and `keep` marks the valid groups' samples.
     """
     skipped = (~valid).nonzero().flatten()
     kept_groups = valid.nonzero().flatten()
     if skipped.numel() == 0 or kept_groups.numel() == 0:
         return valid[index], None
-    sizes = counts.long()
-    if bool((sizes != sizes[0]).any()):
-        raise ValueError(
-            f"{owner}: duplicate_experiences needs groups of equal size (a skipped group is replaced row for row "
-            f"by a copy of a valid group), got group sizes {sorted(set(sizes.tolist()))}"
-        )
     pick = torch.randint(
         0, kept_groups.numel(), (skipped.numel(),), generator=generator, device=_random_device(generator, index)
     ).to(index.device)
+    chosen = kept_groups[pick]  # the valid group copied for each skipped group
+    sizes = counts.long()
     replacement = torch.arange(num_groups, device=index.device)
-    replacement[skipped] = kept_groups[pick]
+    replacement[skipped] = chosen
     position, order, starts = group_positions(index, num_groups)
-    source = order[starts[replacement[index]] + position]
-    return torch.ones_like(index, dtype=torch.bool), source
+    rows = torch.arange(index.numel(), device=index.device)
+    target = replacement[index]
+    copied = position < sizes[target]  # rows of valid groups: their own group, always
+    source = torch.where(copied, order[starts[target] + position.clamp(max=sizes[target] - 1)], rows)
+    extra = (sizes[chosen] - sizes[skipped]).clamp(min=0)  # copies that do not fit in the skipped group's rows
+    total = int(extra.sum())
+    if total:
+        group = chosen.repeat_interleave(extra)
+        offsets = (torch.cumsum(extra, 0) - extra).repeat_interleave(extra)
+        k = sizes[skipped].repeat_interleave(extra) + torch.arange(total, device=index.device) - offsets
+        source = torch.cat([source, order[starts[group] + k]])
+        copied = torch.cat([copied, torch.ones(total, dtype=torch.bool, device=index.device)])
+    return copied, source
 
 
-def unlikeliness_rewards(
-    rewards: torch.Tensor, seq_logprobs: torch.Tensor, index: torch.Tensor, num_groups: int, penalty: float
+def reference_rank_rewards(
+    rewards: torch.Tensor,
+    mean_logprobs: torch.Tensor,
+    index: torch.Tensor,
+    num_groups: int,
+    counts: torch.Tensor,
+    penalty: float,
 ) -> torch.Tensor:
-    """Unlikeliness reward (He et al. 2025, arXiv 2506.02355).
-
-    Within each group of size `G`, the samples with `R > 0` are ranked by `seq_logprobs` in descending
-    order (rank 0 = most likely; ties by index) and get `R * (1 - penalty * (G - rank) / G)`; samples with
-    `R <= 0` are unchanged.
-    """
-    positive = rewards > 0
-    rank = rank_within_groups(index, num_groups, seq_logprobs, positive).to(rewards.dtype)
-    size = group_sum(torch.ones_like(rewards), index, num_groups)[index]
-    return torch.where(positive, rewards * (1 - penalty * (size - rank) / size), rewards)
+    """Trinity-RFT's rank penalty: `R * (1 - rank / n * penalty)`, `rank` the ascending rank (0 = the least
+    likely) of the sample's mean token log-prob within its group of size `n`, ties by index.  GRPO uses the
+    result for the group mean and std only (see `GRPOAdvantage`)."""
+    rank = rank_within_groups(index, num_groups, -mean_logprobs, torch.ones_like(index, dtype=torch.bool))
+    n = counts[index].to(rewards.dtype)
+    return rewards * (1 - rank.to(rewards.dtype) / n * penalty)
 
 
 class _GroupAdvantageFn(AdvantageFn):
@@ -137,7 +153,7 @@ class _GroupAdvantageFn(AdvantageFn):
 class GRPOAdvantage(AdvantageFn):
     """GRPO: `A = (R - mean) / (std + epsilon)` (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
 
-    Ports verl `compute_grpo_outcome_advantage` and Trinity-RFT `GRPOGroupedAdvantage`: `mean` / `std`
+    Ports Trinity-RFT `GRPOGroupedAdvantage` (and verl `compute_grpo_outcome_advantage`): `mean` / `std`
     are the group's mean and unbiased std; a group of one gets mean 0 and std 1 (`A = R / (1 + epsilon)`).
 
     * `std_cal_level="batch"`: `std` is the unbiased std of ALL rewards of the batch (1 if N <= 1); the
@@ -150,15 +166,19 @@ class GRPOAdvantage(AdvantageFn):
       instead of shrinking the batch, every skipped group is replaced by a copy of a valid group drawn
       uniformly with replacement (`compute(..., generator=)` seeds the draw): `AdvantageResult.source`
       maps each row of a skipped group to the same-position sample of the chosen group (`keep=True`, that
-      sample's advantage); see `duplicate_groups`.  Needs groups of equal size; when every group is
-      skipped nothing is kept.
-    * `rank_penalty`: the unlikeliness reward of He et al. 2025, "Rewarding the Unlikely: Lifting GRPO
-      Beyond Distribution Sharpening" (arXiv 2506.02355); needs `seq_logprobs` [N] (summed token log-probs
-      under the sampling policy).  Positive rewards are rescaled by `1 - rank_penalty * (G - rank) / G`
-      (see `unlikeliness_rewards`) and the rescaled rewards replace `R` everywhere (numerator, group and
-      batch statistics).  Deliberately NOT Trinity-RFT's version, which scales every reward by
-      `1 - rank_penalty * rank / n` (rank of the mean token log-prob, ascending) for the group statistics
-      only and keeps the unscaled reward in the numerator (README, "Deliberate differences").
+      sample's advantage).  Groups of unequal size give the reference's experiences too: a larger copy
+      appends rows, a smaller one leaves rows with `keep=False` (see `duplicate_groups`).  When every group
+      is skipped nothing is kept.
+    * `rank_penalty` (Trinity-RFT's, after He et al. 2025, "Rewarding the Unlikely: Lifting GRPO Beyond
+      Distribution Sharpening", arXiv 2506.02355): in a group of `n > 1`, each reward is rescaled to
+      `R' = R * (1 - rank / n * rank_penalty)`, `rank` the ascending rank (0 = the least likely; ties by
+      index) of the sample's mean token log-prob, and the group `mean` / `std` (and the `std_threshold` test)
+      are those of `R'` while the numerator stays `R`: `A = (R - mean(R')) / (std(R') + epsilon)`.  The
+      batch std of `std_cal_level="batch"` stays that of the unscaled rewards, as in the reference.  Needs
+      `logprobs` `[N, T]` (the sampling policy's token log-probs) and `response_mask` `[N, T]`; the mean runs
+      over `response_mask` (the reference averages every response token: the same for single-turn
+      completions).  A row without a token ranks last (the reference's mean of no token is NaN, which sorts
+      last).
     """
 
     arguments = (
@@ -187,12 +207,13 @@ class GRPOAdvantage(AdvantageFn):
         Argument(
             "rank_penalty",
             None,
-            "Unlikeliness reward (He et al. 2025, arXiv 2506.02355): a positive reward R of a group of G samples "
-            "becomes R·(1 − rank_penalty·(G − rank)/G), rank 0 being the most likely by `seq_logprobs`; None: off.",
+            "Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards "
+            "R·(1 − rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the "
+            "numerator keeps R. Needs `logprobs` and `response_mask`; None: off.",
             type=float,
             ge=0,
             le=1,
-            in_config=False,  # needs per-sample log-probs when the advantages are computed: library only
+            in_config=False,  # needs per-token log-probs when the advantages are computed: library only
         ),
         Argument(
             "std_cal_level",
@@ -210,31 +231,53 @@ class GRPOAdvantage(AdvantageFn):
                 "by std_threshold are duplicated); set std_threshold or duplicate_experiences=False"
             )
 
+    def optional_inputs_needed(self) -> tuple[str, ...]:
+        needed = ("logprobs", "response_mask") if self.rank_penalty is not None else ()
+        return needed + (("generator",) if self.duplicate_experiences else ())
+
     @torch.no_grad()
     def compute(
         self,
         rewards: torch.Tensor,
         group_ids: GroupIds,
         *,
-        seq_logprobs: torch.Tensor | None = None,
+        logprobs: torch.Tensor | None = None,
+        response_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> AdvantageResult:
-        """`seq_logprobs` is required when `rank_penalty` is set (and ignored otherwise); `generator`
-        seeds the random choice of `duplicate_experiences`."""
+        """`logprobs` / `response_mask` (`[N, T]`) are required when `rank_penalty` is set (and ignored
+        otherwise); `generator` seeds the random choice of `duplicate_experiences`."""
         rewards = check_rewards(self.name, rewards)
         index, num_groups = group_index(self.name, group_ids, rewards.numel(), rewards.device)
+        stat_rewards = None
         if self.rank_penalty is not None:
-            if seq_logprobs is None:
-                raise ValueError(f"{self.name}: rank_penalty is set, so compute() needs seq_logprobs [N]")
-            seq_logprobs = check_per_sample(self.name, "seq_logprobs", seq_logprobs, rewards)
-            rewards = unlikeliness_rewards(rewards, seq_logprobs, index, num_groups, self.rank_penalty)
+            stat_rewards = self._rank_penalized(rewards, index, num_groups, logprobs, response_mask)
         advantages, counts, valid = _grpo(
-            rewards, index, num_groups, self.epsilon, self.std_cal_level, self.std_threshold
+            rewards, index, num_groups, self.epsilon, self.std_cal_level, self.std_threshold, stat_rewards
         )
         if self.duplicate_experiences:
-            keep, source = duplicate_groups(self.name, index, num_groups, counts, valid, generator)
+            keep, source = duplicate_groups(index, num_groups, counts, valid, generator)
             return AdvantageResult(advantages, keep, source)
         return AdvantageResult(advantages, valid[index])
+
+    def _rank_penalized(
+        self, rewards: torch.Tensor, index: torch.Tensor, num_groups: int, logprobs: Any, response_mask: Any
+    ) -> torch.Tensor:
+        """The rescaled rewards `R'` of `rank_penalty` (see the class docstring)."""
+        missing = [name for name, value in (("logprobs", logprobs), ("response_mask", response_mask)) if value is None]
+        if missing:
+            raise ValueError(f"{self.name}: rank_penalty is set, so compute() needs {' and '.join(missing)} [N, T]")
+        mask = check_response_mask(self.name, response_mask, rewards.device)
+        if mask.shape[0] != rewards.numel():
+            raise ValueError(
+                f"{self.name}: response_mask has {mask.shape[0]} rows but rewards has {rewards.numel()} entries"
+            )
+        logprobs = check_token_values(self.name, "logprobs", logprobs, mask)
+        count = mask.sum(-1)
+        total = torch.where(mask, logprobs, torch.zeros_like(logprobs)).sum(-1)
+        mean_logprobs = torch.where(count > 0, total / count.clamp(min=1), math.inf)
+        counts = group_sum(torch.ones_like(rewards), index, num_groups)
+        return reference_rank_rewards(rewards, mean_logprobs, index, num_groups, counts, self.rank_penalty)
 
 
 @register_advantage("rloo")
@@ -329,8 +372,12 @@ class RECAdvantage(AdvantageFn):
        POPULATION std (`unbiased=False`) — also without `drop`, where every sample is kept.  A group with
        at most one kept sample uses mean 0 and std 1.
 
-    A group of one is kept and gets `A = R` (`R / (1 + epsilon)` with `std_normalize`); Trinity-RFT
-    0.6.0 crashes on it (README, "Deliberate differences").
+    A group of one is kept and gets `A = R` (`R / (1 + epsilon)` with `std_normalize`), with or without
+    `drop`: it is its own mean, so it is positive and never dropped.  Trinity-RFT 0.6.0 crashes on it
+    with or without `drop` (`UnboundLocalError`: its rewards tensor is only built for groups of two or more;
+    README, "Deliberate differences").  Had it been built, the reference would test a lone sample against
+    its group-of-one mean 0 and, under `drop="balance"`, drop a lone negative reward; without `drop` it
+    would give `A = R` as here.
     """
 
     arguments = (
@@ -345,6 +392,9 @@ class RECAdvantage(AdvantageFn):
             choices=("balance",),
         ),
     )
+
+    def optional_inputs_needed(self) -> tuple[str, ...]:
+        return ("generator",) if self.drop == "balance" else ()
 
     @torch.no_grad()
     def compute(

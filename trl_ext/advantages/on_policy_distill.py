@@ -66,6 +66,9 @@ class OnPolicyDistillAdvantage(AdvantageFn):
         ),
     )
 
+    def optional_inputs_needed(self) -> tuple[str, ...]:
+        return ("teacher_valid_mask",)  # read whenever the caller has it
+
     @torch.no_grad()
     def compute(
         self,

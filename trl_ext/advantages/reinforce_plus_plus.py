@@ -28,6 +28,7 @@ from .base import (
     AdvantageResult,
     as_float_tensor,
     check_mask,
+    check_response_mask,
     nonfinite_message,
     register_advantage,
 )
@@ -48,6 +49,52 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     return (values - mean) * torch.rsqrt(var + eps)
 
 
+def place_token_rewards(
+    owner: str, rewards: Any, response_mask: Any, completion_mask: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(token_rewards [N, T], response_mask as bool)` for the token-level estimators (REINFORCE++, ReMax).
+
+    `rewards` `[N]` puts each sample's reward on the row's last `completion_mask` token (where Trinity-RFT puts
+    it: the last attended token), or the last `response_mask` token without `completion_mask`; a row without
+    such a token gets none.  Token rewards `[N, T]` count where `completion_mask` (else `response_mask`) is 1 and
+    are 0 elsewhere (values there, even NaN, are ignored).  `completion_mask` must contain `response_mask`.
+    """
+    rewards = as_float_tensor(owner, "rewards", rewards)
+    mask = check_response_mask(owner, response_mask, rewards.device)
+    n, t = mask.shape
+    if rewards.shape not in ((n,), (n, t)):
+        raise ValueError(
+            f"{owner}: rewards must have shape [N] or [N, T] = {(n, t)} matching response_mask "
+            f"{(n, t)}, got {tuple(rewards.shape)}"
+        )
+    reward_mask = mask
+    if completion_mask is not None:
+        reward_mask = check_mask(owner, "completion_mask", completion_mask, mask.shape, rewards.device)
+        outside = mask & ~reward_mask
+        if bool(outside.any()):
+            row, col = (int(i) for i in outside.nonzero()[0])
+            raise ValueError(
+                f"{owner}: response_mask is 1 where completion_mask is 0 (at [{row}, {col}]); the loss mask "
+                "must lie inside the completion"
+            )
+    if rewards.dim() == 1:
+        msg = nonfinite_message("rewards", rewards)
+        if msg:
+            raise ValueError(f"{owner}: {msg}; all rewards must be finite")
+        positions = torch.arange(t, device=rewards.device).expand(n, t)
+        last = torch.where(reward_mask, positions, -1).amax(dim=1) if t else positions.new_full((n,), -1)
+        rows = (last >= 0).nonzero().flatten()
+        token_rewards = rewards.new_zeros((n, t))
+        token_rewards[rows, last[rows]] = rewards[rows]
+    else:
+        where = "completion_mask" if completion_mask is not None else "response_mask"
+        msg = nonfinite_message("rewards", rewards, where=reward_mask)
+        if msg:
+            raise ValueError(f"{owner}: {msg}; rewards must be finite where {where} is 1")
+        token_rewards = torch.where(reward_mask, rewards, torch.zeros_like(rewards))
+    return token_rewards, mask
+
+
 @register_advantage("reinforceplusplus")
 class ReinforcePlusPlusAdvantage(AdvantageFn):
     """REINFORCE++: discounted token returns whitened over the batch's valid tokens (see module docstring).
@@ -64,6 +111,7 @@ class ReinforcePlusPlusAdvantage(AdvantageFn):
     """
 
     token_level = True
+    token_rewards = True
 
     arguments = (
         Argument(
@@ -76,6 +124,9 @@ class ReinforcePlusPlusAdvantage(AdvantageFn):
         ),
     )
 
+    def optional_inputs_needed(self) -> tuple[str, ...]:
+        return ("completion_mask",)  # where a scalar reward sits
+
     @torch.no_grad()
     def compute(
         self,
@@ -85,46 +136,11 @@ class ReinforcePlusPlusAdvantage(AdvantageFn):
         response_mask: torch.Tensor,
         completion_mask: torch.Tensor | None = None,
     ) -> AdvantageResult:
-        rewards = as_float_tensor(self.name, "rewards", rewards)
-        if not isinstance(response_mask, torch.Tensor) or response_mask.dim() != 2:
-            shape = tuple(response_mask.shape) if isinstance(response_mask, torch.Tensor) else None
-            raise ValueError(f"{self.name}: response_mask must be a 2-D [N, T] tensor, got shape {shape}")
-        n, t = response_mask.shape
-        if rewards.shape not in ((n,), (n, t)):
-            raise ValueError(
-                f"{self.name}: rewards must have shape [N] or [N, T] = {(n, t)} matching response_mask "
-                f"{(n, t)}, got {tuple(rewards.shape)}"
-            )
-        mask = check_mask(self.name, "response_mask", response_mask, response_mask.shape, rewards.device)
-        reward_mask = mask
-        if completion_mask is not None:
-            reward_mask = check_mask(self.name, "completion_mask", completion_mask, mask.shape, rewards.device)
-            outside = mask & ~reward_mask
-            if bool(outside.any()):
-                row, col = (int(i) for i in outside.nonzero()[0])
-                raise ValueError(
-                    f"{self.name}: response_mask is 1 where completion_mask is 0 (at [{row}, {col}]); the loss mask "
-                    "must lie inside the completion"
-                )
-        keep = torch.ones(n, dtype=torch.bool, device=rewards.device)
+        token_rewards, mask = place_token_rewards(self.name, rewards, response_mask, completion_mask)
+        n, t = mask.shape
+        keep = torch.ones(n, dtype=torch.bool, device=mask.device)
         if n == 0:
-            return AdvantageResult(rewards.new_zeros((0, t)), keep)
-
-        if rewards.dim() == 1:
-            msg = nonfinite_message("rewards", rewards)
-            if msg:
-                raise ValueError(f"{self.name}: {msg}; all rewards must be finite")
-            positions = torch.arange(t, device=rewards.device).expand(n, t)
-            last = torch.where(reward_mask, positions, -1).amax(dim=1)  # -1 for rows without a valid token
-            rows = (last >= 0).nonzero().flatten()
-            token_rewards = rewards.new_zeros((n, t))
-            token_rewards[rows, last[rows]] = rewards[rows]
-        else:
-            where = "completion_mask" if completion_mask is not None else "response_mask"
-            msg = nonfinite_message("rewards", rewards, where=reward_mask)
-            if msg:
-                raise ValueError(f"{self.name}: {msg}; rewards must be finite where {where} is 1")
-            token_rewards = torch.where(reward_mask, rewards, torch.zeros_like(rewards))
+            return AdvantageResult(token_rewards, keep)
 
         returns = torch.zeros_like(token_rewards)
         running = token_rewards.new_zeros(n)
