@@ -32,11 +32,12 @@ REFERENCE_FLAGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
     "rec": (False, True, False, True, "experience"),
     "multi_step_grpo": (False, True, False, True, "experience"),
     "on_policy_distill": (False, False, True, True, "experience"),
+    "m2po": (False, False, False, True, "experience"),  # Trinity-RFT main (not in 0.6.0): M2POAlgorithm
 }
 
 
 def test_table_has_exactly_the_reference_algorithms():
-    assert len(REFERENCE_FLAGS) == 19
+    assert len(REFERENCE_FLAGS) == 20
     assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS)
 
 
@@ -90,6 +91,7 @@ def test_default_components_exist(name):
         ("sppo", "sppo"),
         ("opmd", "opmd"),
         ("asymre", "opmd"),
+        ("m2po", "m2po"),
     ],
 )
 def test_policy_loss_choice(name, policy):
@@ -134,7 +136,7 @@ def test_unhashable_algorithm_name():
 
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
-    "mix", "mix_chord", "on_policy_distill", "dpo", "sft",
+    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po",
 }  # fmt: skip
 
 

@@ -30,6 +30,10 @@ def _cases() -> list[tuple[str, dict]]:
 
 CASES = _cases()
 IDS = [f"{name}-{'-'.join(map(str, kwargs.values())) or 'default'}" for name, kwargs in CASES]
+# M2PO's token selection is nonlinear in the batch: it runs over the rows of each call, so micro-batch shares add up
+# to the global batch's loss only where the selections agree (tests/test_m2po.py)
+SPLIT_CASES = [case for case in CASES if case[0] != "m2po"]
+SPLIT_IDS = [i for case, i in zip(CASES, IDS, strict=True) if case[0] != "m2po"]
 
 
 def _build(name: str, kwargs: dict, **extra):
@@ -89,7 +93,7 @@ def test_matches_trl_ext_call(name, kwargs):
         assert torch.allclose(value, expected_metrics[key], atol=1e-6, equal_nan=True), key
 
 
-@pytest.mark.parametrize(("name", "kwargs"), CASES, ids=IDS)
+@pytest.mark.parametrize(("name", "kwargs"), SPLIT_CASES, ids=SPLIT_IDS)
 @pytest.mark.parametrize("n_micro", [2, 4])
 def test_micro_batches_add_up_to_global_batch(name, kwargs, n_micro):
     loss_fn, _ = _build(name, kwargs)

@@ -90,6 +90,7 @@ EXPECTED_DEFAULTS: dict[str, dict] = {
         **_MIX_SHARED,
     },
     "dpo": {"beta": 0.1, "label_smoothing": 0.0},
+    "m2po": {"m2_threshold": 0.04, "loss_agg_mode": "token-mean", "log_ratio_clip": 20.0},
 }
 
 # The reference classes' constructor arguments with their `__init__` defaults, transcribed by hand from
@@ -165,6 +166,8 @@ REFERENCE_INIT: dict[str, dict] = {
         "temp": 1.0,
     },
     "sapo": {"backend": "verl", "tau_pos": 1.0, "tau_neg": 1.05, "loss_agg_mode": "token-mean"},
+    # Trinity-RFT main (not in 0.6.0): trinity/algorithm/policy_loss_fn/m2po_policy_loss.py
+    "m2po": {"backend": "verl", "m2_threshold": 0.04, "loss_agg_mode": "token-mean", "log_ratio_clip": 20.0},
 }
 
 # Where our defaults differ from the reference `__init__`: the reference's `default_args()` (what a
@@ -181,7 +184,7 @@ DOCUMENTED_DEVIATIONS: dict[str, set[str]] = {
 
 def test_policy_loss_names():
     assert set(POLICY_LOSSES) == set(EXPECTED_DEFAULTS)
-    assert len(POLICY_LOSSES) == 15
+    assert len(POLICY_LOSSES) == 16
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_DEFAULTS))

@@ -87,6 +87,19 @@ def test_recipe_and_command_line_flags(toy_cache, tiny_model, tmp_path):
     assert args.max_completion_length == 8
 
 
+def test_m2po_recipe_trains_on_stale_rollouts(toy_cache, tiny_model, tmp_path):
+    argv = ["--config", os.path.join(ROOT, "configs", "m2po.yaml"), "--output_dir", str(tmp_path), *QUICK]
+    argv += ["--model_name_or_path", tiny_model, "--max_completion_length", "8", "--m2_threshold", "0.01"]
+    trainer = main("m2po", argv)
+    args = trainer.args
+    assert (args.steps_per_generation, args.gradient_accumulation_steps) == (4, 1)  # stale rollouts, from the recipe
+    assert (args.learning_rate, args.log_ratio_clip, args.loss_agg_mode, args.beta) == (1e-6, 20.0, "token-mean", 0.0)
+    assert args.m2_threshold == 0.01 and trainer.policy_loss_fn.m2_threshold == 0.01  # the command line wins
+    assert trainer.state.global_step == 2
+    for name in ("pg_loss", "m2po/m2_before", "m2po/m2_after", "m2po/masked_fraction", "m2po/trust_region_fraction"):
+        assert len(logged(trainer, name)) == 2, name
+
+
 def test_lora_flags(toy_cache, tmp_path):
     argv = ["--output_dir", str(tmp_path), *QUICK, "--use_peft", "--lora_r", "4", "--lora_alpha", "8"]
     argv += ["--lora_target_modules", "q_proj", "v_proj"]

@@ -90,6 +90,7 @@ CASES = [
     ("mix-dynamic", "mix", {"use_dynamic_bsz": True}),
     ("mix_chord", "mix_chord", {"mu_warmup_steps": 2, "mu_decay_steps": 4, "mu_peak": 0.5}),
     ("dpo", "dpo", {"label_smoothing": 0.1}),
+    ("m2po", "m2po", {"m2_threshold": 0.01}),
 ]
 CASE_IDS = [c[0] for c in CASES]
 CASE_ARGS = [c[1:] for c in CASES]
@@ -134,6 +135,7 @@ EXPECTED_INPUTS = {
     "mix": _MIX,
     "mix_chord": _MIX,
     "dpo": ("logprob", "ref_logprob", "action_mask", "global_valid_seqs"),
+    "m2po": _PG,
 }
 
 

@@ -132,6 +132,11 @@ BAD_ARGS = [
     ("dpo", {"beta": -0.1}, r"beta=-0\.1 .*must be > 0"),
     ("dpo", {"label_smoothing": 0.5}, r"label_smoothing=0\.5 .*must be in \[0, 0\.5\)"),
     ("dpo", {"label_smoothing": -0.1}, r"label_smoothing=-0\.1 .*must be in \[0, 0\.5\)"),
+    # m2po
+    ("m2po", {"m2_threshold": -0.01}, r"m2po: m2_threshold=-0\.01 is not valid; must be >= 0$"),
+    ("m2po", {"m2_threshold": math.inf}, r"m2_threshold=inf .*must be finite and >= 0"),
+    ("m2po", {"log_ratio_clip": 0}, r"m2po: log_ratio_clip=0 is not valid; must be > 0$"),
+    ("m2po", {"loss_agg_mode": "mean"}, r"loss_agg_mode='mean' .*one of " + VALID_MODES_RE),
 ]
 
 
@@ -333,6 +338,7 @@ CASES = [
     ("mix_chord-sft", "mix_chord", {"enable_phi_function": False, "grpo_loss_agg_mode": "seq-mean-token-mean"}),
     ("dpo", "dpo", {}),
     ("dpo-ls", "dpo", {"beta": 0.5, "label_smoothing": 0.1}),
+    ("m2po", "m2po", {"m2_threshold": 0.01}),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -463,7 +469,7 @@ def test_metrics_detached_and_scalar(name, kwargs):
 # Call-time shape errors
 # --------------------------------------------------------------------------------------------------
 
-USES_OLD = ["ppo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "importance_sampling", "mix", "mix_chord"]
+USES_OLD = ["ppo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "importance_sampling", "mix", "mix_chord", "m2po"]
 USES_ADVANTAGES = [*USES_OLD, "opmd"]
 ALL_NAMES = sorted(POLICY_LOSSES)
 ADV_SHAPE_RE = r"advantages has shape \(.*\); expected \[B\], \[B, 1\] or \[B, T\] with B=4, T=5"

@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # what `__getattr__` loads, named for type checkers and IDEs
         GRPOTrainer,
         GSPOConfig,
         GSPOTrainer,
+        M2POConfig,
+        M2POTrainer,
         MIXCHORDConfig,
         MIXCHORDTrainer,
         MIXConfig,

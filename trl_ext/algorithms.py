@@ -285,6 +285,15 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         policy_loss_fn="rec", advantage_fn="rec", kl_loss_fn="none", entropy_loss_fn="none",
         details="Group-centred rewards with a choice of off-policy clipping (`rec_clip_mode`), reweighting "
         "(`rec_weight`) and regularization (`rec_regularizer`)."),
+    AlgorithmSpec("m2po", "M2PO: masks the largest log-ratio outliers of stale rollouts (second-moment trust region).",
+        Paper("Prosperity before Collapse: How Far Can Off-Policy RL Reach with Stale Data on LLMs?", "2510.01161"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn="m2po", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
+        details="For stale rollouts: train with `steps_per_generation > gradient_accumulation_steps`, so that each "
+        "generation batch feeds several optimizer steps and π_old lags behind π. Among the trust-region tokens (A > 0 "
+        "with r > 1, A < 0 with r < 1) the largest (log r)² are masked until their mean is at most `m2_threshold`; "
+        "the kept tokens get the unclipped −A·r (Trinity-RFT main's `m2po`). The selection runs per micro-batch: "
+        "with `gradient_accumulation_steps=1` on one process it is the paper's selection over the optimizer batch."),
     AlgorithmSpec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.",
         Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
         use_reference=True, repeat_times=8,

@@ -32,6 +32,7 @@ from .entropy import ENTROPY_FNS, EntropyFn, get_entropy_fn
 from .gspo import GSPOPolicyLoss
 from .importance_sampling import ImportanceSamplingLoss
 from .kl import KL_FNS, KLFn, get_kl_fn
+from .m2po import M2POPolicyLoss, m2po_mask
 from .mix import MIXCHORDPolicyLoss, MIXPolicyLoss, mu_schedule
 from .opmd import OPMDPolicyLoss
 from .ppo import PPOPolicyLoss
@@ -65,6 +66,7 @@ __all__ = [
     "GSPOPolicyLoss",
     "ImportanceSamplingLoss",
     "KLFn",
+    "M2POPolicyLoss",
     "MIXCHORDPolicyLoss",
     "MIXPolicyLoss",
     "MaskedBatch",
@@ -84,6 +86,7 @@ __all__ = [
     "get_entropy_fn",
     "get_kl_fn",
     "get_policy_loss",
+    "m2po_mask",
     "mu_schedule",
     "register_policy_loss",
 ]

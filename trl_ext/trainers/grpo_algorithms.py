@@ -24,6 +24,8 @@ __all__ = [
     "GRPOTrainer",
     "GSPOConfig",
     "GSPOTrainer",
+    "M2POConfig",
+    "M2POTrainer",
     "MIXCHORDConfig",
     "MIXCHORDTrainer",
     "MIXConfig",
@@ -110,6 +112,11 @@ class GRPOConfig(GRPOFamilyConfig):
             With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
             step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
             `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
@@ -134,6 +141,7 @@ class GRPOConfig(GRPOFamilyConfig):
     advantage_epsilon: float = algorithm_field("grpo", "advantage_epsilon")
     std_threshold: float | None = algorithm_field("grpo", "std_threshold")
     duplicate_experiences: bool = algorithm_field("grpo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("grpo", "rank_penalty")
     std_cal_level: str = algorithm_field("grpo", "std_cal_level")
 
 
@@ -540,6 +548,11 @@ class CISPOConfig(GRPOFamilyConfig):
             With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
             step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
             `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
@@ -562,6 +575,7 @@ class CISPOConfig(GRPOFamilyConfig):
     advantage_epsilon: float = algorithm_field("cispo", "advantage_epsilon")
     std_threshold: float | None = algorithm_field("cispo", "std_threshold")
     duplicate_experiences: bool = algorithm_field("cispo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("cispo", "rank_penalty")
     std_cal_level: str = algorithm_field("cispo", "std_cal_level")
 
 
@@ -623,6 +637,11 @@ class GSPOConfig(GRPOFamilyConfig):
             With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
             step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
             `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
@@ -643,6 +662,7 @@ class GSPOConfig(GRPOFamilyConfig):
     advantage_epsilon: float = algorithm_field("gspo", "advantage_epsilon")
     std_threshold: float | None = algorithm_field("gspo", "std_threshold")
     duplicate_experiences: bool = algorithm_field("gspo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("gspo", "rank_penalty")
     std_cal_level: str = algorithm_field("gspo", "std_cal_level")
 
 
@@ -704,6 +724,11 @@ class SAPOConfig(GRPOFamilyConfig):
             With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
             step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
             `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
@@ -724,6 +749,7 @@ class SAPOConfig(GRPOFamilyConfig):
     advantage_epsilon: float = algorithm_field("sapo", "advantage_epsilon")
     std_threshold: float | None = algorithm_field("sapo", "std_threshold")
     duplicate_experiences: bool = algorithm_field("sapo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("sapo", "rank_penalty")
     std_cal_level: str = algorithm_field("sapo", "std_cal_level")
 
 
@@ -768,11 +794,14 @@ class MIXConfig(MIXFamilyConfig):
         mu (`float`, *optional*, defaults to `0.1`):
             Weight μ ∈ [0, 1] of the SFT part on the expert rows.
         clip_range (`float | None`, *optional*, defaults to `0.2`):
-            PPO clip ε of the rollout part.
+            PPO clip ε of the rollout part. (Of the default PPO part: with a `rollout_loss`, set that loss's own
+            arguments instead.)
         clip_range_low (`float | None`, *optional*, defaults to `None`):
-            Lower clip ε_low; defaults to `clip_range`.
+            Lower clip ε_low; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that loss's
+            own arguments instead.)
         clip_range_high (`float | None`, *optional*, defaults to `None`):
-            Upper clip ε_high; defaults to `clip_range`.
+            Upper clip ε_high; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that
+            loss's own arguments instead.)
         use_dynamic_bsz (`bool | None`, *optional*, defaults to `None`):
             The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for window
             normalization: each part is averaged over its own rows of the optimizer window. Setting any of them switches
@@ -797,7 +826,8 @@ class MIXConfig(MIXFamilyConfig):
         sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
             Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
         grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
-            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`.
+            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`. (With a `rollout_loss`, that loss's own
+            `loss_agg_mode` applies instead.)
         advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
             ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
             rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
@@ -807,6 +837,11 @@ class MIXConfig(MIXFamilyConfig):
             With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
             step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
             `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
@@ -841,6 +876,7 @@ class MIXConfig(MIXFamilyConfig):
     advantage_epsilon: float = algorithm_field("mix", "advantage_epsilon")
     std_threshold: float | None = algorithm_field("mix", "std_threshold")
     duplicate_experiences: bool = algorithm_field("mix", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("mix", "rank_penalty")
     std_cal_level: str = algorithm_field("mix", "std_cal_level")
 
 
@@ -894,11 +930,14 @@ class MIXCHORDConfig(MIXFamilyConfig):
             CHORD-φ: weight each expert token's NLL by sg(p(1 − p)), p the policy's probability of the token; False uses
             plain SFT.
         clip_range (`float | None`, *optional*, defaults to `0.2`):
-            PPO clip ε of the rollout part.
+            PPO clip ε of the rollout part. (Of the default PPO part: with a `rollout_loss`, set that loss's own
+            arguments instead.)
         clip_range_low (`float | None`, *optional*, defaults to `None`):
-            Lower clip ε_low; defaults to `clip_range`.
+            Lower clip ε_low; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that loss's
+            own arguments instead.)
         clip_range_high (`float | None`, *optional*, defaults to `None`):
-            Upper clip ε_high; defaults to `clip_range`.
+            Upper clip ε_high; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that
+            loss's own arguments instead.)
         use_dynamic_bsz (`bool | None`, *optional*, defaults to `None`):
             The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for window
             normalization: each part is averaged over its own rows of the optimizer window. Setting any of them switches
@@ -923,7 +962,8 @@ class MIXCHORDConfig(MIXFamilyConfig):
         sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
             Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
         grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
-            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`.
+            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`. (With a `rollout_loss`, that loss's own
+            `loss_agg_mode` applies instead.)
         advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
             ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
             rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
@@ -933,6 +973,11 @@ class MIXCHORDConfig(MIXFamilyConfig):
             With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
             step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
             `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
@@ -971,6 +1016,7 @@ class MIXCHORDConfig(MIXFamilyConfig):
     advantage_epsilon: float = algorithm_field("mix_chord", "advantage_epsilon")
     std_threshold: float | None = algorithm_field("mix_chord", "std_threshold")
     duplicate_experiences: bool = algorithm_field("mix_chord", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("mix_chord", "rank_penalty")
     std_cal_level: str = algorithm_field("mix_chord", "std_cal_level")
 
 
@@ -1084,6 +1130,11 @@ class SPPOConfig(GRPOFamilyConfig):
             With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
             step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
             `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
@@ -1102,6 +1153,7 @@ class SPPOConfig(GRPOFamilyConfig):
     advantage_epsilon: float = algorithm_field("sppo", "advantage_epsilon")
     std_threshold: float | None = algorithm_field("sppo", "std_threshold")
     duplicate_experiences: bool = algorithm_field("sppo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("sppo", "rank_penalty")
     std_cal_level: str = algorithm_field("sppo", "std_cal_level")
 
 
@@ -1198,6 +1250,95 @@ class RECTrainer(GRPOFamilyTrainer):
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = RECConfig
+
+
+@dataclass
+class M2POConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`M2POTrainer`]: M2PO: masks the largest log-ratio outliers of stale rollouts (second-moment trust
+    region). Paper: Prosperity before Collapse: How Far Can Off-Policy RL Reach with Stale Data on LLMs? (arXiv
+    2510.01161). For stale rollouts: train with `steps_per_generation > gradient_accumulation_steps`, so that each
+    generation batch feeds several optimizer steps and π_old lags behind π. Among the trust-region tokens (A > 0 with r
+    > 1, A < 0 with r < 1) the largest (log r)² are masked until their mean is at most `m2_threshold`; the kept tokens
+    get the unclipped −A·r (Trinity-RFT main's `m2po`). The selection runs per micro-batch: with
+    `gradient_accumulation_steps=1` on one process it is the paper's selection over the optimizer batch.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the m2po algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'m2po'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `m2po`, the m2po algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `m2po`'s arguments configure `m2po`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the m2po
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        m2_threshold (`float`, *optional*, defaults to `0.04`):
+            M2PO's τ: the largest (log r)² of the trust-region tokens (A > 0 with r > 1, A < 0 with r < 1) are masked
+            until their mean (log r)² is at most τ; 0.04 is the paper's.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        log_ratio_clip (`float`, *optional*, defaults to `20.0`):
+            The loss's value uses exp(clamp(log r, ±log_ratio_clip)), with the gradient of the unclamped log-ratio (a
+            straight-through clamp that only keeps the value finite).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "m2po"
+
+    kl_loss_fn: str = algorithm_field("m2po", "kl_loss_fn")
+    num_generations: int = algorithm_field("m2po", "num_generations")
+    policy_loss_fn: str = algorithm_field("m2po", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("m2po", "advantage_fn")
+    m2_threshold: float = algorithm_field("m2po", "m2_threshold")
+    loss_agg_mode: str = algorithm_field("m2po", "loss_agg_mode")
+    log_ratio_clip: float = algorithm_field("m2po", "log_ratio_clip")
+    advantage_epsilon: float = algorithm_field("m2po", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("m2po", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("m2po", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("m2po", "rank_penalty")
+    std_cal_level: str = algorithm_field("m2po", "std_cal_level")
+
+
+class M2POTrainer(GRPOFamilyTrainer):
+    """M2PO: M2PO: masks the largest log-ratio outliers of stale rollouts (second-moment trust region). (config:
+    `M2POConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = M2POConfig
 
 
 @dataclass

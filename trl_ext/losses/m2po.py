@@ -1,0 +1,165 @@
+"""M2PO: Second-Moment Trust Policy Optimization (Trinity-RFT `m2po`).
+
+Paper: Zheng et al. 2025, "Prosperity before Collapse: How Far Can Off-Policy RL Reach with Stale Data on LLMs?"
+(arXiv 2510.01161), ported from Trinity-RFT's `trinity/algorithm/policy_loss_fn/m2po_policy_loss.py` (main branch,
+not in 0.6.0). Trained on stale rollouts, the importance ratio r = π/π_old has heavy tails; instead of clipping every
+token, M2PO bounds the *second moment* of the log-ratio over the tokens that PPO's clip would constrain and masks only
+the largest outliers (Algorithm 1 of the paper):
+
+    log r = lp − old
+    T     = valid tokens with (A > 0 and log r > 0) or (A < 0 and log r < 0)     (PPO's active trust region)
+    M2    = mean over T of (log r)²
+    if M2 > τ: sort T by (log r)², ascending (stable: among equal values the later token is masked first), and keep
+               the k smallest, k the largest prefix whose mean of (log r)² is ≤ τ; mask the rest of T
+    L     = −A · exp(clamp(log r, ±c)) on the kept tokens, 0 on the masked ones, then `agg` over *all* valid tokens
+
+Masked tokens stay in the denominator (the paper's footnote 2: normalize by every valid token). The clamp only keeps
+the forward value finite: it is a straight-through clamp (log r + sg(clamp(log r) − log r)), so a kept token beyond
+±c still gets the gradient −A·e^{±c}·∇lp, as in the reference. The mask itself is not differentiated. The
+reference's current version accepts only `loss_agg_mode="token-mean"` (its first version took any): every mode works
+here, each counting the masked tokens as valid ones; token-mean is the default and the paper's.
+
+Where the selection runs: the reference selects over one complete optimizer mini-batch (a pre-pass over all its
+micro-batches before the first backward). A trl_ext loss sees one micro-batch at a time, so the selection here runs
+over the micro-batch it is called on; with `gradient_accumulation_steps=1` on one process (the recipe) that *is* the
+optimizer batch. `m2po_mask` is the selection alone, for a trainer that runs it over a whole window first.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import ClassVar
+
+import torch
+
+from ..components import MEAN, SHARE, Argument
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
+
+M2PO_METRICS = {
+    "m2po/m2_before": MEAN,
+    "m2po/m2_after": MEAN,
+    "m2po/masked_fraction": MEAN,
+    "m2po/trust_region_fraction": MEAN,
+}
+"""The statistics of the selection (the reference's names, without verl's `actor/` prefix)."""
+
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+def _largest_at_most(value: float, dtype: torch.dtype) -> float:
+    """The largest number of `dtype` (float32 or float64) that is ≤ `value`, as a Python float (no tensor, no sync):
+    `x <= it` for a tensor `x` of `dtype` is then exactly `x <= value` as the reference compares (each float32
+    `.item()` with the Python threshold), although torch rounds a Python scalar to the tensor's dtype first (0.1 rounds
+    *up* in float32)."""
+    if dtype == torch.float64:
+        return value
+    try:
+        rounded = struct.unpack("<f", struct.pack("<f", value))[0]  # to the nearest float32
+    except OverflowError:  # beyond float32's range
+        return _FLOAT32_MAX if value > 0 else -math.inf
+    if rounded > value:  # one float32 step down
+        bits = struct.unpack("<I", struct.pack("<f", rounded))[0]
+        rounded = struct.unpack("<f", struct.pack("<I", bits - 1 if rounded > 0 else bits + 1))[0]
+    return rounded
+
+
+def m2po_mask(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, action_mask: torch.Tensor, m2_threshold: float
+) -> tuple[torch.Tensor, Metrics]:
+    """M2PO's token selection (Algorithm 1) over one batch, on the device and without a host sync.
+
+    Args:
+        log_ratio: `[B, T]` log(π/π_old), finite at the valid positions of `action_mask` (any value elsewhere).
+        advantages: `[B, T]`, or `[B, 1]` per sequence.
+        action_mask: `[B, T]` bool, the valid tokens.
+        m2_threshold: τ ≥ 0.
+
+    Returns:
+        `keep` (`[B, T]` bool: the valid tokens that are not masked) and the selection's statistics as 0-dim tensors:
+        `m2po/m2_before` / `m2po/m2_after` (mean (log r)² over the trust-region tokens before / after masking, 0 when
+        there are none), `m2po/masked_fraction` and `m2po/trust_region_fraction` (shares of the valid tokens).
+    """
+    with torch.no_grad():
+        dtype = torch.promote_types(log_ratio.dtype, torch.float32)  # the reference squares in float32
+        at_most = _largest_at_most(float(m2_threshold), dtype)
+        lr = torch.where(action_mask, log_ratio.detach().to(dtype), 0)
+        adv = advantages.detach()
+        trust = action_mask & (((adv > 0) & (lr > 0)) | ((adv < 0) & (lr < 0)))
+        m2 = torch.where(trust, lr.square(), 0)
+        n_trust = torch.count_nonzero(trust).to(dtype)
+        m2_before = m2.sum() / n_trust.clamp(min=1)
+        # Sort the trust-region values (the others as +inf, after them); stable, as the reference's sort.
+        flat = torch.where(trust, m2, math.inf).reshape(-1)
+        values, order = torch.sort(flat, stable=True)
+        positions = torch.arange(flat.numel(), device=flat.device)
+        prefix_means = values.cumsum(0) / (positions + 1).to(dtype)
+        keep_count = torch.count_nonzero(prefix_means <= at_most)
+        rank = torch.empty_like(order).scatter_(0, order, positions).view(trust.shape)
+        dropped = trust & (rank >= keep_count) & (m2_before > at_most)
+        keep = action_mask & ~dropped
+        kept_trust = trust & ~dropped
+        n_valid = torch.count_nonzero(action_mask).to(dtype)
+        n_kept_trust = torch.count_nonzero(kept_trust).to(dtype)
+        stats = {
+            "m2po/m2_before": m2_before,
+            "m2po/m2_after": torch.where(kept_trust, m2, 0).sum() / n_kept_trust.clamp(min=1),
+            "m2po/masked_fraction": torch.count_nonzero(dropped).to(dtype) / n_valid.clamp(min=1),
+            "m2po/trust_region_fraction": n_trust / n_valid.clamp(min=1),
+        }
+    return keep, stats
+
+
+@register_policy_loss("m2po")
+class M2POPolicyLoss(PolicyLoss):
+    """M2PO. Metrics: `pg_loss`, `ppo_kl` (token mean of −clamp(log r)), `ratio/mean` (token mean of the clamped
+    ratio over all valid tokens) and the selection's `m2po/m2_before`, `m2po/m2_after`, `m2po/masked_fraction`,
+    `m2po/trust_region_fraction` (see `m2po_mask`).
+
+    Inputs (`inputs()`): `logprob`, `old_logprob`, `action_mask`, `advantages` and the window counts. NaN / ±inf in
+    `logprob`, `old_logprob` or `advantages` at a valid position make the loss NaN (the reference raises instead,
+    which costs a host sync); at masked positions they are ignored.
+    """
+
+    arguments = (
+        Argument(
+            "m2_threshold",
+            0.04,
+            "M2PO's τ: the largest (log r)² of the trust-region tokens (A > 0 with r > 1, A < 0 with r < 1) are "
+            "masked until their mean (log r)² is at most τ; 0.04 is the paper's.",
+            ge=0,
+        ),
+        loss_agg_mode_argument("token-mean"),
+        Argument(
+            "log_ratio_clip",
+            20.0,
+            "The loss's value uses exp(clamp(log r, ±log_ratio_clip)), with the gradient of the unclamped log-ratio "
+            "(a straight-through clamp that only keeps the value finite).",
+            gt=0,
+        ),
+    )
+    metrics: ClassVar[dict[str, str]] = {"pg_loss": SHARE, "ppo_kl": MEAN, "ratio/mean": MEAN, **M2PO_METRICS}
+
+    def __call__(
+        self,
+        logprob: torch.Tensor,
+        old_logprob: torch.Tensor,
+        action_mask: torch.Tensor,
+        advantages: torch.Tensor,
+        **kwargs,
+    ) -> tuple[torch.Tensor, Metrics]:
+        b = self.masked_batch(logprob, action_mask, kwargs)
+        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
+        adv = b.advantages(advantages)
+        keep, stats = m2po_mask(log_ratio, adv, b.mask, self.m2_threshold)
+        clamped = log_ratio.detach().clamp(-self.log_ratio_clip, self.log_ratio_clip)
+        ratio = torch.exp(log_ratio + (clamped - log_ratio.detach()))  # value e^clamp, gradient of e^{log r} there
+        loss = b.aggregate(torch.where(keep, -adv * ratio, 0), self.loss_agg_mode)
+        with torch.no_grad():
+            metrics = {
+                "pg_loss": loss.detach(),
+                "ppo_kl": -b.mean(clamped),
+                "ratio/mean": b.valid_mean(ratio),
+                **{name: value.to(b.count_dtype) for name, value in stats.items()},
+            }
+        return loss, metrics
