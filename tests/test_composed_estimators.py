@@ -90,3 +90,24 @@ def test_jsd_is_the_distillation_advantage(tiny_model, tmp_path):
         assert torch.equal(updates[0][name], updates[1][name]), name
     assert any(not torch.allclose(updates[2][n], updates[1][n]) for n in updates[1])
     assert len(logged(trainer, "advantage/jsd/mean")) == 2 and logged(trainer, "advantage/jsd/mean")[0] != 0
+
+
+def test_grpo_rank_penalty_gets_the_sampling_log_probs(tiny_model, tmp_path):
+    """`rank_penalty` is a config field: the trainer hands the advantage function the sampling policy's per-token
+    log-probs and the loss mask of the whole generation batch, and trains on what it returns."""
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), rank_penalty=0.5, max_steps=1)
+    trainer = toy_trainer(trl_ext.GRPOTrainer, config, tiny_model)
+    calls, compute = [], trainer.advantage_fn.compute
+
+    def recording(*args, **kwargs):
+        calls.append((args, kwargs, compute(*args, **kwargs)))
+        return calls[-1][2]
+
+    trainer.advantage_fn.compute = recording
+    trainer.train()
+    (((rewards, _), kwargs, result),) = calls
+    assert kwargs["logprobs"].shape == kwargs["response_mask"].shape and kwargs["logprobs"].shape[0] == 8
+    assert (kwargs["logprobs"][kwargs["response_mask"]] < 0).all()
+    unpenalized = trl_ext.advantages.get_advantage_fn("grpo").compute(rewards, torch.arange(8) // 4).advantages
+    assert not torch.allclose(result.advantages, unpenalized)  # the penalty changed the group statistics
+    torch.testing.assert_close(torch.tensor(list(trainer._logs["advantages"])[-8:]), result.advantages.float())

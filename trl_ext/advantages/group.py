@@ -209,11 +209,11 @@ class GRPOAdvantage(AdvantageFn):
             None,
             "Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards "
             "R·(1 − rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the "
-            "numerator keeps R. Needs `logprobs` and `response_mask`; None: off.",
+            "numerator keeps R. Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one "
+            "extra forward pass without gradients unless TRL computed them); None: off.",
             type=float,
             ge=0,
             le=1,
-            in_config=False,  # needs per-token log-probs when the advantages are computed: library only
         ),
         Argument(
             "std_cal_level",
