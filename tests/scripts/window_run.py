@@ -5,6 +5,12 @@ Run as `python window_run.py OUT --batch B --accumulation G`, under `torchrun --
 completions come from a deterministic `rollout_func`, so every split of the same 16-sample window sees the same
 prompts, completions and rewards; with SGD (no clipping) the update is −lr × the window's gradient. Two steps, so
 that the second one has a non-zero KL to the reference.
+
+MIX's reference weighting (test_mix_reference_weighting): the algorithm key `mix_chord:reference-sapo` trains
+MIX-CHORD with its batch-geometry arguments set and `sapo` on the rollout rows. That weighting is per micro-batch,
+so `--fixed-micro-batches` makes the micro-batches the same in every split (each process's rollouts and expert rows
+interleaved instead of TRL's random shuffle), and `--no-process-scale` is the control that drops the number of
+processes from the trainer's scale of that loss.
 """
 
 import argparse
@@ -21,6 +27,7 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 import trl_ext  # noqa: E402
+from trl_ext.losses import get_policy_loss  # noqa: E402
 from trl_ext.losses.base import LOSS_AGG_MODES  # noqa: E402
 
 GROUP = 4
@@ -75,6 +82,54 @@ def use_local_normalization() -> None:
     GRPOFamilyTrainer._window_kwargs = lambda self, inputs, mode: {}
 
 
+def fix_micro_batches() -> None:
+    """Replace TRL's random shuffle of each process's generation batch (its rollouts, then its expert rows) by
+    interleaving its two halves: rollout, expert, rollout, ... With half the rows expert rows, micro-batch j of
+    process p then holds the same rows whatever the split (1 process × 4 accumulation steps or 2 × 2)."""
+    import trl.trainer.grpo_trainer as trl_grpo
+
+    def interleave(batch: dict) -> dict:
+        size = len(next(v for v in batch.values() if v is not None))
+        half = size // 2
+        order = torch.stack([torch.arange(half), torch.arange(half, size)], dim=1).flatten()
+
+        def permute(v):
+            if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+                return v
+            return v[order] if isinstance(v, torch.Tensor) else [v[i] for i in order]
+
+        return {key: permute(value) for key, value in batch.items()}
+
+    trl_grpo.shuffle_sequence_dict = interleave
+
+
+def drop_process_scale() -> None:
+    """Control: MIX's reference weighting scaled by 1 / accumulation steps only, without the number of processes."""
+    from trl_ext.trainers.mix_trainer import MIXFamilyTrainer
+
+    policy_loss = MIXFamilyTrainer._policy_loss
+
+    def without(self, mode, **inputs):
+        loss, metrics = policy_loss(self, mode, **inputs)
+        if mode == "eval" or not self.args.reference_weighting:
+            return loss, metrics
+        n, share = self.accelerator.num_processes, self.policy_loss_fn.is_window_share
+        return loss * n, {k: v * n if share(k) else v for k, v in metrics.items()}
+
+    MIXFamilyTrainer._policy_loss = without
+
+
+# MIX-CHORD's reference weighting (`mix_chord:reference-<rollout loss>`): each part's n·w per micro-batch, w = (16 // 4)
+# accumulation steps of the reference / 8 rows of each kind (all processes: ngpus_trainer is the reference's, 1)
+REFERENCE_GEOMETRY = {
+    "ppo_mini_batch_size": 16,
+    "ppo_micro_batch_size_per_gpu": 4,
+    "train_batch_size_usual": 8,
+    "train_batch_size_expert": 8,
+}
+MIX_SCHEDULE = {"mu_peak": 0.6, "mu_valley": 0.2, "mu_decay_steps": 2}  # mu 0.6 then 0.4
+
+
 def parameters(model) -> dict[str, torch.Tensor]:
     """Copies of the model's full parameters by name; under DeepSpeed ZeRO-3 (each process holds a shard) they are
     gathered first, on every process (a collective)."""
@@ -97,16 +152,27 @@ def main() -> None:
     parser.add_argument(
         "--local", action="store_true", help="control: normalize each micro-batch by itself, then divide by G"
     )
+    parser.add_argument(
+        "--fixed-micro-batches", action="store_true", help="interleave rollouts and expert rows instead of shuffling"
+    )
+    parser.add_argument(
+        "--no-process-scale", action="store_true", help="control: MIX's reference weighting without the process count"
+    )
     args = parser.parse_args()
     if args.local:
         use_local_normalization()
+    if args.fixed_micro_batches:
+        fix_micro_batches()
+    if args.no_process_scale:
+        drop_process_scale()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     dataset = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(PROMPTS)]})
     results = {}
     # "grpo:all" runs every loss_agg_mode, "mix_chord:token-mean+seq-mean-token-mean" those two, "raft" the default,
-    # "grpo:duplicate" std_threshold with duplicate_experiences (rows copied across processes)
+    # "grpo:duplicate" std_threshold with duplicate_experiences (rows copied across processes),
+    # "mix_chord:reference-sapo+reference-ppo" the reference's weighting with sapo / ppo on the rollout rows
     for entry in args.algorithms.split(","):
         algorithm, _, which = entry.partition(":")
         spec = trl_ext.get_algorithm(algorithm)
@@ -115,9 +181,15 @@ def main() -> None:
             extra = {} if mode == "default" else {"loss_agg_mode": mode}
             if mode == "duplicate":  # the groups of prompts 1 and 2 (reward std 0.17, 0.23) become copies of others
                 extra = {"std_threshold": 0.25, "duplicate_experiences": True}
+            rollout_loss = mode.removeprefix("reference-") if mode.startswith("reference-") else None
+            if rollout_loss is not None:  # 2 iterations on each generation: the second step's ratios are not 1
+                extra = {**REFERENCE_GEOMETRY, "num_iterations": 2}
+                composes = "policy_loss_fn_args" in spec.config_class.__dataclass_fields__
+                if composes:
+                    extra["policy_loss_fn"] = rollout_loss
             mixing = {}
             if algorithm.startswith("mix"):  # half the window is expert rows; mu 0.6 then 0.4
-                extra.update(mu_peak=0.6, mu_valley=0.2, mu_decay_steps=2, expert_data_ratio=0.5)
+                extra.update(**MIX_SCHEDULE, expert_data_ratio=0.5)
                 mixing["expert_dataset"] = expert_dataset(tokenizer)
             if algorithm == "on_policy_distill":  # group baseline and reward term: both need the whole batch
                 extra.update(distill_baseline="group", reward_weight=0.5)
@@ -154,6 +226,13 @@ def main() -> None:
                 rollout_func=make_rollout(tokenizer.eos_token_id),
                 **mixing,
             )
+            if rollout_loss is not None and not composes:  # until the config composes
+                trainer.policy_loss_fn = get_policy_loss(
+                    algorithm,
+                    rollout_loss=get_policy_loss(rollout_loss),
+                    **REFERENCE_GEOMETRY,
+                    **MIX_SCHEDULE,
+                )
             before = parameters(trainer.model)
             trainer.train()
             update = torch.cat([(p - before[n]).flatten() for n, p in parameters(trainer.model).items()])
@@ -165,7 +244,13 @@ def main() -> None:
                 "wrapped": type(trainer.model_wrapped).__name__,
                 "zero_stage": getattr(trainer.model_wrapped, "zero_optimization_stage", lambda: None)(),
             }
-            results[f"{algorithm}/{mode}"] = {"update": update, "logs": logs, "engine": engine}
+            results[f"{algorithm}/{mode}"] = {
+                "update": update,
+                "logs": logs,
+                "engine": engine,
+                "policy_loss": repr(trainer.policy_loss_fn),
+                "reference_weighting": getattr(trainer.args, "reference_weighting", None),
+            }
     if int(os.environ.get("RANK", "0")) == 0:
         torch.save(results, args.out)
 
