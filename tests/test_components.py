@@ -130,6 +130,9 @@ def test_policy_loss_signature_is_backend_then_the_arguments(name):
     params = list(inspect.signature(cls).parameters.values())
     backend, arguments = params[0], params[1:]
     assert (backend.name, backend.kind, backend.default) == ("backend", backend.POSITIONAL_OR_KEYWORD, "verl")
+    if name in ("mix", "mix_chord"):  # the mixing losses also take the rollout part's loss, before the arguments
+        leading, arguments = arguments[0], arguments[1:]
+        assert (leading.name, leading.kind, leading.default) == ("rollout_loss", leading.KEYWORD_ONLY, None)
     assert [(p.name, p.default) for p in arguments] == list(EXPECTED_DEFAULTS[name].items())
     assert all(p.kind is p.KEYWORD_ONLY for p in arguments)
     # the signature is what the constructor takes

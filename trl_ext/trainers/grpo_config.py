@@ -403,7 +403,10 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
         `ValueError` names the part, the input and who provides it)."""
         family = get_algorithm(self.algorithm).family
         loss = self.build_policy_loss()
-        parts = [("policy_loss_fn", self.policy_loss_name, required_inputs(loss), family.loss_inputs)]
+        needed = required_inputs(loss)
+        if getattr(loss, "rollout_loss", None) is not None:  # MIX with another rollout loss: what that one needs too
+            needed += required_inputs(loss.rollout_loss)
+        parts = [("policy_loss_fn", self.policy_loss_name, needed, family.loss_inputs)]
         advantage = self.build_advantage_fn()
         if advantage is not None:
             needed = advantage.needed_inputs() if hasattr(advantage, "needed_inputs") else required_inputs(advantage)
