@@ -281,6 +281,37 @@ def plain_dpo(logprob, ref_logprob, action_mask, beta=0.1, label_smoothing=0.0, 
     return loss, metrics
 
 
+def plain_m2po(logprob, old_logprob, action_mask, advantages, m2_threshold=0.04, log_ratio_clip=20.0, **_):
+    """Trinity-RFT main's M2PO, written out: the trust-region tokens' largest (log r)² are masked until their mean is
+    at most the threshold; −A·exp(clamp(log r)) (gradient through the clamp) on the kept tokens, over all valid."""
+    adv = advantages.unsqueeze(-1).expand_as(logprob)
+    log_ratio = logprob - old_logprob
+    valid = action_mask.bool()
+    trust = valid & (((adv > 0) & (log_ratio > 0)) | ((adv < 0) & (log_ratio < 0)))
+    m2 = log_ratio.detach().float().square()
+    keep = valid.clone()
+    m2_before = m2[trust].mean().item() if trust.any() else 0.0
+    if m2_before > m2_threshold:
+        values, order = torch.sort(m2[trust], stable=True)
+        means = values.cumsum(0) / torch.arange(1, values.numel() + 1, device=values.device)
+        dropped = trust.nonzero()[order[int((means <= m2_threshold).sum()) :]]
+        keep[dropped[:, 0], dropped[:, 1]] = False
+    kept_trust = trust & keep
+    clamped = log_ratio.clamp(-log_ratio_clip, log_ratio_clip)
+    ratio = torch.exp(log_ratio + (clamped - log_ratio).detach())
+    pg_loss = masked_mean(-adv * ratio * keep, action_mask)
+    n_valid = valid.sum().clamp(min=1)
+    return pg_loss, {
+        "pg_loss": pg_loss.detach().item(),
+        "ppo_kl": masked_mean(-clamped, action_mask).item(),
+        "ratio/mean": masked_mean(ratio.detach(), action_mask).item(),
+        "m2po/m2_before": m2_before,
+        "m2po/m2_after": m2[kept_trust].mean().item() if kept_trust.any() else 0.0,
+        "m2po/masked_fraction": ((valid & ~keep).sum() / n_valid).item(),
+        "m2po/trust_region_fraction": (trust.sum() / n_valid).item(),
+    }
+
+
 def plain_k2(logprob, ref_logprob):
     return 0.5 * (logprob - ref_logprob).square()
 
@@ -332,6 +363,7 @@ CASES: dict[str, tuple[Callable[[], Callable], Callable]] = {
     "sapo": (partial(ours_loss, "sapo"), plain_sapo),
     "topr": (partial(ours_loss, "topr"), plain_topr),
     "sppo": (partial(ours_loss, "sppo"), plain_sppo),
+    "m2po": (partial(ours_loss, "m2po"), plain_m2po),
     "rec": (partial(ours_loss, "rec"), plain_rec),
     "rec/one-side": (partial(ours_loss, "rec", clip_mode="one-side"), partial(plain_rec, clip_mode="one-side")),
     "opmd": (partial(ours_loss, "opmd"), plain_opmd),
