@@ -34,13 +34,14 @@ def test_fields_are_the_loss_and_advantage_arguments(algorithm):
     fields = {f.name: f for f in dataclasses.fields(config_class)}
     for component in (POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS[spec.advantage_fn]):
         # every argument, by its config name, with its default (unset in the config where it says so)
-        for argument in config_arguments(component):  # GRPO's rank_penalty is library-only (`in_config`)
+        for argument in config_arguments(component):
             field = fields[argument.field_name]
             assert field.default == (None if argument.config_unset else argument.default), argument.name
     own = config_class.loss_argument_names() + config_class.advantage_argument_names()
     exposed = config_arguments(POLICY_LOSSES[spec.policy_loss_fn]) + config_arguments(ADVANTAGE_FNS[spec.advantage_fn])
     assert len(own) == len(set(own)) == len(exposed)
-    assert "rank_penalty" not in fields  # library-only: needs per-sample log-probs when advantages are computed
+    if spec.advantage_fn == "grpo":  # the trainer hands it the sampling policy's log-probs when it is set
+        assert fields["rank_penalty"].default is None
     # The defaults build exactly the library's default components.
     config = make(config_class)
     assert repr(config.build_policy_loss()) == repr(POLICY_LOSSES[spec.policy_loss_fn]())
