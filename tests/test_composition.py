@@ -231,3 +231,23 @@ def test_kl_in_the_reward_trains_with_a_reference_model_and_no_kl_term(config_cl
     assert len(kls) == 2 and kls[0] == 0.0 < kls[1]  # the policy starts at the reference, then moves
     assert logged(trainer, "advantage/kl_coef") == [0.05, 0.05]
     assert "kl" not in trainer.state.log_history[0]  # no KL term in the loss
+
+
+def test_distillation_with_a_reference_model_refuses_kl_in_the_reward():
+    """A distillation record that keeps a reference model still cannot take the KL penalty: its advantage is computed
+    from teacher log-probs, so the penalty would be silently ignored."""
+    import dataclasses
+
+    from trl_ext.algorithms import ALGORITHMS
+
+    spec = trl_ext.register_algorithm(
+        dataclasses.replace(
+            trl_ext.get_algorithm("on_policy_distill"), name="distill_with_ref", use_reference=True,
+            class_prefix="DistillWithRef",
+        )
+    )  # fmt: skip
+    try:
+        with pytest.raises(ValueError, match=r"kl_penalty_fn='k1' subtracts a KL from the rewards, but the distill"):
+            _config(spec.config_class, kl_penalty_fn="k1")
+    finally:
+        del ALGORITHMS["distill_with_ref"]

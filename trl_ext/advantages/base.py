@@ -24,13 +24,12 @@ edit.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from .._validation import declared_inputs
+from .._validation import declared_inputs, required_inputs
 from ..components import Component, Registry
 
 GroupIds = torch.Tensor | Sequence[Hashable]
@@ -94,11 +93,8 @@ class AdvantageFn(Component):
         """The subset of `inputs()` this instance reads given its arguments: every input `compute` requires (no
         default value) and the optional ones `optional_inputs_needed` names (GRPO's `logprobs` only with
         `rank_penalty`).  A trainer computes an expensive input (an extra forward pass) only when it is here."""
-        parameters = inspect.signature(type(self).compute).parameters
-        optional = set(self.optional_inputs_needed())
-        return tuple(
-            name for name in self.inputs() if parameters[name].default is inspect.Parameter.empty or name in optional
-        )
+        wanted = {*required_inputs(self), *self.optional_inputs_needed()}
+        return tuple(name for name in self.inputs() if name in wanted)
 
     def optional_inputs_needed(self) -> tuple[str, ...]:
         """The optional inputs of `compute` (those with a default value) that this instance reads given its

@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 import torch
 from transformers import AutoTokenizer, PreTrainedModel
 from trl.models import prepare_deepspeed, prepare_fsdp
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path
 
 from ..advantages import AdvantageResult
@@ -207,12 +206,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         mask = _loss_mask(output).bool()
 
         teacher, teacher_valid = self._teacher_logps(input_ids, attention_mask, width, batch_size)
-        old = output.get("old_per_token_logps")
-        if old is None:  # on-policy: TRL did not need the sampling log-probs; the advantage does
-            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-                old, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, width, batch_size=batch_size
-                )
+        old, _ = self._sampling_log_probs(output, entropy=False)  # TRL's, or one forward pass on-policy
         scored = mask if teacher_valid is None else mask & teacher_valid
 
         # The whole generation batch (every process's samples, padded to one width): a prompt's group may span

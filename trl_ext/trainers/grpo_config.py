@@ -137,11 +137,6 @@ TRL_ADVANTAGE_EPSILON = 1e-4
 """The ε of TRL's (R − mean)/(std + ε), the `grpo` advantage's default with TRL's own loss."""
 
 
-def _takes_rewards(advantage: Any) -> bool:
-    """Whether an advantage function reads the rewards (not: the distillation estimators, which read log-probs)."""
-    return getattr(type(advantage), "reads_rewards", True)
-
-
 def _plain(value: Any) -> Any:
     """A documented default as the plain value TRL's own code would hold."""
     if isinstance(value, DocumentedDefault):
@@ -409,9 +404,7 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
         parts = [("policy_loss_fn", self.policy_loss_name, needed, family.loss_inputs)]
         advantage = self.build_advantage_fn()
         if advantage is not None:
-            needed = advantage.needed_inputs() if hasattr(advantage, "needed_inputs") else required_inputs(advantage)
-            needed = [key for key in needed if key not in ("rewards", "group_ids")]
-            parts.append(("advantage_fn", self.advantage_fn_name, needed, family.advantage_inputs))
+            parts.append(("advantage_fn", self.advantage_fn_name, advantage.needed_inputs(), family.advantage_inputs))
         for kind, name, needed, provided in parts:
             missing = [key for key in needed if key not in provided]
             if missing:
@@ -419,7 +412,7 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
                     f"{type(self).__name__}: {kind}={name!r} cannot train in the {family.name} family's trainer: it "
                     f"needs `{missing[0]}`, {input_source(missing[0])}"
                 )
-        if advantage is not None and "reward_baselines" in needed:  # ReMax: a greedy completion per local group
+        if advantage is not None and "reward_baselines" in advantage.needed_inputs():  # ReMax
             rows = self.per_device_train_batch_size * (self.steps_per_generation or self.gradient_accumulation_steps)
             if rows % self.num_generations:
                 raise ValueError(
@@ -428,12 +421,12 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
                     f"(per_device_train_batch_size × steps_per_generation) must be whole groups of "
                     f"num_generations={self.num_generations}; make it a multiple"
                 )
-        if self.kl_penalty_fn != "none" and (advantage is None or not _takes_rewards(advantage)):
-            raise ValueError(
-                f"{type(self).__name__}: kl_penalty_fn={self.kl_penalty_fn!r} subtracts the KL from the rewards, but "
-                f"advantage_fn={self.advantage_fn_name!r} does not read rewards; use kl_loss_fn with beta > 0 (the "
-                "KL in the loss) instead, or leave kl_penalty_fn='none'"
-            )
+            if self.multi_objective_aggregation == "normalize_then_sum":
+                raise ValueError(
+                    f"{type(self).__name__}: advantage_fn={self.advantage_fn_name!r} compares each reward with a "
+                    "greedy completion's, which multi_objective_aggregation='normalize_then_sum' (rewards normalized "
+                    "within their group) gives no value; use 'sum_then_normalize'"
+                )
 
     def _clip_hint(self) -> dict[str, str]:
         names = self.loss_argument_names()
@@ -835,6 +828,15 @@ class DistillFamilyConfig(TeacherArguments, GRPOFamilyConfig):
         )
         if self.teacher_device is not None:
             check_device(owner, "teacher_device", self.teacher_device)
+
+    def _check_pairing(self) -> None:
+        super()._check_pairing()
+        if self.kl_penalty_fn != "none":  # reached only by a record with a reference model
+            raise ValueError(
+                f"{type(self).__name__}: kl_penalty_fn={self.kl_penalty_fn!r} subtracts a KL from the rewards, but the "
+                "distillation advantage is computed from teacher log-probs, not rewards; use beta with kl_loss_fn "
+                "(the KL in the loss) instead"
+            )
 
     def use_toy_task(self) -> None:
         if self.teacher_model_name_or_path is None:

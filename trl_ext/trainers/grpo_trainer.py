@@ -41,6 +41,7 @@ from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd
 
+from ..advantages.reinforce_plus_plus import place_token_rewards
 from ..losses import aggregate_loss
 from .grpo_config import GRPOFamilyConfig
 from .model_card import AlgorithmModelCard
@@ -97,7 +98,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
                 if not environment:
                     _check_prompt_column(type(self).__name__, split if key is None else f"{split}[{key!r}]", data)
 
-        if "reward_baselines" in _needed_inputs(args.build_advantage_fn()):
+        if "reward_baselines" in args.build_advantage_fn().needed_inputs():
             for name in ("rollout_func", "tools", "environment_factory"):
                 if kwargs.get(name):
                     raise ValueError(
@@ -200,7 +201,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         result, response_mask = self._compute_advantages(rewards, group_ids, output)
         if self._reference_for_reward:
             output.pop("ref_per_token_logps", None)  # the loss has no KL term
-        for name, value in (getattr(result, "metrics", None) or {}).items():
+        for name, value in (result.metrics or {}).items():
             self._metrics[mode][f"advantage/{name}"].append(float(value))
         # The completions table shows each completion's own advantage: 0 for a row replaced by a duplicate.
         table = _zero_dropped(result.advantages, result.keep)
@@ -224,7 +225,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         self._metrics[mode]["advantages/dropped_frac"].append(dropped_frac)
         if dropped_frac > 0:
             output["completion_mask"] = completion_mask * keep.unsqueeze(1).to(completion_mask.dtype)
-        token_keep = getattr(result, "token_keep", None)
+        token_keep = result.token_keep
         if token_keep is not None:  # a token filter (clipb): the tokens it drops leave the loss and its counts
             token_keep = token_keep[local, : completion_mask.size(1)]
             output["completion_mask"] = output["completion_mask"] * token_keep.to(completion_mask.dtype)
@@ -292,35 +293,32 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         greedy completion per prompt). With `kl_penalty_fn`, the rewards first become token rewards: the score on the
         completion's last token minus coef·KL(π_old ‖ π_ref) on every loss token; a function that takes token
         rewards gets them as `[N, T]`, the others each completion's sum."""
-        fn = self.advantage_fn
-        declared, needed = fn.inputs(), _needed_inputs(fn)
-        penalty = self.kl_penalty_fn
-        kwargs: dict[str, Any] = {}
-        # Token-level returns need every sample's masks: pad to a common width and gather. The loss mask has gaps
-        # where tool outputs sit inside a completion; the reward sits on the completion's last token.
-        masks = {"response_mask": _loss_mask(output), "completion_mask": output["completion_mask"]}
+        fn, penalty = self.advantage_fn, self.kl_penalty_fn
+        declared, needed = fn.inputs(), fn.needed_inputs()
+        local = {"response_mask": _loss_mask(output), "completion_mask": output["completion_mask"]}
         if "logprobs" in needed or "entropy" in needed or penalty is not None:
-            logprobs, entropy = self._sampling_log_probs(output, entropy="entropy" in needed)
-            masks["logprobs"], masks["entropy"] = logprobs, entropy
-            if penalty is not None:
-                masks["ref_logprobs"] = output["ref_per_token_logps"]
+            local["logprobs"], local["entropy"] = self._sampling_log_probs(output, entropy="entropy" in needed)
+        if penalty is not None:
+            local["ref_logprobs"] = output["ref_per_token_logps"]
+        # Every sample's per-token inputs, padded to a common width and gathered: a prompt's group may span processes
+        # and token-level estimators normalize over the batch. The response mask also serves the completions table.
         gathered = {
             name: self.accelerator.gather(self.accelerator.pad_across_processes(value, dim=1, pad_index=0))
-            for name, value in masks.items()
-            if value is not None and (name in declared or penalty is not None or name == "response_mask")
+            for name, value in local.items()
+            if value is not None and (name in declared or name == "response_mask" or penalty is not None)
         }
         for name in ("response_mask", "completion_mask"):
             if name in gathered:
                 gathered[name] = gathered[name].bool()
-        kwargs.update({name: gathered[name] for name in declared if name in gathered and name in masks})
+        kwargs: dict[str, Any] = {name: gathered[name] for name in declared if name in gathered}
         if "generator" in declared:  # random choices (REC's balance drop, duplicate_experiences): seeded per step
             generator = torch.Generator(device="cpu").manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
             kwargs["generator"] = generator
         if "reward_baselines" in needed:
             kwargs["reward_baselines"] = self._greedy_baselines(group_ids)
         if penalty is not None:
-            rewards = self._penalized_rewards(rewards, gathered, takes_tokens=getattr(fn, "token_rewards", False))
-        response_mask = gathered["response_mask"] if "response_mask" in kwargs else None
+            rewards = self._penalized_rewards(rewards, gathered, takes_tokens=fn.token_rewards)
+        response_mask = gathered["response_mask"] if "response_mask" in declared else None
         return fn.compute(rewards, group_ids, **kwargs), response_mask
 
     def _sampling_log_probs(self, output: dict[str, Any], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -350,13 +348,9 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         else each completion's sum `[N]`); logs the batch KL and the coefficient as the reference does
         (`advantage/kl`, `advantage/kl_coef`) and steps an adaptive coefficient."""
         mode = "train" if self.model.training else "eval"
-        completion, loss_mask = gathered["completion_mask"].bool(), gathered["response_mask"].bool()
-        width = completion.size(1)
-        positions = torch.arange(width, device=completion.device).expand_as(completion)
-        last = torch.where(completion, positions, -1).amax(dim=1)
-        scores = torch.zeros_like(completion, dtype=rewards.dtype)
-        rows = (last >= 0).nonzero().flatten()
-        scores[rows, last[rows]] = rewards[rows]
+        scores, loss_mask = place_token_rewards(
+            "kl_penalty_fn", rewards, gathered["response_mask"], gathered["completion_mask"]
+        )
         coefficient = self.kl_penalty_fn.kl_coef
         token_rewards, metrics = self.kl_penalty_fn.apply_kl_penalty_to_reward(
             scores, gathered["logprobs"].to(rewards.dtype), gathered["ref_logprobs"].to(rewards.dtype), loss_mask
@@ -407,13 +401,8 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
             completions = [[{"role": "assistant", "content": text}] for text in texts]
         else:
             completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        per_func = trl.GRPOTrainer._calculate_rewards(self, firsts, prompts, completions, completion_ids)
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            raise ValueError(
-                f"{type(self).__name__}: advantage_fn='remax' compares each reward with a greedy completion's, which "
-                "multi_objective_aggregation='normalize_then_sum' (per-group normalized rewards) has no value for; "
-                "use 'sum_then_normalize'"
-            )
+        per_func = self._calculate_rewards(firsts, prompts, completions, completion_ids)  # non-finite: an error
+        self._gathered_rewards = None
         baselines = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
         self._metrics[mode]["advantage/greedy_reward"].append(baselines.mean().item())
         return baselines.repeat_interleave(group)[: group_ids.numel()]
@@ -650,13 +639,6 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         if path is not None and os.path.exists(path):
             with open(path) as f:
                 self._restore_checkpoint_state(json.load(f))
-
-
-def _needed_inputs(advantage_fn: Any) -> tuple[str, ...]:
-    """The inputs an advantage function needs with its arguments (all it declares when it does not say)."""
-    if advantage_fn is None:
-        return ()
-    return advantage_fn.needed_inputs() if hasattr(advantage_fn, "needed_inputs") else advantage_fn.inputs()
 
 
 def _read_by(loss_fn: Any, inputs: dict[str, Any]) -> dict[str, Any]:
