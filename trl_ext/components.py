@@ -57,8 +57,8 @@ class Argument:
     `config_unset=True` makes the config field default to None, passed on only when set (MIX's reference batch
     geometry: unset means window normalization); `config_when_set=True` keeps the default in the config field but
     passes the argument on only when the user set it, so that the component sees it as not given (`given`): GSPO's
-    clip bounds fall back to `clip_range` when not given. `in_config=False` keeps a library-only argument out of
-    training configs (GRPO's `rank_penalty`, which needs per-sample log-probs at advantage time).
+    clip bounds fall back to `clip_range` when not given. `in_config=False` keeps an argument out of
+    training configs where a trainer family sets it from a field of its own (the KL term's `kl_coef`: TRL's `beta`).
     """
 
     name: str
