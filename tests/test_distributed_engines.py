@@ -34,6 +34,7 @@ import sys
 import pytest
 import torch
 from test_window_normalization import ALGORITHMS, DISTILL_METRICS, KEYS, MIX_METRICS
+from trainer_helpers import free_port
 
 import trl_ext
 
@@ -70,6 +71,7 @@ def _window_run(out: str, model: str, teacher: str, batch: int, accumulation: in
     command = [sys.executable]
     if engine is not None:
         command += ["-m", "accelerate.commands.launch", "--config_file", _config(engine), "--num_processes", "2"]
+        command += ["--main_process_port", str(free_port())]
     command += [SCRIPT, out, "--model", model, "--teacher", teacher, "--algorithms", algorithms]
     command += ["--batch", str(batch), "--accumulation", str(accumulation)]
     return subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
@@ -133,7 +135,8 @@ def test_same_update_as_one_process(references, engine_run, key, float_tolerance
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_sapo_example_trains_on_two_processes(deepspeed, toy_cache, tmp_path, engine):
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", _config(engine)]
-    command += ["--num_processes", "2", os.path.join(ROOT, "examples", "train_sapo.py"), "--output_dir", str(tmp_path)]
+    command += ["--num_processes", "2", "--main_process_port", str(free_port())]
+    command += [os.path.join(ROOT, "examples", "train_sapo.py"), "--output_dir", str(tmp_path)]
     command += ["--max_steps", "3", "--per_device_train_batch_size", "8", "--num_generations", "4"]
     command += ["--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "3", "--report_to", "none"]
     result = subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)

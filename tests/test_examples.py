@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from trainer_helpers import ROLLOUT_FAMILIES, algorithm_classes, logged
+from trainer_helpers import ROLLOUT_FAMILIES, algorithm_classes, free_port, logged
 
 from trl_ext.scripts.grpo import main
 from trl_ext.toy import DEFAULT_TRAINING
@@ -117,6 +117,7 @@ def test_unknown_reward_function_name(toy_cache, tmp_path):
 def test_two_processes_with_accelerate_launch(toy_cache, tmp_path):
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
     command += [os.path.join(ROOT, "configs", "accelerate", "multi_gpu.yaml"), "--num_processes", "2"]
+    command += ["--main_process_port", str(free_port())]
     command += [os.path.join(ROOT, "examples", "train_sapo.py"), "--output_dir", str(tmp_path), *QUICK]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)  # no CI hang

@@ -32,6 +32,16 @@ def cpu_config(config_class: type, output_dir: str, **overrides: Any):
     return config_class(**settings)
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now: a launched multi-process run's rendezvous port, instead of accelerate's
+    default 29500, which a run still shutting down (or another job on the machine) may hold, hanging the new one."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
