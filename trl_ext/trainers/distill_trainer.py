@@ -24,16 +24,21 @@ completion tokens), `advantages/mean` (token mean), and the policy loss's metric
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any, ClassVar
 
 import torch
+from accelerate.utils import is_peft_model
 from transformers import AutoTokenizer, PreTrainedModel
 from trl.models import prepare_deepspeed, prepare_fsdp
-from trl.trainer.utils import add_fused_lm_head, create_model_from_path
+from trl.models.utils import _ForwardRedirection
+from trl.trainer.utils import add_fused_lm_head, create_model_from_path, maybe_gather_lm_head_ctx
 
 from ..advantages import AdvantageResult
+from ..losses import SHARE, aggregate_loss
+from ..losses.distillation import OutputLayer, TeacherTopK, dense_divergence, teacher_top_k
 from . import grpo_config as configs
 from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
 
@@ -58,6 +63,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
 
     config_class = configs.DistillFamilyConfig
     _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "grpo", "on-policy-distillation"]
+    trainer_metrics: ClassVar[dict[str, str]] = {**GRPOFamilyTrainer.trainer_metrics, "distill/divergence": SHARE}
 
     def __init__(
         self,
@@ -87,6 +93,8 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         if self._is_vlm:
             raise ValueError(f"{owner}: vision-language students are not supported (the teacher scores text only)")
         self.reward_advantage_fn = args.build_reward_advantage_fn()
+        self._dense_batch = self._dense_divergence = self._teacher_head_copy = None
+        self._forward_redirection = _ForwardRedirection()
         self.teacher_model = self._load_teacher(teacher)
 
     # ---- the teacher -------------------------------------------------------------------------------------------
@@ -102,6 +110,8 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
             init.setdefault("device_map", None)
             teacher = create_model_from_path(teacher, **init)
         self._check_teacher_output_layer(teacher)
+        if args.dense_distillation:
+            self._check_dense_teacher(teacher)
         teacher.eval()
         teacher.requires_grad_(False)
         base = teacher.get_base_model() if hasattr(teacher, "get_base_model") else teacher
@@ -163,6 +173,35 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         self._teacher_vocab_size = teacher_rows
         self._student_may_exceed_teacher = student_rows > teacher_rows
 
+    def _check_dense_teacher(self, teacher: torch.nn.Module) -> None:
+        """A dense mode (`teacher_top_k` ≠ 0) reads the teacher's hidden states and output layer, and compares the
+        teacher's top-k with the student's vocabulary (the whole vocabulary with -1)."""
+        owner, k = type(self).__name__, self.args.teacher_top_k
+        base = _causal_lm(teacher)
+        if getattr(base, "base_model", base) is base:
+            raise ValueError(
+                f"{owner}: teacher_top_k={k} needs the teacher's hidden states and output layer, but this teacher "
+                f"({type(base).__name__}) exposes no backbone (`base_model`); only its sampled-token log-probs can be "
+                "used: set teacher_top_k=0"
+            )
+        if k > self._teacher_vocab_size:
+            raise ValueError(
+                f"{owner}: teacher_top_k={k} is larger than the teacher's vocabulary ({self._teacher_vocab_size} "
+                f"tokens); use at most {self._teacher_vocab_size}, or -1 for the whole vocabulary"
+            )
+        if k == -1 and _output_rows(self.model) != self._teacher_vocab_size:
+            raise ValueError(
+                f"{owner}: teacher_top_k=-1 compares the whole vocabularies, but the student's output layer has "
+                f"{_output_rows(self.model)} rows and the teacher's {self._teacher_vocab_size}; use a teacher of the "
+                "student's vocabulary size, or teacher_top_k > 0 (the rows beyond the teacher's fall in the tail)"
+            )
+        if self.aux_loss_enabled:
+            raise ValueError(
+                f"{owner}: teacher_top_k={k} computes the student's log-probs from its hidden states, without the "
+                "MoE router's load-balancing loss that output_router_logits asks for; set teacher_top_k=0 or turn "
+                "output_router_logits off"
+            )
+
     @property
     def _student_tokenizer(self):
         return getattr(self.processing_class, "tokenizer", self.processing_class)
@@ -205,7 +244,12 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         mask = _loss_mask(output).bool()
 
-        teacher, teacher_valid = self._teacher_logps(input_ids, attention_mask, width, batch_size)
+        if self.args.dense_distillation:
+            teacher, teacher_valid = self._teacher_dense(output, input_ids, attention_mask, width, batch_size, mask)
+            if not self.args.sampled_token_advantage:
+                return output  # the advantages are the task term reward_weight·Â; the dense term is in the loss
+        else:
+            teacher, teacher_valid = self._teacher_logps(input_ids, attention_mask, width, batch_size)
         old, _ = self._sampling_log_probs(output, entropy=False)  # TRL's, or one forward pass on-policy
         scored = mask if teacher_valid is None else mask & teacher_valid
 
@@ -245,6 +289,183 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
             self._metrics[mode][name].append(value)
         self._show_advantages(advantages.sum(1) / mask_all.sum(1).clamp(min=1))
         return output
+
+    # ---- the dense modes (teacher_top_k ≠ 0) ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _teacher_dense(
+        self,
+        output: dict[str, Any],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        width: int,
+        batch_size: int,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """One teacher forward per micro-batch of the generation batch, at the sampling temperature: with top-k, the
+        teacher's top-k ids / log-probs and tail log-mass at each completion position (`teacher_top_k_ids`,
+        `teacher_top_k_logprobs`, `teacher_tail_logprob`); with the whole vocabulary, its last hidden states
+        (`teacher_hidden_states`, projected chunk by chunk in the loss). Stored in `output` (split into micro-batches
+        with the rest). Returns the teacher's log-probs of the sampled tokens and the mask of the tokens it can score
+        when a sampled-token advantage is added (else None, None)."""
+        args, k = self.args, self.args.teacher_top_k
+        labels_needed = args.sampled_token_advantage
+        completion_ids = output["completion_ids"]
+        valid = completion_ids < self._teacher_vocab_size
+        labels = completion_ids.clamp(max=self._teacher_vocab_size - 1)
+        unwrapped = self.accelerator.unwrap_model(self.teacher_model)
+        device = self._teacher_input_device
+        columns: dict[str, list[torch.Tensor]] = {}
+        for start in range(0, input_ids.size(0), batch_size):
+            rows = slice(start, start + batch_size)
+            hidden = self._forward_redirection(
+                self.teacher_model,
+                unwrapped,
+                _last_hidden_state,
+                unwrapped,
+                input_ids[rows].to(device),
+                attention_mask[rows].to(device),
+                width,
+            )
+            at = mask[rows].to(hidden.device)
+            scored = {}
+            if k > 0 or labels_needed:
+                top = teacher_top_k(
+                    hidden[at], _output_layer(unwrapped), max(k, 1), labels[rows].to(hidden.device)[at],
+                    self.temperature,
+                )  # fmt: skip
+                if k > 0:
+                    scored["teacher_top_k_ids"], scored["teacher_top_k_logprobs"] = top.ids, top.logprobs
+                    scored["teacher_tail_logprob"] = top.tail_logprob
+                if labels_needed:
+                    scored["teacher_logprob"] = top.label_logprob
+            if k == -1:
+                scored["teacher_hidden_states"] = hidden[at]
+            for name, value in scored.items():
+                full = value.new_zeros((*at.shape, *value.shape[1:]))
+                full[at] = value
+                columns.setdefault(name, []).append(full.to(mask.device))
+        merged = {name: torch.cat(parts) for name, parts in columns.items()}
+        teacher = merged.pop("teacher_logprob", None)
+        output.update(merged)
+        if teacher is None:
+            return None, None
+        return teacher.float(), (None if bool(valid.all()) else valid)
+
+    def _compute_loss(self, model, inputs):
+        if not self.args.dense_distillation:
+            return super()._compute_loss(model, inputs)
+        self._dense_batch = inputs  # read by the student's log-prob pass of this loss
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._dense_batch = self._dense_divergence = None
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """In a dense mode, the student's pass of the loss: one backbone forward, then the divergence, the sampled
+        tokens' log-probs and the entropies from the same chunked projection (`dense_divergence`); the divergence
+        is kept for `_policy_loss`. Every other pass (reference, sampling log-probs, teacher) is TRL's."""
+        batch, self._dense_batch = self._dense_batch, None
+        if batch is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        unwrapped = self.accelerator.unwrap_model(model)
+        with self.accelerator.autocast():
+            logps, entropies, self._dense_divergence = self._forward_redirection(
+                model, unwrapped, self._dense_student_pass, unwrapped, input_ids, attention_mask, logits_to_keep, batch
+            )
+        return logps, entropies, None
+
+    def _dense_student_pass(self, unwrapped, input_ids, attention_mask, logits_to_keep, batch):
+        hidden = _last_hidden_state(unwrapped, input_ids, attention_mask, logits_to_keep)
+        mask = _loss_mask(batch).bool()
+        if self.args.teacher_top_k > 0:
+            teacher = {
+                "teacher_top": TeacherTopK(
+                    batch["teacher_top_k_ids"][mask],
+                    batch["teacher_top_k_logprobs"][mask],
+                    batch["teacher_tail_logprob"][mask],
+                    None,
+                )
+            }
+        else:
+            teacher = {
+                "teacher_hidden": batch["teacher_hidden_states"][mask],
+                "teacher_layer": self._teacher_layer(hidden.device),
+            }
+        result = dense_divergence(
+            hidden[mask],
+            _output_layer(unwrapped),
+            batch["completion_ids"][mask],
+            self.args.jsd_beta,
+            temperature=self.temperature,
+            **teacher,
+        )
+
+        def spread(values: torch.Tensor) -> torch.Tensor:  # [B, T], 0 off the mask, still connected to `values`
+            return values.new_zeros(mask.shape).masked_scatter(mask, values)
+
+        return spread(result.label_logprob), spread(result.entropy), spread(result.divergence)
+
+    def _teacher_layer(self, device: torch.device) -> OutputLayer:
+        """The teacher's output layer on the student's device (a copy, made once, when the teacher is elsewhere)."""
+        layer = _output_layer(self.accelerator.unwrap_model(self.teacher_model))
+        if layer.weight.device != device:
+            if self._teacher_head_copy is None:
+                bias = None if layer.bias is None else layer.bias.to(device)
+                self._teacher_head_copy = (layer.weight.to(device), bias)
+            layer.weight, layer.bias = self._teacher_head_copy
+            layer.gathered = contextlib.nullcontext
+        return layer
+
+    def _policy_loss(self, mode: str, **inputs: Any):
+        """The policy loss, plus kl_coef × the dense divergence's token mean over the optimizer window."""
+        loss, metrics = super()._policy_loss(mode, **inputs)
+        if self._dense_divergence is None:
+            return loss, metrics
+        tokens = inputs.get("global_valid_toks")
+        dense = aggregate_loss(self._dense_divergence, inputs["action_mask"], "token-mean", global_valid_toks=tokens)
+        return loss + self.args.kl_coef * dense, {**metrics, "distill/divergence": dense.detach()}
+
+
+def _causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a PEFT wrapper (or the model itself)."""
+    return model.base_model.model if is_peft_model(model) else model
+
+
+def _last_hidden_state(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> torch.Tensor:
+    """The backbone's last hidden states that predict the last `logits_to_keep` tokens, `[B, logits_to_keep, H]`
+    (the position before each token: the output layer is not run)."""
+    backbone = _causal_lm(model).base_model
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    return hidden[:, :-1][:, -logits_to_keep:]
+
+
+def _output_layer(model: torch.nn.Module) -> OutputLayer:
+    """The model's output layer with its logit post-processing, read as TRL reads it (`logit_scale`, Muse Glimmer's
+    `output_multiplier`, Falcon-H1's `lm_head_multiplier`, Granite's / HyperCLOVA X's `logits_scaling`, Gemma's
+    `final_logit_softcapping`); a ZeRO-3 partitioned weight is gathered around each use, an FSDP2 one once."""
+    head = _causal_lm(model).get_output_embeddings()
+    config = _causal_lm(model).config.get_text_config()
+    scale = getattr(config, "logit_scale", None)
+    for name in ("output_multiplier", "lm_head_multiplier"):
+        scale = getattr(config, name, None) if scale is None else scale
+    if scale is None and getattr(config, "logits_scaling", None) is not None:
+        scale = config.logits_scaling if config.model_type == "hyperclovax" else 1 / config.logits_scaling
+    weight, bias = head.weight, head.bias
+    if isinstance(weight, torch.distributed.tensor.DTensor):
+        weight = weight.full_tensor()
+        bias = bias.full_tensor() if bias is not None else None
+    return OutputLayer(
+        weight,
+        bias,
+        1.0 if scale is None else float(scale),
+        getattr(config, "final_logit_softcapping", None),
+        gathered=lambda: maybe_gather_lm_head_ctx(head.weight, head.bias),
+    )
 
 
 def _output_rows(model: torch.nn.Module) -> int:

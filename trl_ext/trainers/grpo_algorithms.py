@@ -1411,6 +1411,17 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
         teacher_device (`str | None`, *optional*, defaults to `None`):
             Device of the teacher, e.g. `cuda:1` or `cpu` (default: the student's device on each process, sharded like
             TRL's reference model under DeepSpeed ZeRO-3 / FSDP).
+        teacher_top_k (`int`, *optional*, defaults to `0`):
+            The distillation signal. 0: the sampled-token estimator (the per-token advantage of `advantage_fn`, the
+            reference's). k > 0: a dense loss, the generalized JSD (`jsd_beta`) between student and teacher over the
+            teacher's k most likely tokens at each completion position plus one tail category for the rest of the
+            vocabulary. -1: the same over the whole vocabulary (TRL's `DistillationTrainer` loss). Dense modes compute
+            the logits a chunk of positions at a time (no [B, T, V] tensor); the teacher's top-k is taken once per
+            generation batch, without gradients, at the sampling temperature.
+        jsd_beta (`float`, *optional*, defaults to `1.0`):
+            Interpolation β of the dense divergence (teacher_top_k ≠ 0), as TRL's `DistillationConfig.beta`: 0 forward
+            KL(teacher ‖ student), 1 reverse KL(student ‖ teacher), between: the generalized JSD with mixture (1 −
+            β)·student + β·teacher.
         reward_weight (`float`, *optional*, defaults to `0.0`):
             Weight w of the task reward in the advantage: A_t = kl_coef·(log π_teacher − log π_old) + w·Â, with Â the
             `reward_advantage_fn` advantage of the completion's summed reward (from `reward_funcs`, weighted by
