@@ -76,6 +76,15 @@ def test_distillation_example_uses_the_embedded_teacher(toy_cache, tiny_model, t
         main("on_policy_distill", ["--output_dir", str(tmp_path), *QUICK, "--model_name_or_path", tiny_model])
 
 
+def test_distillation_example_with_the_teachers_top_k(toy_cache, tiny_model, tiny_teacher, tmp_path):
+    argv = ["--output_dir", str(tmp_path), *QUICK, "--teacher_top_k", "32", "--jsd_beta", "0.5"]
+    trainer = main("on_policy_distill", argv)
+    assert (trainer.args.teacher_top_k, trainer.args.jsd_beta) == (32, 0.5)
+    divergence = logged(trainer, "distill/divergence")
+    assert len(divergence) == 2 and all(0 < value < 10 for value in divergence)
+    assert not logged(trainer, "kl/mean")  # the sampled-token estimate is not computed in a dense mode
+
+
 def test_recipe_and_command_line_flags(toy_cache, tiny_model, tmp_path):
     argv = ["--config", os.path.join(ROOT, "configs", "sapo.yaml"), "--output_dir", str(tmp_path), *QUICK]
     argv += ["--model_name_or_path", tiny_model, "--max_completion_length", "8"]

@@ -202,7 +202,9 @@ def dense_divergence(
         else:
             outputs.append(chunk(hidden, start))
     if not outputs:
-        empty = student_hidden.sum() * 0.0  # stays connected to the student: an empty batch backpropagates zeros
+        # Stays connected to the student's backbone and output layer: an empty batch backpropagates zeros to both
+        # (a process without scored positions must still give DDP a gradient for every parameter).
+        empty = (student_hidden.sum() + student_layer.weight.sum()) * 0.0
         return DenseDistillation(empty.expand(0), empty.expand(0), empty.detach().expand(0))
     divergence, label, entropy = (torch.cat(column) for column in zip(*outputs, strict=True))
     return DenseDistillation(divergence, label, entropy.detach())
