@@ -333,6 +333,8 @@ BY_KIND = {
 }
 # Out-of-range values of specific fields (on top of their type's list)
 OUT_OF_RANGE = {
+    "teacher_top_k": [-2],
+    "jsd_beta": [-0.1, 1.5],
     "advantage_epsilon": [0.0, -1e-6],
     "std_threshold": [-0.1],
     "target_kl": [0.0, -0.1],
@@ -382,6 +384,9 @@ def _kind(config_class, name: str) -> tuple[str, bool]:
     raise AssertionError(f"{name}: no invalid values for type {hint!r}")
 
 
+MINUS_ONE_VALID = {"teacher_top_k"}  # -1 means the whole vocabulary
+
+
 def added_fields(algorithm: str) -> list[str]:
     config_class = CONFIGS[algorithm]
     base = {f.name for f in dataclasses.fields(TRL_BASE.get(algorithm, trl.GRPOConfig))}
@@ -392,6 +397,7 @@ def added_fields(algorithm: str) -> list[str]:
 def invalid_values(config_class, name: str) -> list:
     kind, optional = _kind(config_class, name)
     values = [v for v in BY_KIND[kind] if not (name in FREE_TEXT and v == "no-such-name")]
+    values = [v for v in values if not (name in MINUS_ONE_VALID and v == -1)]
     values += OUT_OF_RANGE.get(name, [])
     if not optional:
         values.append(None)
