@@ -1,22 +1,28 @@
 """Step time, tokens per second and peak CUDA memory of trl_ext's trainers against TRL's, at a realistic shape.
 
-Run (from the repository root, on one GPU; about 9 minutes on an H100)::
+Run (from the repository root, on one GPU; about 9 minutes on an H100 before the `distillation` rows, which run four
+trainers, replaced the two-trainer `on_policy_distill` row: not yet timed)::
 
     python benchmarks/gpu_report.py                       # writes gpu_report.md
     python benchmarks/gpu_report.py --rows sapo,grpo --rounds 6 --output report.md
+    python benchmarks/gpu_report.py --rows distillation   # trl.DistillationTrainer against teacher_top_k 0, 64, -1
     python benchmarks/gpu_report.py --shape tiny          # CPU or GPU, a few seconds per run: checks the script
 
 Shape (`--shape 0.5b`, the default): a randomly initialized Qwen2-architecture model with Qwen2.5-0.5B's
 dimensions (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocabulary 151,936, tied embeddings: 494M
 parameters) in bf16, `bf16=True`, TRL's defaults otherwise (gradient checkpointing on, AdamW); 8 generations per
 prompt, prompts of 64-128 tokens, completions of 256-512 tokens (those shorter than 512 end with EOS), micro-batches
-of 16 sequences and 4 accumulation steps: 64 sequences (8 prompts) per optimizer step.
+of 16 sequences and 4 accumulation steps: 64 sequences (8 prompts) per optimizer step. The `distillation` rows
+train on 64 completions per optimizer step too: TRL's `DistillationTrainer` samples one completion per prompt (64
+prompts), trl_ext's `OnPolicyDistillTrainer` 2 per prompt (32 prompts; TRL's GRPO machinery needs at least 2).
 
 Completions are not generated: both trainers get the same fixed random token ids through TRL's `rollout_func`,
-seeded per call. Generation is TRL's own code in both trainers; sampling 512 tokens with `model.generate` would take
-most of each step and only dilute the comparison. Everything else of a step runs: decoding and scoring the
-completions, the advantages, the loss's forward and backward over the micro-batches, the optimizer step, logging
-(`logging_steps=1`).
+seeded per call (`trl.DistillationTrainer` has no `rollout_func`: its prompt tokenization and generation return the
+same ids instead, see `fixed_generation`; each optimizer step's completions are then the same in both trainers, its
+prompts drawn from the same lengths). Generation is TRL's own code in both trainers; sampling 512 tokens with
+`model.generate` would take most of each step and only dilute the comparison. Everything else of a step runs:
+decoding and scoring the completions, the advantages, the loss's forward and backward over the micro-batches, the
+optimizer step, logging (`logging_steps=1`).
 
 Rows (trl_ext / TRL, in one process, interleaved: each round runs every row's two trainers, alternating which goes
 first):
@@ -25,23 +31,32 @@ first):
   (`benchmarks/trainers.py`'s mapping, checked update by update in `tests/test_trl_parity.py`). Targets: step time
   and peak memory <= 1.00x TRL.
 * `mix_chord`: `MIXCHORDTrainer` (its default share of expert demonstrations, of the same lengths, in every batch)
-  and `on_policy_distill`: `OnPolicyDistillTrainer` (teacher: a second random model of the same shape), each against
-  `trl.GRPOTrainer` (`dapo`) on the same batch. TRL has neither algorithm; the ratio is what the expert rows or the
-  teacher's forward cost over plain GRPO.
+  against `trl.GRPOTrainer` (`dapo`) on the same batch. TRL has no such algorithm; the ratio is what the expert rows
+  cost over plain GRPO.
+* `distillation`: `OnPolicyDistillTrainer` against `trl.DistillationTrainer` with `beta=1` (reverse KL over the whole
+  vocabulary), teacher: a second random model of the same shape, loaded in bf16 by both (`teacher_model_init_kwargs`),
+  pure distillation (no reward functions), both with `learning_rate=1e-6`, bf16, activation (gradient) checkpointing
+  on, `max_completion_length=512`, temperature 1, set explicitly. Three sub-rows, each against the same TRL runs:
+  `distillation[k=0]` (`teacher_top_k=0`: the sampled-token estimator), `distillation[k=64]` (`teacher_top_k=64`,
+  `jsd_beta=1`: the generalized JSD over the teacher's top 64 tokens + a tail category; targets: step time <= 0.80x
+  and peak memory <= 0.50x TRL's) and `distillation[k=-1]` (`teacher_top_k=-1`: TRL's loss over the whole vocabulary,
+  chunked). `--rows distillation` runs all three; a sub-row's name runs that one (and TRL's side).
 * `dpo`: `trl_ext.DPOTrainer` with `kl_coef=0` (the sigmoid loss TRL computes) against `trl.DPOTrainer`, pairs of
   the same prompt and completion lengths, 8 pairs (16 sequences) per micro-batch, reference model loaded.
 
 Before the rounds, every trainer runs once untimed on the same batches (Triton compiles its log-prob kernel for each
 new sequence length, cuBLAS and attention pick kernels per shape). Order still matters: on an H100 the first trainer
 of the first row of a round measured up to ~8% slower than the second, so the default number of rounds is even (each
-trainer of a row goes first equally often).
+trainer of a row goes first equally often; the `distillation` rows' four trainers run in one order, then reversed).
 
 Measured, per optimizer step after the first `--warmup` ones: wall time from the step's start to its end (CUDA
 synchronized at both ends); tokens = the prompt and completion tokens (attention mask) of every micro-batch the loss
 ran on; peak = `torch.cuda.max_memory_allocated` over the measured steps (weights, gradients and optimizer state
 included). Medians over all measured steps of all rounds, with a 95% bootstrap interval of the step-time ratio
 (step times resampled on each side): on a shared GPU machine single steps vary by +-15%, and a ratio whose interval
-holds 1.00 does not differ from TRL's in that run. The script exits 0 whatever the numbers: it is a report.
+holds 1.00 does not differ from TRL's in that run. Below the table, each row's targets and whether this run meets
+them (a time ratio whose interval holds the target is reported as not told apart from it). The script exits 0
+whatever the numbers: it is a report.
 """
 
 from __future__ import annotations
@@ -87,7 +102,36 @@ SHAPES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 GENERATIONS = 8
 GRPO_ROWS = ("sapo", "cispo", "gspo", "grpo")
-ROWS = (*GRPO_ROWS, "mix_chord", "on_policy_distill", "dpo")
+ROWS = (*GRPO_ROWS, "mix_chord", "distillation", "dpo")
+# The `distillation` row's sub-rows: OnPolicyDistillTrainer's teacher_top_k (each against TRL's runs)
+DISTILL_TOP_K = {"distillation[k=0]": 0, "distillation[k=64]": 64, "distillation[k=-1]": -1}
+DISTILL_GENERATIONS = 2  # trl_ext's completions per prompt in the distillation rows (TRL's GRPO machinery needs >= 2)
+# row: (step time ratio, peak memory ratio) at most; rows not named here have no target
+TARGETS = {**{row: (1.00, 1.00) for row in GRPO_ROWS}, "distillation[k=64]": (0.80, 0.50)}
+
+
+def table_rows(selected: list[str]) -> list[str]:
+    """The rows of the table (`distillation` stands for its three sub-rows), in order, without repeats."""
+    rows: list[str] = []
+    for row in selected:
+        for name in DISTILL_TOP_K if row == "distillation" else (row,):
+            if name not in rows:
+                rows.append(name)
+    return rows
+
+
+def baseline(row: str) -> str:
+    """The name under which a table row's TRL side is measured: every distillation sub-row shares TRL's runs."""
+    return "distillation" if row in DISTILL_TOP_K else row
+
+
+def measured_groups(rows: list[str]) -> list[list[tuple[str, str]]]:
+    """The (name, kind) runs of each round, grouped by their TRL side: a group's runs are interleaved, in this order
+    in even rounds and reversed in odd ones."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for row in rows:
+        groups.setdefault(baseline(row), []).append((row, "trl_ext"))
+    return [[*runs, (name, "trl")] for name, runs in groups.items()]
 
 
 def build_model(shape: dict[str, Any], tokenizer, path: str, seed: int, device: str) -> int:
@@ -222,6 +266,9 @@ def make_trainer(
             return trl_ext.DPOTrainer(paths["model"], args=trl_ext.DPOConfig(**dpo, kl_coef=0.0), train_dataset=data)
         return trl.DPOTrainer(paths["model"], args=trl.DPOConfig(**dpo), train_dataset=data)
 
+    if baseline(row) == "distillation":
+        return make_distillation_trainer(row, kind, paths, shape, settings, tokenizer, steps, cuda)
+
     settings.update(num_generations=GENERATIONS, max_completion_length=shape["completion"][1])
     prompts = shape["micro_batch"] * shape["accumulation"] // GENERATIONS * steps
     data = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(prompts)]})
@@ -245,9 +292,65 @@ def make_trainer(
             }
         )
         common["expert_dataset"] = expert
-    if row == "on_policy_distill":  # pure distillation: no reward functions
-        return spec.trainer_class(paths["model"], args=config, teacher_model=paths["teacher"], **common)
     return spec.trainer_class(paths["model"], reward_funcs=graded_reward, args=config, **common)
+
+
+def fixed_generation(trainer: Any, rollouts: FixedRollouts) -> None:
+    """Give `trl.DistillationTrainer` (which has no `rollout_func`) the ids of `rollouts`: its prompt tokenization
+    returns the rollouts' prompt ids and its generation their completion ids. The rest of its `_generate` (the
+    completion metrics) and everything after it run unchanged."""
+    completions: list[list[int]] = []
+
+    def tokenize_prompts(prompts: list[Any]):
+        out = rollouts(prompts, trainer)
+        completions[:] = out["completion_ids"]
+        return out["prompt_ids"], None, {}
+
+    def generate_single_turn(prompt_ids, images, multimodal_fields, has_tool_images=False):
+        assert len(completions) == len(prompt_ids)
+        return list(completions)
+
+    trainer._tokenize_prompts = tokenize_prompts
+    trainer._generate_single_turn = generate_single_turn
+
+
+def make_distillation_trainer(
+    row: str,
+    kind: str,
+    paths: dict[str, str],
+    shape: dict[str, Any],
+    settings: dict[str, Any],
+    tokenizer,
+    steps: int,
+    cuda: bool,
+):
+    """`trl.DistillationTrainer(beta=1)` (kind `trl`) or `OnPolicyDistillTrainer` with the sub-row's `teacher_top_k`
+    (kind `trl_ext`): the same 64 completions per optimizer step, teacher, learning rate, bf16, checkpointing and
+    completion length, all set explicitly (TRL's `DistillationConfig` defaults differ from `TrainingArguments`')."""
+    sequences = shape["micro_batch"] * shape["accumulation"]  # completions per optimizer step
+    settings = {
+        **settings,
+        "activation_checkpointing": True,  # TRL's default (`gradient_checkpointing`), the report's setting
+        "max_completion_length": shape["completion"][1],
+        "temperature": 1.0,
+        "teacher_model_init_kwargs": {"dtype": "bfloat16" if cuda else "float32"},
+    }
+    rollouts = FixedRollouts(shape, tokenizer)
+    if kind == "trl":
+        data = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(sequences * steps)]})
+        config = trl.DistillationConfig(**settings, beta=1.0)
+        trainer = trl.DistillationTrainer(
+            paths["model"], teacher_model=paths["teacher"], args=config, train_dataset=data
+        )
+        fixed_generation(trainer, rollouts)
+        return trainer
+    data = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(sequences // DISTILL_GENERATIONS * steps)]})
+    config = trl_ext.OnPolicyDistillConfig(
+        **settings, num_generations=DISTILL_GENERATIONS, teacher_top_k=DISTILL_TOP_K[row], jsd_beta=1.0
+    )
+    return trl_ext.OnPolicyDistillTrainer(  # pure distillation: no reward functions
+        paths["model"], args=config, teacher_model=paths["teacher"], train_dataset=data, rollout_func=rollouts
+    )
 
 
 def run(row: str, kind: str, paths: dict[str, str], shape: dict[str, Any], args: argparse.Namespace) -> dict:
@@ -280,6 +383,18 @@ def ratio_interval(ours: list[float], theirs: list[float], resamples: int = 2000
     return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
 
 
+def figures(runs: list[dict]) -> tuple[list[float], float, float]:
+    """The step times of all runs, tokens per second over them, and the peak memory (GiB) over them."""
+    times = [t for r in runs for t in r["times"]]
+    rate = sum(r["tokens"] for r in runs) / sum(sum(r["times"]) for r in runs)
+    return times, rate, max(r["peak"] for r in runs)
+
+
+def sides(results: dict[tuple[str, str], list[dict]], row: str) -> tuple[tuple, tuple]:
+    """`figures` of a table row's trl_ext runs and of its TRL runs (shared by the distillation sub-rows)."""
+    return figures(results[row, "trl_ext"]), figures(results[baseline(row), "trl"])
+
+
 def table(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[str]:
     lines = [
         "| row | step s trl_ext | step s TRL | time ratio | 95% interval | tokens/s trl_ext | tokens/s TRL "
@@ -287,13 +402,7 @@ def table(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[s
         "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        figures = {}
-        for kind in ("trl_ext", "trl"):
-            runs = results[row, kind]
-            times = [t for r in runs for t in r["times"]]
-            rate = sum(r["tokens"] for r in runs) / sum(sum(r["times"]) for r in runs)
-            figures[kind] = (times, rate, max(r["peak"] for r in runs))
-        (t1, r1, p1), (t2, r2, p2) = figures["trl_ext"], figures["trl"]
+        (t1, r1, p1), (t2, r2, p2) = sides(results, row)
         s1, s2 = statistics.median(t1), statistics.median(t2)
         low, high = ratio_interval(t1, t2)
         peaks = f"{p1:.2f} | {p2:.2f} | {p1 / p2:.3f}" if p2 else "n/a | n/a | n/a"  # no CUDA allocator
@@ -304,20 +413,47 @@ def table(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[s
     return lines
 
 
+def target_lines(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[str]:
+    """Each row's time and memory ratios against its targets (`TARGETS`), or without a target. The time target is met
+    when the whole 95% interval of the ratio lies at or below it, missed when the whole interval lies above it."""
+    lines = ["Targets (ratios trl_ext / TRL):", ""]
+    for row in rows:
+        (t1, _, p1), (t2, _, p2) = sides(results, row)
+        ratio = statistics.median(t1) / statistics.median(t2)
+        low, high = ratio_interval(t1, t2)
+        time = f"step time {ratio:.3f} (95% interval {low:.2f}-{high:.2f})"
+        memory = f"peak memory {p1 / p2:.3f}" if p2 else "peak memory n/a (no CUDA allocator)"
+        if row not in TARGETS:
+            against = " (against plain GRPO: TRL has no MIX-CHORD)" if row == "mix_chord" else ""
+            lines.append(f"- {row}: {time}, {memory}: no target{against}")
+            continue
+        time_target, memory_target = TARGETS[row]
+        time_verdict = "met" if high <= time_target else "missed" if low > time_target else "not told apart"
+        memory_verdict = ("met" if p1 / p2 <= memory_target else "missed") if p2 else "not measured"
+        lines.append(
+            f"- {row}: {time}, target <= {time_target:.2f}: {time_verdict}; {memory}, target <= "
+            f"{memory_target:.2f}: {memory_verdict}"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
+    choices = (*ROWS, *DISTILL_TOP_K)
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(choices)}")
     parser.add_argument("--rounds", type=int, default=4, help="even: each trainer of a row goes first equally often")
     parser.add_argument("--steps", type=int, default=4, help="measured optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="optimizer steps per run before measuring")
     parser.add_argument("--output", default="gpu_report.md")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
-    rows = args.rows.split(",")
-    unknown = sorted(set(rows) - set(ROWS))
+    selected = args.rows.split(",")
+    unknown = sorted(set(selected) - set(choices))
     if unknown:
-        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+    rows = table_rows(selected)
+    groups = measured_groups(rows)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
@@ -329,23 +465,22 @@ def main() -> None:
         tokenizer.model_max_length = 4096
         paths = {name: os.path.join(tmp, name) for name in ("model", "teacher", "out")}
         parameters = build_model(shape, tokenizer, paths["model"], 0, args.device)
-        if "on_policy_distill" in rows:
+        if any(baseline(row) == "distillation" for row in rows):  # the teacher: same shape, another seed
             build_model(shape, tokenizer, paths["teacher"], 1, args.device)
         # Untimed: one whole run of each trainer on the same batches, so that no measured run pays a one-time cost
         # (Triton kernel compilation for each new sequence length, cuBLAS and attention kernel selection for these
         # shapes, allocator growth): without it the first trainer of each row measured up to 1.6x slower.
-        for row in rows:
-            for kind in ("trl_ext", "trl"):
+        for group in groups:
+            for row, kind in group:
                 run(row, kind, paths, shape, args)
         print(f"warm-up done (elapsed {time.perf_counter() - began:.0f} s)", flush=True)
         for round_index in range(args.rounds):
-            for row in rows:
-                order = ("trl_ext", "trl") if round_index % 2 == 0 else ("trl", "trl_ext")
-                for kind in order:
+            for group in groups:
+                for row, kind in group if round_index % 2 == 0 else reversed(group):
                     result = run(row, kind, paths, shape, args)
                     results.setdefault((row, kind), []).append(result)
                     print(
-                        f"round {round_index} {row:<18} {kind:<8} median step {statistics.median(result['times']):.3f}"
+                        f"round {round_index} {row:<20} {kind:<8} median step {statistics.median(result['times']):.3f}"
                         f" s, peak {result['peak']:.2f} GiB, run {result['wall']:.1f} s "
                         f"(elapsed {time.perf_counter() - began:.0f} s); steps "
                         + " ".join(f"{t:.3f}" for t in result["times"]),
@@ -361,12 +496,15 @@ def main() -> None:
         f"completions {shape['completion'][0]}-{shape['completion'][1]} tokens, micro-batch {shape['micro_batch']} "
         f"sequences x {shape['accumulation']} accumulation steps. Medians over {args.rounds} rounds x {args.steps} "
         f"steps (after {args.warmup} warm-up step). torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, trl {trl.__version__}. Ratios are trl_ext / TRL; targets for sapo, cispo, "
-        "gspo, grpo: time and memory <= 1.00 (mix_chord and on_policy_distill run against plain GRPO: TRL has "
-        "neither algorithm).",
+        f"{transformers.__version__}, trl {trl.__version__}. Ratios are trl_ext / TRL; targets: sapo, cispo, gspo, "
+        "grpo: time and memory <= 1.00; distillation[k=64]: time <= 0.80 and memory <= 0.50 (distillation[k=0] and "
+        "[k=-1]: no target). mix_chord runs against plain GRPO (TRL has no MIX-CHORD); the distillation rows against "
+        f"`trl.DistillationTrainer(beta=1)` on the same completions, {shape['micro_batch'] * shape['accumulation']} "
+        f"prompts x 1 completion per step (trl_ext: {DISTILL_GENERATIONS} completions per prompt, same number of "
+        "completions), teacher: a second model of the same shape.",
         "",
     ]
-    text = "\n".join([*header, *table(results, rows), ""])
+    text = "\n".join([*header, *table(results, rows), "", *target_lines(results, rows), ""])
     print(text)
     with open(args.output, "w") as f:
         f.write(text)

@@ -62,6 +62,26 @@ def test_gpu_report_runs_at_the_tiny_shape(toy_cache, tmp_path):
         assert low <= ratio <= high
 
 
+def test_gpu_report_distillation_rows_share_trls_runs(toy_cache, tmp_path):
+    """The `distillation` row at the tiny shape: trl.DistillationTrainer and OnPolicyDistillTrainer at teacher_top_k
+    0, 64 and -1 train (same completions, fixed), each sub-row against the same TRL runs, with k=64's targets."""
+    output = tmp_path / "report.md"
+    _run("gpu_report.py", "--shape", "tiny", "--rows", "distillation", "--rounds", "2", "--steps", "1",
+         "--output", str(output))  # fmt: skip
+    text = output.read_text()
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| distillation")]
+    names = ["distillation[k=0]", "distillation[k=64]", "distillation[k=-1]"]
+    assert [cells[0].strip() for cells in rows] == names
+    assert len({cells[2] for cells in rows}) == 1  # one TRL measurement for the three sub-rows
+    for cells in rows:
+        ours, theirs, ratio = (float(cells[i]) for i in (1, 2, 3))
+        assert abs(ratio - ours / theirs) < 0.01
+    targets = {line.split(":")[0][2:]: line for line in text.splitlines() if line.startswith("- distillation")}
+    assert set(targets) == set(names)
+    assert "target <= 0.80" in targets["distillation[k=64]"] and "target <= 0.50" in targets["distillation[k=64]"]
+    assert targets["distillation[k=0]"].endswith("no target") and targets["distillation[k=-1]"].endswith("no target")
+
+
 def test_ratio_interval_brackets_the_ratio():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
