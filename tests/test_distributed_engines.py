@@ -33,7 +33,7 @@ import sys
 
 import pytest
 import torch
-from test_window_normalization import ALGORITHMS, DISTILL_METRICS, KEYS, MIX_METRICS
+from test_window_normalization import ALGORITHMS, KEYS, window_metrics
 from trainer_helpers import free_port
 
 import trl_ext
@@ -120,7 +120,7 @@ def test_same_update_as_one_process(references, engine_run, key, float_tolerance
     tol = float_tolerance(torch.float32, tokens, 1 + reference.abs().max())
     for split, update in (("1x4", references["1x4"][key]["update"]), (f"{engine} 2x2", results[key]["update"])):
         torch.testing.assert_close(update, reference, **tol, msg=f"{split} {key}")
-    extra = MIX_METRICS if key.startswith("mix") else DISTILL_METRICS if key.startswith("on_policy") else ()
+    extra = window_metrics(key)
     tol = float_tolerance(torch.float32, tokens)  # token means of terms of order one (advantage × ratio, exp(Δ), ...)
     kl = ("kl",) if trl_ext.get_algorithm(key.split("/")[0]).use_reference else ()  # no reference model: no KL
     for name in ("policy_loss", *kl, "entropy", "reward", *extra):

@@ -27,7 +27,8 @@ from trl_ext.trainers.window import WindowNormalization
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
-ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES) + ",on_policy_distill"
+ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
+ALGORITHMS += ",on_policy_distill,on_policy_distill:dense"
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -56,8 +57,20 @@ def runs(random_tiny_model, tiny_model, tmp_path_factory):
 
 
 KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "reinforceplusplus/default", "raft/default"]
-KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default"]
+KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default", "on_policy_distill/dense"]
 DISTILL_METRICS = ("kl/mean", "kl/std", "advantages/mean")
+DENSE_METRICS = ("distill/divergence",)
+
+
+def window_metrics(key: str) -> tuple[str, ...]:
+    """The metrics beyond the loss's own that the run of `key` logs per window."""
+    if key.startswith("mix"):
+        return MIX_METRICS
+    if key.startswith("on_policy"):
+        return DENSE_METRICS if key.endswith("/dense") else DISTILL_METRICS
+    return ()
+
+
 MIX_METRICS = ("usual/pg_loss", "usual/pg_clipfrac", "usual/ppo_kl", "expert/sft_phi_loss", "mu", "entropy_loss")
 
 
@@ -71,7 +84,7 @@ def test_same_update_for_every_split(runs, key, float_tolerance):
     for split in ("1x4", "2x2"):
         torch.testing.assert_close(runs[split][key]["update"], reference, **tol, msg=f"{split} {key}")
     # The logged window values agree too (step 2 has a KL term).
-    extra = MIX_METRICS if key.startswith("mix") else DISTILL_METRICS if key.startswith("on_policy") else ()
+    extra = window_metrics(key)
     reference_model = trl_ext.get_algorithm(key.split("/")[0]).use_reference  # else no KL term (beta = 0)
     kl = ("kl",) if reference_model else ()
     tol = float_tolerance(torch.float32, tokens)  # token means of terms of order one (advantage × ratio, exp(Δ), ...)

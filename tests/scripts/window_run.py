@@ -181,6 +181,8 @@ def main() -> None:
             extra = {} if mode == "default" else {"loss_agg_mode": mode}
             if mode == "duplicate":  # the groups of prompts 1 and 2 (reward std 0.17, 0.23) become copies of others
                 extra = {"std_threshold": 0.25, "duplicate_experiences": True}
+            if mode == "dense":  # the teacher's top-8 JSD next to the reward term (ZeRO-3: both models partitioned)
+                extra = {"teacher_top_k": 8, "jsd_beta": 0.5}
             rollout_loss = mode.removeprefix("reference-") if mode.startswith("reference-") else None
             if rollout_loss is not None:  # 2 iterations on each generation: the second step's ratios are not 1
                 extra = {**REFERENCE_GEOMETRY, "num_iterations": 2}
@@ -192,7 +194,7 @@ def main() -> None:
                 extra.update(**MIX_SCHEDULE, expert_data_ratio=0.5)
                 mixing["expert_dataset"] = expert_dataset(tokenizer)
             if algorithm == "on_policy_distill":  # group baseline and reward term: both need the whole batch
-                extra.update(distill_baseline="group", reward_weight=0.5)
+                extra.update(reward_weight=0.5, **({} if mode == "dense" else {"distill_baseline": "group"}))
                 mixing["teacher_model"] = args.teacher
             config = spec.config_class(
                 output_dir=os.path.join(os.path.dirname(args.out), "run"),

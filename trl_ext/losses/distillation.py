@@ -44,17 +44,19 @@ CHUNK_ELEMENTS = 1 << 25
 class OutputLayer:
     """A causal LM's output projection: logits = scale·(h·Wᵀ + b), soft-capped as `softcap·tanh(logits/softcap)` when
     `softcap` is set (Gemma), then divided by the temperature. `gathered` is entered around every use of the weight
-    (e.g. a DeepSpeed ZeRO-3 gather of a partitioned weight; the backward pass enters it again)."""
+    (e.g. a DeepSpeed ZeRO-3 gather of a partitioned weight, whose full row count is then `rows`; the backward pass
+    enters it again)."""
 
     weight: torch.Tensor  # [V, H]
     bias: torch.Tensor | None = None
     scale: float = 1.0
     softcap: float | None = None
     gathered: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    rows: int | None = None  # the weight's rows when its local shape is not the full one (a partitioned weight)
 
     @property
     def vocab_size(self) -> int:
-        return int(self.weight.shape[0])
+        return int(self.weight.shape[0]) if self.rows is None else self.rows
 
     def logits(self, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
         """Float32 logits `[N, V]` of the hidden states `[N, H]`, divided by `temperature`."""
