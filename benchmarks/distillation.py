@@ -70,8 +70,9 @@ class HeldOutReward(transformers.TrainerCallback):
         self.started = self.excluded = 0.0
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.started = time.perf_counter()
         self._evaluate(0, model)
+        self.points[0] = (0, self.points[0][1], 0.0)
+        self.started, self.excluded = time.perf_counter(), 0.0
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0:

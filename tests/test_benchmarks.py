@@ -93,3 +93,18 @@ def test_ratio_interval_brackets_the_ratio():
     low, high = ratio_interval(theirs, theirs)
     assert low < 1.0 < high and high - low < 0.3
     assert ratio_interval([3.0] * 5, [1.5] * 5) == (2.0, 2.0)
+
+
+def test_distillation_benchmark_prints_held_out_rewards_and_the_gaps(toy_cache, tiny_teacher, tmp_path):
+    out_json = str(tmp_path / "distillation.json")
+    trainers = "trl beta=1,top-k=8,full"
+    flags = ["--seeds", "1", "--steps", "4", "--eval-every", "2", "--trainers", trainers, "--json", out_json]
+    out = _run("distillation.py", *flags)
+    data = json.load(open(out_json))
+    assert set(data["curves"]) == set(trainers.split(","))
+    for points in data["curves"].values():
+        assert [p[0] for p in points] == [0, 2, 4] and all(0 <= p[1] <= 1 for p in points)
+        assert points[0][1] == data["curves"]["trl beta=1"][0][1]  # the same student, the same held-out samples
+        assert points[0][2] == 0 < points[1][2] < points[2][2]  # training seconds grow
+    gaps = [line for line in out.splitlines() if " - trl beta=1: from " in line]
+    assert [line.split(" - ")[0] for line in gaps] == ["top-k=8", "full"]
