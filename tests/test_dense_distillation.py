@@ -246,3 +246,44 @@ def test_bad_teachers_for_the_dense_modes(tiny_model, tiny_teacher, tmp_path):
     no_backbone.base_model_prefix = "absent"  # `base_model` is then the model itself: only log-probs come out
     with pytest.raises(ValueError, match=r"teacher_top_k=4 needs the teacher's hidden states .* set teacher_top_k=0"):
         _trainer(tiny_model, no_backbone, tmp_path, teacher_top_k=4)
+
+
+# ---- bf16 and evaluation ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16-weights", "fp32-weights-autocast"])
+@pytest.mark.parametrize("top_k", [8, -1])
+def test_trains_in_bf16(random_tiny_model, random_teacher, tmp_path, dtype, top_k):
+    """bf16=True with the model in bf16 or in fp32 under autocast: the dense term is finite and every parameter
+    moves."""
+    trainer = _trainer(
+        random_tiny_model, random_teacher, tmp_path, teacher_top_k=top_k, bf16=True, max_steps=2,
+        learning_rate=1e-2, model_init_kwargs={"dtype": dtype},
+    )  # fmt: skip
+    assert trainer.model.dtype == dtype
+    before = snapshot(trainer.model)
+    trainer.train()
+    divergence = logged(trainer, "distill/divergence")
+    assert len(divergence) == 2 and all(np.isfinite(divergence)) and divergence[0] > 0
+    assert changed(before, trainer.model) == set(before)
+
+
+def test_evaluation_logs_the_divergence(tiny_model, tiny_teacher, tmp_path):
+    trainer = OnPolicyDistillTrainer(
+        model=tiny_model,
+        teacher_model=tiny_teacher,
+        args=cpu_config(
+            OnPolicyDistillConfig,
+            str(tmp_path),
+            teacher_top_k=4,
+            eval_strategy="steps",
+            eval_steps=2,
+            per_device_eval_batch_size=8,
+        ),
+        train_dataset=toy_dataset(32),
+        eval_dataset=toy_dataset(8, seed=3),
+        processing_class=build_tokenizer(),
+    )
+    trainer.train()
+    evaluated = logged(trainer, "eval_distill/divergence")
+    assert len(evaluated) == 1 and 0 < evaluated[0] < 10 and logged(trainer, "eval_loss")[0] > 0

@@ -60,11 +60,18 @@ class OutputLayer:
 
     def logits(self, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
         """Float32 logits `[N, V]` of the hidden states `[N, H]`, divided by `temperature`."""
-        weight, hidden = self.weight, hidden.to(self.weight.dtype)
-        if hidden.is_cuda and weight.dtype in (torch.float16, torch.bfloat16):
-            z = torch.mm(hidden, weight.t(), out_dtype=torch.float32)  # logits not rounded to half precision
-        else:
-            z = (hidden @ weight.t()).float()
+        device = hidden.device.type
+        # The matmul runs in the autocast dtype when autocast is on (as the model's own head would), else in the
+        # weight's; the logits always come out in float32, never rounded to half precision.
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else self.weight.dtype
+        with torch.autocast(device, enabled=False):
+            weight, hidden = self.weight.to(dtype), hidden.to(dtype)
+            if dtype not in (torch.float16, torch.bfloat16):
+                z = (hidden @ weight.t()).float()
+            elif hidden.is_cuda:
+                z = torch.mm(hidden, weight.t(), out_dtype=torch.float32)
+            else:  # no half-precision matmul with a float32 output off CUDA
+                z = hidden.float() @ weight.float().t()
         if self.bias is not None:
             z = z + self.bias.float()
         if self.scale != 1.0:
