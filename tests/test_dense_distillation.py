@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -287,3 +289,14 @@ def test_evaluation_logs_the_divergence(tiny_model, tiny_teacher, tmp_path):
     trainer.train()
     evaluated = logged(trainer, "eval_distill/divergence")
     assert len(evaluated) == 1 and 0 < evaluated[0] < 10 and logged(trainer, "eval_loss")[0] > 0
+
+
+@pytest.mark.parametrize("top_k", [8, -1])
+def test_a_teacher_with_another_tokenizer_is_refused_in_every_mode(tiny_model, tiny_teacher, tmp_path, top_k):
+    other = str(tmp_path / "other_teacher")
+    shutil.copytree(tiny_teacher, other)
+    tokenizer = build_tokenizer()
+    tokenizer.add_tokens(["<|tool|>"])
+    tokenizer.save_pretrained(other)
+    with pytest.raises(ValueError, match=r"the teacher's tokenizer .* differs from the student's"):
+        _trainer(tiny_model, other, tmp_path, teacher_top_k=top_k)
