@@ -20,6 +20,14 @@ Language Models" (arXiv 2306.13649); Trinity-RFT's `on_policy_distill` algorithm
 
 Logged: `kl/mean`, `kl/std` (the per-token estimate log π_old − log π_teacher over the generation batch's
 completion tokens), `advantages/mean` (token mean), and the policy loss's metrics.
+
+Dense modes (`teacher_top_k` ≠ 0, `trl_ext.losses.distillation`): the teacher's pass keeps its top-k ids, log-probs
+and tail log-mass (k > 0) or its last hidden states (−1) per completion token instead of the sampled token's
+log-prob, and the loss adds `kl_coef` × the generalized JSD (`jsd_beta`) between student and teacher, token mean
+over the optimizer window (`distill/divergence`). The student's loss pass (`_get_per_token_logps_and_entropies`
+during `_compute_loss`) runs its backbone once and takes the divergence, the sampled tokens' log-probs and the
+entropies from one chunked projection. The dense term replaces the algorithm's own sampled-token advantage; a
+composed `advantage_fn` (e.g. `jsd`) and the reward term still enter the advantages.
 """
 
 from __future__ import annotations
