@@ -168,3 +168,48 @@ def test_loss_step_syncs_no_more_than_trls(algorithm, tiny_model, tmp_path):
     # Inside an optimizer window (not its last micro-batch, where the metrics are logged) at most TRL's count.
     inner = [i for i in range(8) if i % 4 != 3]
     assert max(mine[i] for i in inner) <= max(trls[i] for i in inner), (mine, trls)
+
+
+@pytest.mark.parametrize("top_k", [64, -1])
+def test_dense_distillation_on_cuda(top_k, tiny_model, tiny_teacher, tmp_path):
+    """teacher_top_k on CUDA in bf16 (the float32-output projection), with a LoRA student: finite divergence, only
+    the adapter moves."""
+    trainer = build("on_policy_distill", tiny_model, tmp_path, teacher=tiny_teacher, lora=True, teacher_top_k=top_k)
+    before = snapshot(trainer.model)
+    trainer.train()
+    moved = changed(before, trainer.model)
+    assert moved and all("lora_" in name for name in moved)
+    divergence = logged(trainer, "distill/divergence")
+    assert divergence and all(math.isfinite(v) and v > 0 for v in divergence)
+
+
+def test_dense_whole_vocabulary_equals_trls_kernel_on_cuda(tiny_model, tiny_teacher, tmp_path):
+    """teacher_top_k=-1 on CUDA against TRL's Triton `ChunkedDivergenceFunction` on the same hidden states (bf16
+    inputs, float32 logits on both sides), and the same with the teacher on the CPU (`teacher_device`: its output
+    layer is copied to the student's device once)."""
+    from trl.trainer.distillation_trainer import _chunked_divergence_loss
+
+    from trl_ext.losses.distillation import OutputLayer, dense_divergence
+
+    torch.manual_seed(0)
+    student = torch.nn.Linear(64, 300, bias=False).cuda().bfloat16()
+    teacher = torch.nn.Linear(64, 300, bias=False).cuda().bfloat16()
+    h_s = torch.randn(2, 40, 64, device="cuda", dtype=torch.bfloat16)
+    h_t = torch.randn(2, 40, 64, device="cuda", dtype=torch.bfloat16)
+    mask = torch.ones(2, 40, device="cuda")
+    for beta in (0.0, 0.5, 1.0):
+        theirs, _, _ = _chunked_divergence_loss(h_s, h_t, student.weight, teacher.weight, mask, beta)
+        ours = dense_divergence(
+            h_s.flatten(0, 1), OutputLayer(student.weight), torch.zeros(80, dtype=torch.long, device="cuda"), beta,
+            teacher_hidden=h_t.flatten(0, 1), teacher_layer=OutputLayer(teacher.weight),
+        ).divergence.mean()  # fmt: skip
+        assert ours.item() == pytest.approx(theirs.item(), rel=1e-3, abs=1e-5), beta
+
+    divergence = {}
+    for device in ("cpu", "cuda:0"):
+        overrides = {"bf16": False, "model_init_kwargs": None, "teacher_device": device, "max_steps": 1}
+        trainer = build("on_policy_distill", tiny_model, tmp_path / device, teacher=tiny_teacher, teacher_top_k=-1,
+                        **overrides)  # fmt: skip
+        _trains(trainer)
+        divergence[device] = logged(trainer, "distill/divergence")[0]
+    assert divergence["cpu"] == pytest.approx(divergence["cuda:0"], rel=1e-3, abs=1e-5)

@@ -40,9 +40,11 @@ def main() -> None:
     parser.add_argument("--algorithm", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--teacher")
+    parser.add_argument("--teacher-top-k", type=int, help="on_policy_distill's dense mode (teacher_top_k)")
     args = parser.parse_args()
     output_dir = os.path.join(os.path.dirname(os.path.abspath(args.out)), f"run-{args.algorithm}")
-    trainer = build(args.algorithm, args.model, output_dir, teacher=args.teacher, max_steps=3)
+    dense = {} if args.teacher_top_k is None else {"teacher_top_k": args.teacher_top_k}
+    trainer = build(args.algorithm, args.model, output_dir, teacher=args.teacher, max_steps=3, **dense)
     trainer.train()
     result = {
         "fsdp": bool(trainer.is_fsdp_enabled),
@@ -52,6 +54,7 @@ def main() -> None:
         "teacher_sharded": sharded(getattr(trainer, "teacher_model", None)),
         "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
         "kl": [entry["kl"] for entry in trainer.state.log_history if "kl" in entry],
+        "divergence": [e["distill/divergence"] for e in trainer.state.log_history if "distill/divergence" in e],
         "device": str(torch.cuda.get_device_name()),
     }
     if trainer.accelerator.is_main_process:
