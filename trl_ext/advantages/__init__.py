@@ -9,7 +9,8 @@ Usage::
     result = fn.compute(rewards, group_ids)         # AdvantageResult(advantages, keep, source)
 
 Registered names (`ADVANTAGE_FNS`): `grpo`, `rloo`, `reinforce`, `opmd`, `asymre`, `rec`,
-`step_wise_grpo`, `raft` (RAFT's best-of-group selection) (group estimators, `[N]`) and
+`step_wise_grpo`, `gigpo` (per-step rows of multi-turn runs), `raft` (RAFT's best-of-group selection) (group
+estimators, `[N]`) and
 `reinforceplusplus`, `remax`, `on_policy_distill`, `jsd`, `clipb`, `clipv`, `grpo_verl`, `opmd_verl`,
 `asymre_verl` (token-level, `[N, T]`).
 
@@ -26,6 +27,7 @@ from ..components import Argument
 from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn, register_advantage
 from .broadcast import AsymREVerlAdvantage, GRPOVerlAdvantage, OPMDVerlAdvantage
 from .clip import ClipBAdvantage, ClipVAdvantage
+from .gigpo import GiGPOAdvantage
 from .group import (
     AsymREAdvantage,
     GRPOAdvantage,
@@ -52,6 +54,7 @@ __all__ = [
     "ClipVAdvantage",
     "GRPOAdvantage",
     "GRPOVerlAdvantage",
+    "GiGPOAdvantage",
     "JSDAdvantage",
     "OPMDAdvantage",
     "OPMDVerlAdvantage",
