@@ -16,7 +16,8 @@ from trl_ext.advantages import get_advantage_fn
 from trl_ext.toy import FAST_TRAINING, build_tokenizer, toy_dataset, toy_reward
 
 
-def _trainer(student, teacher, tmp_path, reward=None, **overrides):
+def _trainer(student, teacher, tmp_path, reward=None, trainer_kwargs=None, **overrides):
+    """The trainer on the toy prompts; `overrides` go to the config, `trainer_kwargs` to the trainer."""
     return OnPolicyDistillTrainer(
         model=student,
         teacher_model=teacher,
@@ -24,6 +25,7 @@ def _trainer(student, teacher, tmp_path, reward=None, **overrides):
         args=cpu_config(OnPolicyDistillConfig, str(tmp_path), **overrides),
         train_dataset=toy_dataset(32),
         processing_class=build_tokenizer(),
+        **(trainer_kwargs or {}),
     )
 
 
@@ -205,21 +207,11 @@ def test_dense_distillation_learns_the_teachers_skill(tiny_model, tiny_teacher, 
 def test_lora_student_and_a_bf16_teacher(tiny_model, tiny_teacher, tmp_path):
     from peft import LoraConfig
 
-    trainer = OnPolicyDistillTrainer(
-        model=tiny_model,
-        teacher_model=tiny_teacher,
-        args=cpu_config(
-            OnPolicyDistillConfig,
-            str(tmp_path),
-            teacher_top_k=-1,
-            learning_rate=1e-2,
-            teacher_model_init_kwargs={"dtype": "bfloat16"},
-            teacher_device="cpu",
-        ),
-        train_dataset=toy_dataset(32),
-        processing_class=build_tokenizer(),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
-    )
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = _trainer(
+        tiny_model, tiny_teacher, tmp_path, trainer_kwargs={"peft_config": lora}, teacher_top_k=-1,
+        learning_rate=1e-2, teacher_model_init_kwargs={"dtype": "bfloat16"}, teacher_device="cpu",
+    )  # fmt: skip
     student_before, teacher_before = snapshot(trainer.model), snapshot(trainer.teacher_model)
     trainer.train()
     moved = changed(student_before, trainer.model)
@@ -271,21 +263,10 @@ def test_trains_in_bf16(random_tiny_model, random_teacher, tmp_path, dtype, top_
 
 
 def test_evaluation_logs_the_divergence(tiny_model, tiny_teacher, tmp_path):
-    trainer = OnPolicyDistillTrainer(
-        model=tiny_model,
-        teacher_model=tiny_teacher,
-        args=cpu_config(
-            OnPolicyDistillConfig,
-            str(tmp_path),
-            teacher_top_k=4,
-            eval_strategy="steps",
-            eval_steps=2,
-            per_device_eval_batch_size=8,
-        ),
-        train_dataset=toy_dataset(32),
-        eval_dataset=toy_dataset(8, seed=3),
-        processing_class=build_tokenizer(),
-    )
+    trainer = _trainer(
+        tiny_model, tiny_teacher, tmp_path, trainer_kwargs={"eval_dataset": toy_dataset(8, seed=3)}, teacher_top_k=4,
+        eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=8,
+    )  # fmt: skip
     trainer.train()
     evaluated = logged(trainer, "eval_distill/divergence")
     assert len(evaluated) == 1 and 0 < evaluated[0] < 10 and logged(trainer, "eval_loss")[0] > 0

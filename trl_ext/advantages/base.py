@@ -273,6 +273,22 @@ def group_index(
     return torch.tensor(index, dtype=torch.long, device=device), len(codes)
 
 
+def run_groups(owner: str, index: torch.Tensor, run: torch.Tensor, num_runs: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-turn rows (one per step): each run's last row `[R]` and the group of each run `[R]`, checking that every
+    step of a run has its run's group (`index`, `run`: the rows' group and run, 0..G−1 and 0..R−1)."""
+    positions = torch.arange(index.numel(), device=index.device)
+    last = positions.new_full((num_runs,), -1).scatter_reduce_(0, run, positions, "amax")
+    group = index[last]
+    mismatch = (group[run] != index).nonzero().flatten()
+    if mismatch.numel():
+        i = int(mismatch[0])
+        raise ValueError(
+            f"{owner}: step {i} has another task (group_ids) than the other steps of its run (its last step is "
+            f"{int(last[run[i]])}); every run must belong to a single group"
+        )
+    return last, group
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Group statistics
 # ----------------------------------------------------------------------------------------------------------

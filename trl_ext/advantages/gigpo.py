@@ -26,7 +26,16 @@ from typing import Any
 import torch
 
 from ..components import Argument
-from .base import AdvantageFn, AdvantageResult, GroupIds, check_rewards, group_index, group_stats, register_advantage
+from .base import (
+    AdvantageFn,
+    AdvantageResult,
+    GroupIds,
+    check_rewards,
+    group_index,
+    group_stats,
+    register_advantage,
+    run_groups,
+)
 
 FNORMS = ("none", "std")
 
@@ -64,11 +73,7 @@ class GiGPOAdvantage(AdvantageFn):
         n, device = rewards.numel(), rewards.device
         task, num_tasks = group_index(self.name, group_ids, n, device)
         run, num_runs = group_index(self.name, run_ids, n, device, name="run_ids")
-        run_task = torch.full((num_runs,), -1, dtype=torch.long, device=device).scatter_(0, run, task)
-        mismatch = (run_task[run] != task).nonzero().flatten()
-        if mismatch.numel():
-            i = int(mismatch[0])
-            raise ValueError(f"{self.name}: step {i} has another task (group_ids) than the other steps of its run")
+        _, run_task = run_groups(self.name, task, run, num_runs)
         state, has_state = _state_index(self.name, state_ids, n, device)
 
         returns = rewards.new_zeros(num_runs).index_add_(0, run, rewards)  # R(τ) per run

@@ -32,6 +32,7 @@ from .base import (
     group_sum,
     rank_within_groups,
     register_advantage,
+    run_groups,
 )
 
 STD_CAL_LEVELS = ("group", "batch", "none")
@@ -464,16 +465,7 @@ class StepWiseGRPOAdvantage(AdvantageFn):
         n = rewards.numel()
         index, num_groups = group_index(self.name, group_ids, n, rewards.device)
         run, num_runs = group_index(self.name, run_ids, n, rewards.device, name="run_ids")
-        positions = torch.arange(n, device=rewards.device)
-        last = positions.new_full((num_runs,), -1).scatter_reduce_(0, run, positions, "amax")
-        run_group = index[last]
-        mismatch = (run_group[run] != index).nonzero().flatten()
-        if mismatch.numel():
-            i = int(mismatch[0])
-            raise ValueError(
-                f"{self.name}: sample {i} has a different group id than the last step ({int(last[run[i]])}) "
-                "of its run; every run must belong to a single group"
-            )
+        last, run_group = run_groups(self.name, index, run, num_runs)
         run_advantages, _, valid = _grpo(
             rewards[last], run_group, num_groups, self.epsilon, self.std_cal_level, self.std_threshold
         )

@@ -123,7 +123,7 @@ def teacher_top_k(
             parts.append((ids, values, tail_logprob(log_probs, ids), label))
     if not parts:
         empty = hidden.new_zeros(0, dtype=torch.float32)
-        return TeacherTopK(labels.new_zeros(0, k), empty.view(0, k).expand(0, k), empty, empty)
+        return TeacherTopK(labels.new_zeros(0, k), empty.new_zeros(0, k), empty, empty)
     return TeacherTopK(*(torch.cat(column) for column in zip(*parts, strict=True)))
 
 

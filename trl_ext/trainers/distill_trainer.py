@@ -473,7 +473,7 @@ def _output_layer(model: torch.nn.Module) -> OutputLayer:
         1.0 if scale is None else float(scale),
         getattr(config, "final_logit_softcapping", None),
         gathered=lambda: maybe_gather_lm_head_ctx(head.weight, head.bias),
-        rows=int(getattr(head.weight, "ds_shape", head.weight.shape)[0]),  # ZeRO-3: the full shape
+        rows=_output_rows(_causal_lm(model)),
     )
 
 
