@@ -281,3 +281,21 @@ def test_a_teacher_with_another_tokenizer_is_refused_in_every_mode(tiny_model, t
     tokenizer.save_pretrained(other)
     with pytest.raises(ValueError, match=r"the teacher's tokenizer .* differs from the student's"):
         _trainer(tiny_model, other, tmp_path, teacher_top_k=top_k)
+
+
+def test_a_moe_students_router_loss_is_refused(tiny_moe, tmp_path):
+    """A MoE student with output_router_logits: the dense pass does not compute the router's load-balancing loss."""
+    teacher = AutoModelForCausalLM.from_pretrained(tiny_moe)
+    with pytest.raises(ValueError, match=r"teacher_top_k=4 .* without the MoE router's load-balancing loss"):
+        _trainer(tiny_moe, teacher, tmp_path, teacher_top_k=4)
+    assert _trainer(tiny_moe, teacher, tmp_path).aux_loss_enabled  # the sampled-token mode keeps it
+
+
+def test_a_teacher_head_elsewhere_is_copied_once_to_the_students_device(tiny_model, tiny_teacher, tmp_path):
+    """teacher_top_k=-1 with the teacher on another device: its output layer comes to the student's device once."""
+    trainer = _trainer(tiny_model, tiny_teacher, tmp_path, teacher_top_k=-1)
+    elsewhere = torch.device("meta")  # any device the teacher is not on
+    layer = trainer._teacher_layer(elsewhere)
+    assert layer.weight.device == elsewhere and layer.weight.shape == trainer.teacher_model.lm_head.weight.shape
+    assert trainer._teacher_layer(elsewhere).weight is layer.weight  # cached, not copied again
+    assert trainer._teacher_layer(torch.device("cpu")).weight is trainer.teacher_model.lm_head.weight  # no copy

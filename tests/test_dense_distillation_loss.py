@@ -294,3 +294,17 @@ def test_empty_batch(mode):
     assert all(t.shape == (0,) for t in out)
     (out.divergence + out.label_logprob).sum().backward()
     assert hs.grad is not None and hs.grad.shape == (0, H)
+    # the output layer gets a (zero) gradient too: a process without scored tokens must still give DDP one
+    assert ws.grad is not None and not ws.grad.any()
+
+
+def test_logits_are_float32_of_the_autocast_dtype_not_rounded():
+    """Under bf16 autocast with float32 weights, the projection runs on bf16 inputs (as the model's own head would)
+    and its logits are not rounded to bf16."""
+    hs, ws, *_ = make(13, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = OutputLayer(ws.detach()).logits(hs.detach(), 1.0)
+    expected = hs.detach().bfloat16().float() @ ws.detach().bfloat16().float().t()
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, expected, rtol=1e-6, atol=1e-6)
+    assert not torch.equal(logits, logits.bfloat16().float())  # finer than bf16

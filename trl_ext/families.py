@@ -185,7 +185,6 @@ INPUT_SOURCES: dict[str, str] = {
     "reward_baselines": "the rewards of greedy completions (ReMax), which only the grpo family's trainer generates "
     "(GRPOConfig, ...: the MIX trainer's batches also hold expert rows)",
     "run_ids": "the run each step of a multi-turn episode belongs to, which no trainer records yet",
-    "state_ids": "the environment state each step of a multi-turn episode starts from, which no trainer records yet",
     "necs": "a per-token statistic of Clip-V (arXiv 2602.03392) that Trinity-RFT 0.6.0 takes as an input but "
     "computes nowhere, and whose definition trl_ext could not verify against the paper: use `clipb`, whose "
     "inputs (log-probs and entropies) the trainer computes",

@@ -268,7 +268,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
         for key, value in taken.items():
             if key in ("prompt_ids", "prompt_mask"):
                 taken[key] = value[:, start:]
-            elif isinstance(value, torch.Tensor) and value.dim() >= 2 and value.size(1) == width:
+            elif isinstance(value, torch.Tensor) and value.dim() == 2 and value.size(1) == width:
                 taken[key] = value[:, :end]
         taken["num_items_in_batch"] = self.accelerator.gather(_loss_mask(taken).sum()).sum()
         return taken
