@@ -10,6 +10,7 @@ import dataclasses
 import os
 import sys
 import textwrap
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -491,6 +492,14 @@ def train_and_finish(trainer, name: str, training_args, script_args, summary: st
     # Every rank reaches the teardown together: a gloo process group torn down while a peer has already exited can
     # block in its destructor (seen once in 2-process CPU runs).
     trainer.accelerator.wait_for_everyone()
+    gloo = torch.distributed.is_initialized() and torch.distributed.get_backend() == "gloo"
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers, destroy the process group
         trainer.end()
+    if gloo:
+        # torch's gloo backend can deadlock when the caller drops the trainer: the DDP reducer's last reference to
+        # the process group joins its worker threads while holding the GIL, and a worker still freeing the last
+        # collective's work waits for the GIL to release a Python tensor (native stacks of a 2-process CPU run that
+        # hung at exit: ~ProcessGroupGloo -> thread::join / AsyncBarrierWork -> decref_pyobject). A moment with
+        # the GIL released lets the workers finish first.
+        time.sleep(0.2)
     return trainer
