@@ -16,14 +16,13 @@ replaced by a fake that answers fixed texts:
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 from unittest.mock import patch
 
 import pytest
 import torch
 from datasets import Dataset
-from trainer_helpers import CPU, changed, logged, snapshot
+from trainer_helpers import CPU, build_tool_model, changed, logged, snapshot
 from transformers import AutoTokenizer
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
@@ -91,19 +90,7 @@ class QuizEnvironment:
 @pytest.fixture(scope="module")
 def tool_model(tmp_path_factory) -> str:
     """The untrained toy model, its tokenizer wearing TRL's shipped Qwen3 chat template, saved to a folder."""
-    from trl_ext.toy import build_model, build_tokenizer
-
-    tokenizer = build_tokenizer()
-    tokenizer.chat_template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
-    tokenizer.model_max_length = 2048
-    model = build_model(tokenizer, seed=0)
-    # The tool schemas in the system prompt alone take ~600 tokens of this small byte-level vocabulary, and TRL's
-    # tool loop stops a rollout whose sequence reaches max_position_embeddings (256 for the toy). RoPE has no table,
-    # so a longer limit is just a number.
-    model.config.max_position_embeddings = 2048
-    path = str(tmp_path_factory.mktemp("tool_model"))
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    path = build_tool_model(str(tmp_path_factory.mktemp("tool_model")))
     # The template survives the round trip and TRL recognizes it: it renders tool calls, and TRL knows how to parse
     # its responses (the trainer attaches that parser itself, as for a real Qwen3 checkpoint).
     saved = AutoTokenizer.from_pretrained(path)

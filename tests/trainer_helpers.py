@@ -93,3 +93,24 @@ def algorithm_classes(*families: str, trainers: bool = False) -> dict[str, type]
         for name, spec in trl_ext.ALGORITHMS.items()
         if spec.trainer in families
     }
+
+
+def build_tool_model(path: str) -> str:
+    """The untrained toy model with its tokenizer wearing TRL's shipped Qwen3 chat template, saved to `path`: TRL
+    renders tool schemas with it and parses the model's tool calls (it attaches that parser itself, as for a real
+    Qwen3 checkpoint)."""
+    import importlib.resources
+
+    from trl_ext.toy import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = (importlib.resources.files("trl") / "chat_templates" / "qwen3.jinja").read_text()
+    tokenizer.model_max_length = 2048
+    model = build_model(tokenizer, seed=0)
+    # The tool schemas in the system prompt alone take ~600 tokens of this small byte-level vocabulary, and TRL's
+    # tool loop stops a rollout whose sequence reaches max_position_embeddings (256 for the toy). RoPE has no table,
+    # so a longer limit is just a number.
+    model.config.max_position_embeddings = 2048
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

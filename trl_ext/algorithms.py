@@ -298,7 +298,20 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
         use_reference=True, repeat_times=8,
         policy_loss_fn="ppo", advantage_fn="step_wise_grpo", kl_loss_fn="k2", entropy_loss_fn="default",
-        trainer=None),
+        class_prefix="MultiStepGRPO", display_name="Multi-step GRPO",
+        details="For TRL's multi-turn rollouts (`tools`, `environment_factory`): each completion is segmented into "
+        "the model's turns, and every turn of an episode gets the episode's group-normalized advantage (÷ its number "
+        "of turns with `enable_step_norm`); tool outputs get none. `turns_as_samples=True` makes each turn a sample "
+        "of the `seq-mean-*` aggregations, as the reference's per-turn experiences."),
+    AlgorithmSpec("gigpo", "Group-in-group advantages for agents: episode-level plus anchor-state step-level.",
+        Paper("Group-in-Group Policy Optimization for LLM Agent Training", "2505.10978"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="ppo", advantage_fn="gigpo", kl_loss_fn="k2", entropy_loss_fn="default",
+        class_prefix="GiGPO", display_name="GiGPO",
+        details="For TRL's multi-turn rollouts: each model turn gets A_E + ω·A_S, A_S normalized over the turns of "
+        "the batch that start from the same state: the environment's `state_key` when it has one, else the text "
+        "the model saw before the turn (the prompt and the tool outputs so far). Turn rewards the environment "
+        "records (`turn_rewards`) add to the episode's reward on the last turn."),
     AlgorithmSpec("on_policy_distill", "On-policy distillation: teacher log-probs as per-token advantages.",
         Paper("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", "2306.13649"),
         use_reference=False, repeat_times=8,

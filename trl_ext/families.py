@@ -172,6 +172,7 @@ _WINDOW = ("global_valid_toks", "global_valid_seqs", "normalizer")
 _ROLLOUT_LOSS_INPUTS = ("logprob", "old_logprob", "action_mask", "advantages", "importance_sampling_ratio", "step")
 _ROLLOUT_LOSS_INPUTS += _WINDOW
 _ROLLOUT_ADVANTAGE_INPUTS = ("response_mask", "completion_mask", "generator", "logprobs", "entropy", "reward_baselines")
+_TURN_INPUTS = ("run_ids", "state_ids")  # the model turns of TRL's multi-turn rollouts
 
 INPUT_SOURCES: dict[str, str] = {
     "expert_mask": "which only the MIX family's trainer provides (expert rows mixed into the rollouts: MIXConfig, "
@@ -184,7 +185,10 @@ INPUT_SOURCES: dict[str, str] = {
     "ref_logprob": "per-token reference log-probs of paired rows (a preference loss: train it with DPOConfig)",
     "reward_baselines": "the rewards of greedy completions (ReMax), which only the grpo family's trainer generates "
     "(GRPOConfig, ...: the MIX trainer's batches also hold expert rows)",
-    "run_ids": "the run each step of a multi-turn episode belongs to, which no trainer records yet",
+    "run_ids": "the run each step of a multi-turn episode belongs to, which only the grpo family's trainer records "
+    "(the model turns of TRL's multi-turn rollouts: GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)",
+    "state_ids": "the environment state each step of a multi-turn episode starts from, which only the grpo family's "
+    "trainer records (GRPOConfig, GiGPOConfig, ...)",
     "necs": "a per-token statistic of Clip-V (arXiv 2602.03392) that Trinity-RFT 0.6.0 takes as an input but "
     "computes nowhere, and whose definition trl_ext could not verify against the paper: use `clipb`, whose "
     "inputs (log-probs and entropies) the trainer computes",
@@ -205,7 +209,8 @@ register_family(TrainerFamily(
     "train.",
     config_base=_GRPO_SETTINGS, trainer_base="trl_ext.trainers.grpo_trainer:GRPOFamilyTrainer",
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
-    group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS, advantage_inputs=_ROLLOUT_ADVANTAGE_INPUTS,
+    group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_TURN_INPUTS),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "mix", "Rollouts and expert demonstrations in one batch (MIX, CHORD): RL on the rollouts, SFT on the experts.",

@@ -81,6 +81,9 @@ class AdvantageFn(Component):
     token_level: ClassVar[bool] = False
     #: True for estimators whose `compute` accepts token-level rewards `[N, T]` as `rewards` (as well as `[N]`).
     token_rewards: ClassVar[bool] = False
+    #: True for multi-turn estimators (one row per step of a run, `run_ids`) that read every step's reward; the others
+    #: read the reward of a run's last step (its outcome).
+    step_rewards: ClassVar[bool] = False
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:

@@ -47,6 +47,7 @@ class GiGPOAdvantage(AdvantageFn):
     order), `state_ids` the hashable key of the environment state the step starts from (None: no state). Returns
     the per-step advantages A_E + ω·A_S (see the module docstring); every row is kept."""
 
+    step_rewards = True
     arguments = (
         Argument("omega", 1.0, "Weight ω of the step-level (anchor-state) advantage in A_E + ω·A_S.", ge=0),
         Argument("gamma", 1.0, "Discount γ of the step-level returns R_t = Σ_{k≥t} γ^(k−t) r_k.", ge=0, le=1),
@@ -57,7 +58,7 @@ class GiGPOAdvantage(AdvantageFn):
             "`std` (the unbiased std of the group, as GRPO).",
             choices=FNORMS,
         ),
-        Argument("epsilon", 1e-6, "ε of (x − mean)/(F + ε).", gt=0),
+        Argument("epsilon", 1e-6, "ε of (x − mean)/(F + ε).", gt=0, config_name="advantage_epsilon"),
     )
 
     @torch.no_grad()

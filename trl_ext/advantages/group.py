@@ -440,7 +440,13 @@ class StepWiseGRPOAdvantage(AdvantageFn):
     """
 
     arguments = (
-        Argument("epsilon", 1e-6, "ε of (R_run − mean)/(std + ε), the statistics taken over the group's runs.", gt=0),
+        Argument(
+            "epsilon",
+            1e-6,
+            "ε of (R_run − mean)/(std + ε), the statistics taken over the group's runs.",
+            gt=0,
+            config_name="advantage_epsilon",
+        ),
         Argument("enable_step_norm", False, "Divide each step's advantage by its run's number of steps."),
         Argument(
             "std_cal_level",

@@ -24,12 +24,16 @@ __all__ = [
     "GRPOTrainer",
     "GSPOConfig",
     "GSPOTrainer",
+    "GiGPOConfig",
+    "GiGPOTrainer",
     "M2POConfig",
     "M2POTrainer",
     "MIXCHORDConfig",
     "MIXCHORDTrainer",
     "MIXConfig",
     "MIXTrainer",
+    "MultiStepGRPOConfig",
+    "MultiStepGRPOTrainer",
     "OPMDConfig",
     "OPMDTrainer",
     "OnPolicyDistillConfig",
@@ -1339,6 +1343,191 @@ class M2POTrainer(GRPOFamilyTrainer):
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = M2POConfig
+
+
+@dataclass
+class MultiStepGRPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`MultiStepGRPOTrainer`]: GRPO over multi-turn runs: run-level advantages on every step. Paper:
+    DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models (arXiv 2402.03300). For TRL's
+    multi-turn rollouts (`tools`, `environment_factory`): each completion is segmented into the model's turns, and every
+    turn of an episode gets the episode's group-normalized advantage (÷ its number of turns with `enable_step_norm`);
+    tool outputs get none. `turns_as_samples=True` makes each turn a sample of the `seq-mean-*` aggregations, as the
+    reference's per-turn experiences.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the multi_step_grpo algorithm's
+            group size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the multi_step_grpo
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'step_wise_grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `step_wise_grpo`,
+            the multi_step_grpo algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `step_wise_grpo`'s arguments configure `step_wise_grpo`; with another
+            function, one that is set is passed on to it if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R_run − mean)/(std + ε), the statistics taken over the group's runs. (the `step_wise_grpo` advantage's
+            `epsilon`)
+        enable_step_norm (`bool`, *optional*, defaults to `False`):
+            Divide each step's advantage by its run's number of steps.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std over the runs of the `group` or of the whole `batch` (the mean stays the group mean).
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups of a single run or whose std over runs is at or below this value.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "multi_step_grpo"
+
+    kl_loss_fn: str = algorithm_field("multi_step_grpo", "kl_loss_fn")
+    num_generations: int = algorithm_field("multi_step_grpo", "num_generations")
+    policy_loss_fn: str = algorithm_field("multi_step_grpo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("multi_step_grpo", "advantage_fn")
+    clip_range: float | None = algorithm_field("multi_step_grpo", "clip_range")
+    clip_range_low: float | None = algorithm_field("multi_step_grpo", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("multi_step_grpo", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("multi_step_grpo", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("multi_step_grpo", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("multi_step_grpo", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("multi_step_grpo", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("multi_step_grpo", "fallback_to_policy_gradient")
+    advantage_epsilon: float = algorithm_field("multi_step_grpo", "advantage_epsilon")
+    enable_step_norm: bool = algorithm_field("multi_step_grpo", "enable_step_norm")
+    std_cal_level: str = algorithm_field("multi_step_grpo", "std_cal_level")
+    std_threshold: float | None = algorithm_field("multi_step_grpo", "std_threshold")
+
+
+class MultiStepGRPOTrainer(GRPOFamilyTrainer):
+    """Multi-step GRPO: GRPO over multi-turn runs: run-level advantages on every step. (config: `MultiStepGRPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = MultiStepGRPOConfig
+
+
+@dataclass
+class GiGPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`GiGPOTrainer`]: Group-in-group advantages for agents: episode-level plus anchor-state step-level.
+    Paper: Group-in-Group Policy Optimization for LLM Agent Training (arXiv 2505.10978). For TRL's multi-turn rollouts:
+    each model turn gets A_E + ω·A_S, A_S normalized over the turns of the batch that start from the same state: the
+    environment's `state_key` when it has one, else the text the model saw before the turn (the prompt and the tool
+    outputs so far). Turn rewards the environment records (`turn_rewards`) add to the episode's reward on the last turn.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the gigpo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the gigpo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'gigpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `gigpo`, the gigpo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `gigpo`'s arguments configure `gigpo`; with another function, one that is set is passed on to it
+            if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        omega (`float`, *optional*, defaults to `1.0`):
+            Weight ω of the step-level (anchor-state) advantage in A_E + ω·A_S.
+        gamma (`float`, *optional*, defaults to `1.0`):
+            Discount γ of the step-level returns R_t = Σ_{k≥t} γ^(k−t) r_k.
+        fnorm (`str`, *optional*, defaults to `'none'`):
+            Normalization of both levels: `none` (F = 1, the paper's default for agents: mean-centred only) or `std`
+            (the unbiased std of the group, as GRPO).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (x − mean)/(F + ε). (the `gigpo` advantage's `epsilon`)
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "gigpo"
+
+    kl_loss_fn: str = algorithm_field("gigpo", "kl_loss_fn")
+    num_generations: int = algorithm_field("gigpo", "num_generations")
+    policy_loss_fn: str = algorithm_field("gigpo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("gigpo", "advantage_fn")
+    clip_range: float | None = algorithm_field("gigpo", "clip_range")
+    clip_range_low: float | None = algorithm_field("gigpo", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("gigpo", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("gigpo", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("gigpo", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("gigpo", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("gigpo", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("gigpo", "fallback_to_policy_gradient")
+    omega: float = algorithm_field("gigpo", "omega")
+    gamma: float = algorithm_field("gigpo", "gamma")
+    fnorm: str = algorithm_field("gigpo", "fnorm")
+    advantage_epsilon: float = algorithm_field("gigpo", "advantage_epsilon")
+
+
+class GiGPOTrainer(GRPOFamilyTrainer):
+    """GiGPO: Group-in-group advantages for agents: episode-level plus anchor-state step-level. (config: `GiGPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = GiGPOConfig
 
 
 @dataclass

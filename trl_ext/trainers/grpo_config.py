@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from trl import GRPOConfig as _TRLGRPOConfig
 
-from .._validation import check_choice, check_number, required_inputs
+from .._validation import check_bool, check_choice, check_number, required_inputs
 from ..advantages import ADVANTAGE_FNS, get_advantage_fn
 from ..algorithms import get_algorithm
 from ..families import input_source
@@ -301,6 +301,17 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
         ),
     )
 
+    turns_as_samples: bool = field(
+        default=False,
+        metadata=_help(
+            "Multi-turn rollouts (tools, environment_factory): each model turn counts as one sample of the "
+            "`seq-mean-*` loss aggregations (its tokens' mean, then the mean over the window's turns), as the "
+            "reference's one experience per model call; default False: each completion is one sample. A "
+            "`token-mean` aggregation weighs every token once either way, so the option needs a `seq-mean-*` "
+            "`loss_agg_mode`."
+        ),
+    )
+
     def __post_init__(self) -> None:
         # trl_ext's checks first, each field on its own, so that a bad value is reported by its field's name
         # before TRL's own processing of the other fields.
@@ -348,6 +359,12 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
             self.build_entropy_fn()
             self.build_kl_penalty_fn()
             self._check_pairing()
+            if self.turns_as_samples and not self.aggregation.startswith("seq-mean"):
+                raise ValueError(
+                    f"{owner}: turns_as_samples=True changes only the seq-mean-* aggregations, but loss_agg_mode is "
+                    f"{self.aggregation!r} (every token weighs the same, turn or completion); choose a seq-mean-* "
+                    "loss_agg_mode or leave turns_as_samples=False"
+                )
         super().__post_init__()
         check_hardware(self)
 
@@ -373,6 +390,15 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
         choices = type(self).__dataclass_fields__["entropy_loss_fn"].metadata["choices"]
         check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, choices)
         check_number(owner, "entropy_coef", self.entropy_coef)
+        check_bool(owner, "turns_as_samples", self.turns_as_samples)
+        if self.turns_as_samples and self.algorithm:
+            family = get_algorithm(self.algorithm).trainer
+            if family != "grpo":
+                raise ValueError(
+                    f"{owner}: turns_as_samples=True trains each model turn as a sample of its own, which the {family} "
+                    "family's trainer does not do (its batches hold expert or teacher-scored rows); use a grpo-family "
+                    "config (GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)"
+                )
 
     def _check_composition_fields(self) -> None:
         """`policy_loss_fn` / `advantage_fn` name registered components, the `*_args` fields are dicts (parsed from

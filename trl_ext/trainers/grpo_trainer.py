@@ -45,6 +45,8 @@ from ..advantages.reinforce_plus_plus import place_token_rewards
 from ..losses import aggregate_loss
 from .grpo_config import GRPOFamilyConfig
 from .model_card import AlgorithmModelCard
+from .multi_turn import MultiTurnAdvantages
+from .turns import segment_turns, turn_samples
 from .window import WindowNormalization
 
 _MULTIMODAL_KEYS = (
@@ -62,7 +64,7 @@ _MULTIMODAL_KEYS = (
 _STATE_FILE = "trl_ext_state.json"
 
 
-class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer):
+class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvantages, trl.GRPOTrainer):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
     Use an algorithm's trainer (`SAPOTrainer`, `GSPOTrainer`, ...: built from its record by
@@ -318,6 +320,9 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
             kwargs["reward_baselines"] = self._greedy_baselines(group_ids)
         if penalty is not None:
             rewards = self._penalized_rewards(rewards, gathered, takes_tokens=fn.token_rewards)
+        if self._per_turn():  # one row per model turn (multi-turn estimators): advantages on the turns' tokens
+            response_mask = gathered["response_mask"]
+            return self._turn_advantages(rewards, group_ids, output, response_mask, kwargs), response_mask
         response_mask = gathered["response_mask"] if "response_mask" in declared else None
         return fn.compute(rewards, group_ids, **kwargs), response_mask
 
@@ -444,7 +449,10 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
     def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """What a micro-batch adds to the window's counts (`global_valid_toks` tokens, `global_valid_seqs` rows)."""
         mask = _loss_mask(batch)
-        rows = torch.full((), float(mask.size(0)), device=mask.device)  # filled on the device: no host sync
+        if self.args.turns_as_samples:  # each model turn is a sample of the seq-mean aggregations
+            rows = segment_turns(mask).count.sum().float()
+        else:
+            rows = torch.full((), float(mask.size(0)), device=mask.device)  # filled on the device: no host sync
         return {"global_valid_toks": mask.sum().float(), "global_valid_seqs": rows}
 
     def _window_kwargs(self, inputs: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -493,6 +501,13 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
                 off_policy_threshold=self.off_policy_mask_threshold,
             )
             advantages = _per_token(advantages) * keep
+        ref = inputs.get("ref_per_token_logps")
+        if self.args.turns_as_samples:  # one row per model turn, on its tokens: turn r is row r of every tensor
+            rows, mask = turn_samples(mask)
+            logps, old, entropies, advantages = logps[rows], old[rows], entropies[rows], advantages[rows]
+            ref, sampling_ratio, entropy_mask = (
+                x if x is None else x[rows] for x in (ref, sampling_ratio, entropy_mask)
+            )
         window = self._window_kwargs(inputs, mode)
 
         # The batch in the losses' vocabulary; `_policy_loss` hands the loss the inputs it declares (`inputs()`).
@@ -503,7 +518,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
             old_logprob=old,
             action_mask=mask,
             advantages=advantages,
-            ref_logprob=inputs.get("ref_per_token_logps"),
+            ref_logprob=ref,
             importance_sampling_ratio=sampling_ratio,
             **batch_inputs,
             **window,
@@ -514,7 +529,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
             weights = self._importance_ratio(logps, old, mask) if self.args.use_bias_correction_kl else None
             kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(
                 logps,
-                inputs["ref_per_token_logps"],
+                ref,
                 mask,
                 self.loss_agg_mode,
                 old_logprob=old,
@@ -524,7 +539,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, trl.GRPOTrainer
             loss = loss + kl_loss
             metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
             if self.loss_agg_mode != "token-mean" and self.args.uses_trl_loss:  # TRL logs the KL's token mean
-                kl = self.kl_fn.calculate_kl(logps.detach(), inputs["ref_per_token_logps"], old)
+                kl = self.kl_fn.calculate_kl(logps.detach(), ref, old)
                 kl = kl if weights is None else kl * weights.detach()
                 metrics["kl"] = aggregate_loss(
                     torch.where(mask, kl, 0), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")

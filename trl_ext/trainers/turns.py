@@ -15,6 +15,7 @@ Pure torch.
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 
 import torch
@@ -65,3 +66,48 @@ def on_turn_tokens(values: torch.Tensor, turns: Turns) -> torch.Tensor:
     padded = torch.cat([values, values.new_zeros(1)])  # the last row: 0, for the tokens of no turn
     rows = torch.where(turns.index >= 0, turns.offsets.unsqueeze(1) + turns.index, values.numel())
     return padded[rows]
+
+
+def turn_samples(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each model turn of `mask` (`[B, T]`, the loss mask of TRL's multi-turn completions) as a sample of its own:
+    the completion of each turn `[R]` (`turn_rows`) and each turn's token mask `[R, T]` (its tokens only). Row r of
+    a per-token tensor `x[rows]` then holds turn r's values on its tokens, as one experience per model call does in
+    Trinity-RFT."""
+    turns = segment_turns(mask)
+    rows = turn_rows(turns)
+    number = torch.arange(rows.numel(), device=rows.device) - turns.offsets[rows]  # each turn's index in its completion
+    return rows, turns.index[rows] == number.unsqueeze(1)
+
+
+def text_state_keys(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    tool_mask: torch.Tensor | None,
+    turns: Turns,
+) -> list[list[bytes]]:
+    """A key of the text the model saw before each of its turns, apart from its own turns: the prompt and the tool
+    outputs so far (the completion's tokens outside the model's turns, with the chat template's tokens around them).
+    Two turns have the same key exactly when they start from the same prompt and the same tool outputs, whatever the
+    model wrote to get them. One list per completion, one key (a SHA-256 digest) per turn."""
+    keys = []
+    tool = torch.zeros_like(completion_mask, dtype=torch.bool) if tool_mask is None else tool_mask == 0
+    tool = tool & (completion_mask != 0)
+    for b in range(completion_ids.size(0)):
+        digest = hashlib.sha256(_token_bytes(prompt_ids[b][prompt_mask[b].bool()]))
+        index, outputs = turns.index[b].tolist(), tool[b].tolist()
+        ids, row_keys, position = completion_ids[b].tolist(), [], 0
+        for turn in range(int(turns.count[b])):
+            start = index.index(turn)
+            segment = [ids[t] for t in range(position, start) if outputs[t]]
+            if segment:
+                digest.update(b"\x00tool\x00" + _token_bytes(torch.tensor(segment)))
+            row_keys.append(digest.copy().digest())
+            position = start
+        keys.append(row_keys)
+    return keys
+
+
+def _token_bytes(ids: torch.Tensor) -> bytes:
+    return ids.to(torch.int64).cpu().numpy().tobytes()
