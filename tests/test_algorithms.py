@@ -33,11 +33,12 @@ REFERENCE_FLAGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
     "multi_step_grpo": (False, True, False, True, "experience"),
     "on_policy_distill": (False, False, True, True, "experience"),
     "m2po": (False, False, False, True, "experience"),  # Trinity-RFT main (not in 0.6.0): M2POAlgorithm
+    "gigpo": (False, True, False, True, "experience"),
 }
 
 
 def test_table_has_exactly_the_reference_algorithms():
-    assert len(REFERENCE_FLAGS) == 20
+    assert len(REFERENCE_FLAGS) == 21
     assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS)
 
 
@@ -136,7 +137,7 @@ def test_unhashable_algorithm_name():
 
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
-    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po",
+    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo",
 }  # fmt: skip
 
 

@@ -112,7 +112,7 @@ BAD = [
     ({"policy_loss_fn": "mix"}, r"policy_loss_fn='mix' cannot train in the grpo family's trainer: it needs `expert_mask`"),
     ({"policy_loss_fn": "dpo"}, r"policy_loss_fn='dpo' cannot train in the grpo family's trainer: it needs `ref_logprob`"),
     ({"advantage_fn": "on_policy_distill"}, r"it needs `teacher_logprob`, a teacher's per-token log-probs, which only the on-policy distillation trainer"),
-    ({"advantage_fn": "step_wise_grpo"}, r"it needs `run_ids`"),
+    ({"advantage_fn": "step_wise_grpo", "turns_as_samples": True}, r"turns_as_samples=True changes only the seq-mean-\* aggregations, but loss_agg_mode is 'token-mean'"),
     ({"loss_type": "dapo", "policy_loss_fn": "sapo"}, r"loss_type selects TRL's own loss and policy_loss_fn='sapo' selects trl_ext's"),
     ({"kl_penalty_fn": "k4"}, r"kl_penalty_fn='k4' is not valid"),
     ({"kl_penalty_fn": "k1", "kl_penalty_fn_args": {"kl_coef": -0.1}}, r"kl_penalty_fn_args\['kl_coef'\]=-0.1 is not valid; must be >= 0"),

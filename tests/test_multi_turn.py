@@ -259,3 +259,216 @@ def test_gigpo_without_environment_states_groups_turns_by_the_text_seen(tool_mod
     states = [["p", "p1", "p13"], ["p", "p3"], ["p", "p1"], ["p"]]
     expected = gigpo_closed_form(step_rewards, states)
     assert turn_values(rollout(trainer)) == [pytest.approx(row, abs=1e-5) for row in expected]
+
+
+# ---- truncation ---------------------------------------------------------------------------------------------------
+
+LONG = [move(3, "a"), "done " * 12]  # rollout 0: a tool call, then a long answer; the others answer at once
+SHORT = ["done"]
+
+
+def tool_output_end(tool_model, tmp_path) -> int:
+    """Where rollout 0's second turn starts in its completion (after its first turn and the tool output)."""
+    trainer = make_trainer(trl_ext.MultiStepGRPOTrainer, tool_model, tmp_path / "probe")
+    output = rollout(trainer, [LONG, SHORT, SHORT, SHORT])
+    turns = segment_turns(output["completion_mask"] * output["tool_mask"])
+    return int((turns.index[0] == 1).nonzero()[0])
+
+
+def test_a_truncated_last_turn_is_a_turn_and_masked_truncation_keeps_the_reward_in_the_group(tool_model, tmp_path):
+    end = tool_output_end(tool_model, tmp_path)
+    episode = grpo([1.0, 0.0, 0.0, 0.0])
+    trainer = make_trainer(trl_ext.MultiStepGRPOTrainer, tool_model, tmp_path / "a", max_completion_length=end + 2)
+    output = rollout(trainer, [LONG, SHORT, SHORT, SHORT])
+    turns = segment_turns(output["completion_mask"] * output["tool_mask"])
+    assert turns.count.tolist() == [2, 1, 1, 1] and int((turns.index[0] == 1).sum()) == 2  # cut to 2 tokens
+    assert turn_values(output) == [pytest.approx([a] * n, abs=1e-6) for a, n in zip(episode, [2, 1, 1, 1], strict=True)]
+
+    # mask_truncated_completions: rollout 0 has no turn left (no advantage anywhere), but its reward 1 still counts
+    # in the group's mean and std, as in TRL's GRPO.
+    trainer = make_trainer(
+        trl_ext.MultiStepGRPOTrainer,
+        tool_model,
+        tmp_path / "b",
+        max_completion_length=end + 2,
+        mask_truncated_completions=True,
+    )
+    output = rollout(trainer, [LONG, SHORT, SHORT, SHORT])
+    assert segment_turns(output["completion_mask"] * output["tool_mask"]).count.tolist() == [0, 1, 1, 1]
+    assert (output["advantages"][0] == 0).all()
+    assert turn_values(output) == [[], *[pytest.approx([a], abs=1e-6) for a in episode[1:]]]
+
+
+@pytest.mark.parametrize("room", [0, -1], ids=["cut-to-nothing", "tool-output-dropped"])
+def test_a_turn_with_no_tokens_is_no_turn_and_its_round_stays_with_the_turn_that_called(room, tool_model, tmp_path):
+    # room 0: TRL keeps the tool output and cuts the next turn to nothing; room -1: the tool output would not fit and
+    # TRL drops it. The tool ran either way (the environment is at 3 and recorded 1.5): one turn, whose reward is
+    # 1.5 + the outcome 1, starting from position 0 like the other rollouts' turns.
+    end = tool_output_end(tool_model, tmp_path)
+    trainer = make_trainer(trl_ext.GiGPOTrainer, tool_model, tmp_path / "run", max_completion_length=end + room)
+    output = rollout(trainer, [LONG, SHORT, SHORT, SHORT])
+    assert segment_turns(output["completion_mask"] * output["tool_mask"]).count.tolist() == [1, 1, 1, 1]
+    assert trainer.environments[0].position == 3
+    expected = gigpo_closed_form([[2.5], [0.0], [0.0], [0.0]], [[0], [0], [0], [0]])
+    assert turn_values(output) == [pytest.approx(row, abs=1e-5) for row in expected]
+
+
+def test_an_episode_that_never_answers_ends_at_max_tool_calling_iterations(tool_model, tmp_path):
+    # Rollout 0 calls the tool every turn: TRL stops after 2 rounds; its third turn's call is never run.
+    calls = [move(1, "a"), move(1, "a"), move(1, "a"), move(1, "a")]
+    trainer = make_trainer(trl_ext.GiGPOTrainer, tool_model, tmp_path, max_tool_calling_iterations=2)
+    output = rollout(trainer, [calls, SHORT, SHORT, SHORT])
+    assert segment_turns(output["completion_mask"] * output["tool_mask"]).count.tolist() == [3, 1, 1, 1]
+    assert trainer.environments[0].position == 2
+    expected = gigpo_closed_form([[0.5, 0.5, 0.0], [0.0], [0.0], [0.0]], [[0, 1, 2], [0], [0], [0]])
+    assert turn_values(output) == [pytest.approx(row, abs=1e-5) for row in expected]
+
+
+# ---- bad input ----------------------------------------------------------------------------------------------------
+
+
+class FailingEnvironment(LineEnvironment):
+    """`move` raises for a negative step (after recording nothing): TRL turns the error into the tool's output."""
+
+    def move(self, step: int) -> int:
+        """
+        Move forward along the line.
+
+        Args:
+            step: How far to move (not negative).
+
+        Returns:
+            The new position.
+        """
+        if step < 0:
+            raise ValueError("cannot move backwards")
+        return super().move(step)
+
+
+def test_a_tool_that_raises_is_a_failed_call_the_model_sees_and_its_turn_counts(tool_model, tmp_path):
+    trainer = make_trainer(trl_ext.GiGPOTrainer, tool_model, tmp_path, environment=FailingEnvironment)
+    output = rollout(trainer, [[move(-1, "a"), "done"], SHORT, SHORT, SHORT])
+    assert segment_turns(output["completion_mask"] * output["tool_mask"]).count.tolist() == [2, 1, 1, 1]
+    assert trainer._metrics["train"]["tools/failure_frequency"] == [1.0]
+    # The failed call changed nothing: the second turn starts from position 0 again and shares its anchor group.
+    expected = gigpo_closed_form([[0.0, 0.0], [0.0], [0.0], [0.0]], [[0, 0], [0], [0], [0]])
+    assert turn_values(output) == [pytest.approx(row, abs=1e-5) for row in expected]
+
+
+class ListStateEnvironment(LineEnvironment):
+    @property
+    def state_key(self):
+        return [self.position]
+
+
+class NoStateEnvironment(LineEnvironment):
+    state_key = None
+
+
+class BrokenStateEnvironment(LineEnvironment):
+    @property
+    def state_key(self):
+        raise RuntimeError("no observation yet")
+
+
+class WordRewardEnvironment(LineEnvironment):
+    def move(self, step: int) -> int:
+        """
+        Move along the line.
+
+        Args:
+            step: How far to move.
+
+        Returns:
+            The new position.
+        """
+        self.turn_rewards.append("high")
+        return super().move(step)
+
+
+class DictRewardEnvironment(LineEnvironment):
+    def reset(self, **kwargs) -> None:
+        super().reset()
+        self.turn_rewards = {}
+
+
+class ForgetfulEnvironment(LineEnvironment):
+    def get_reward(self) -> float:
+        self.turn_rewards.clear()  # before trl_ext reads them
+        return super().get_reward()
+
+
+BAD_ENVIRONMENTS = {
+    "unhashable-state": (
+        ListStateEnvironment,
+        r"sample 0 \(ListStateEnvironment\) has state_key=\[0\] of type list, which is not hashable",
+    ),
+    "no-states": (
+        NoStateEnvironment,
+        r"advantage_fn='gigpo' groups turns by the state they start from, but every environment's state_key was None",
+    ),
+    "state-raises": (
+        BrokenStateEnvironment,
+        r"reading the environment of sample 0 \(BrokenStateEnvironment\) raised RuntimeError\('no observation yet'\)",
+    ),
+    "reward-not-a-number": (
+        WordRewardEnvironment,
+        r"sample 0 \(WordRewardEnvironment\) has turn_rewards\[0\]='high'; turn rewards must be finite numbers",
+    ),
+    "rewards-not-a-list": (
+        DictRewardEnvironment,
+        r"sample 0 \(DictRewardEnvironment\) has turn_rewards of type dict; it must be a list",
+    ),
+    "rewards-lost": (ForgetfulEnvironment, r"sample 0 \(ForgetfulEnvironment\) lost entries of turn_rewards"),
+}
+
+
+@pytest.mark.parametrize("environment, message", BAD_ENVIRONMENTS.values(), ids=BAD_ENVIRONMENTS)
+def test_bad_environment_protocol_is_refused_naming_the_sample(environment, message, tool_model, tmp_path):
+    trainer = make_trainer(trl_ext.GiGPOTrainer, tool_model, tmp_path, environment=environment)
+    with pytest.raises(ValueError, match=message):
+        rollout(trainer)
+
+
+def test_turns_that_do_not_follow_rounds_of_tool_calls_are_refused():
+    from trl_ext.trainers.multi_turn import TurnRecorder
+
+    environment = LineEnvironment()
+    environment.reset()
+    recorder = TurnRecorder("GiGPOTrainer", [environment])
+    recorder.generation_starts()
+    environment.move(1)
+    recorder.tool_called(0)
+    assert recorder.turns(0, 2) == ([("at", 0), ("at", 1)], [0.5, 0.0])
+    assert recorder.turns(0, 1) == ([("at", 0)], [0.5])  # a round with no turn after it: its reward stays
+    assert recorder.turns(0, 0) == ([None], [0.5])  # no turn at all: one row holding every reward
+    with pytest.raises(ValueError, match=r"sample 0 has 3 model turn\(s\) .* called in 1 round\(s\) of tool calls"):
+        recorder.turns(0, 3)
+
+
+def test_a_rollout_env_mask_of_the_wrong_length_is_refused_naming_the_sample(tool_model, tmp_path):
+    def rollout_func(prompts, trainer):
+        ids = [[5, 6, 7, 8]] * len(prompts)
+        masks = [[1, 0, 1, 1]] * len(prompts)
+        masks[1] = [1, 0, 1]
+        return {"prompt_ids": [[3, 4]] * len(prompts), "completion_ids": ids, "logprobs": ids, "env_mask": masks}
+
+    settings = {**CPU, "output_dir": str(tmp_path), "per_device_train_batch_size": GENERATIONS}
+    settings.update(num_generations=GENERATIONS, max_completion_length=8, max_steps=1)
+    trainer = trl_ext.GiGPOTrainer(
+        model=tool_model,
+        reward_funcs=lambda completions, **kwargs: [1.0] * len(completions),
+        args=trl_ext.GiGPOConfig(**settings),
+        train_dataset=Dataset.from_dict({"prompt": ["walk"] * 2}),
+        rollout_func=rollout_func,
+    )
+    with pytest.raises(ValueError, match=r"the rollout_func's env_mask of sample 1 has 3 entries but its completion 4"):
+        trainer._generate_and_score_completions([{"prompt": "walk"}] * GENERATIONS)
+
+
+@pytest.mark.parametrize("config_class", [trl_ext.MIXConfig, trl_ext.OnPolicyDistillConfig])
+def test_the_per_turn_parts_need_the_grpo_family_trainer(config_class, tmp_path):
+    with pytest.raises(ValueError, match=r"it needs `run_ids`, the run each step .* only the grpo family's trainer"):
+        config_class(**CPU, output_dir=str(tmp_path), advantage_fn="step_wise_grpo")
+    with pytest.raises(ValueError, match=r"turns_as_samples=True trains each model turn as a sample of its own"):
+        config_class(**CPU, output_dir=str(tmp_path), turns_as_samples=True, loss_agg_mode="seq-mean-token-mean")

@@ -3,8 +3,10 @@
 give the same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages
 (REINFORCE++), dropped samples (RAFT), dropped groups replaced by copies of kept ones (`duplicate_experiences`,
 rows copied across processes), MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
-own rows of the window, with a scheduled μ) and on-policy distillation (teacher advantages with a group baseline
-and a reward term, computed over the whole generation batch of every process). A control run that normalizes
+own rows of the window, with a scheduled μ), on-policy distillation (teacher advantages with a group baseline
+and a reward term, computed over the whole generation batch of every process) and the multi-turn algorithms
+(two model turns around a tool output: GiGPO's anchor states gathered over processes, and each turn a sample of the
+seq-mean aggregation). A control run that normalizes
 each micro-batch by itself (TRL's `grpo` / `bnpo` convention) does not, so the comparison can fail.
 """
 
@@ -28,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
-ALGORITHMS += ",on_policy_distill,on_policy_distill:dense"
+ALGORITHMS += ",on_policy_distill,on_policy_distill:dense,multi_step_grpo:turns+seq-mean-token-mean,gigpo"
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -58,6 +60,7 @@ def runs(random_tiny_model, tiny_model, tmp_path_factory):
 
 KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "reinforceplusplus/default", "raft/default"]
 KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default", "on_policy_distill/dense"]
+KEYS += ["multi_step_grpo/turns", "multi_step_grpo/seq-mean-token-mean", "gigpo/default"]
 DISTILL_METRICS = ("kl/mean", "kl/std", "advantages/mean")
 DENSE_METRICS = ("distill/divergence",)
 
@@ -68,7 +71,12 @@ def window_metrics(key: str) -> tuple[str, ...]:
         return MIX_METRICS
     if key.startswith("on_policy"):
         return DENSE_METRICS if key.endswith("/dense") else DISTILL_METRICS
+    if key.startswith("gigpo"):  # the anchor groups span groups held by different processes
+        return GIGPO_METRICS
     return ()
+
+
+GIGPO_METRICS = ("advantage/gigpo/anchor_groups_total", "advantage/gigpo/mean_abs_A_S", "turns/per_completion")
 
 
 MIX_METRICS = ("usual/pg_loss", "usual/pg_clipfrac", "usual/ppo_kl", "expert/sft_phi_loss", "mu", "entropy_loss")
@@ -111,6 +119,14 @@ def test_modes_differ_and_local_normalization_does_not_match(runs):
     for key in ("grpo/token-mean", "grpo/seq-mean-token-sum-norm", "reinforceplusplus/default", "raft/default"):
         local, window = runs["local"][key]["update"], runs["1x1"][key]["update"]
         assert (local - window).abs().max() > 100 * (runs["1x4"][key]["update"] - window).abs().max() + 1e-6, key
+
+
+def test_turns_as_samples_weighs_turns_not_completions(runs):
+    # The same completions (most of two turns): a turn's token mean per sample is another gradient than a
+    # completion's, and the window counts turns (23 of them in 16 completions) instead of completions.
+    turns, completions = (runs["1x1"][f"multi_step_grpo/{mode}"] for mode in ("turns", "seq-mean-token-mean"))
+    assert not torch.allclose(turns["update"], completions["update"], rtol=1e-3)
+    assert turns["logs"][0]["turns/per_completion"] == completions["logs"][0]["turns/per_completion"] == 23 / 16
 
 
 class _TwoProcessMetrics(WindowNormalization):

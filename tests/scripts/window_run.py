@@ -32,6 +32,7 @@ from trl_ext.losses.base import LOSS_AGG_MODES  # noqa: E402
 
 GROUP = 4
 PROMPTS = 4  # 16 completions per optimizer window
+MULTI_TURN = ("multi_step_grpo", "gigpo")  # trained on completions with two model turns
 
 
 def completion_for(prompt_index: int, k: int, eos: int) -> list[int]:
@@ -40,16 +41,30 @@ def completion_for(prompt_index: int, k: int, eos: int) -> list[int]:
     return [*ids, eos] if (prompt_index + k) % 2 else ids  # half terminated, half truncated
 
 
-def make_rollout(eos: int):
+def make_rollout(eos: int, multi_turn: bool = False):
+    """The fixed completions; `multi_turn`: most have two model turns around a 2-token tool output (`env_mask` 0),
+    prompts 0 and 2 (1 and 3) have the same tokens and the tool outputs repeat, so turns of different groups, on
+    different processes, start from the same text (GiGPO's anchor states are gathered over the batch)."""
+
     def rollout(prompts, trainer):
         start = trainer.accelerator.process_index * len(prompts)
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        masks = []
         for i, prompt in enumerate(prompts):
             index = int(prompt.split()[-1])
-            ids = completion_for(index, (start + i) % GROUP, eos)
-            out["prompt_ids"].append([20 + index, 30 + index, 40 + index])  # equal lengths: no left padding
+            k = (start + i) % GROUP
+            ids = completion_for(index, k, eos)
+            mask = [1] * len(ids)
+            if multi_turn and len(ids) >= 5 and k != 3:
+                ids[2:4] = [200 + index % 2, 210 + k % 2]
+                mask[2:4] = [0, 0]
+            key = index % 2 if multi_turn else index
+            out["prompt_ids"].append([20 + key, 30 + key, 40 + key])  # equal lengths: no left padding
             out["completion_ids"].append(ids)
             out["logprobs"].append([0.0] * len(ids))
+            masks.append(mask)
+        if multi_turn:
+            out["env_mask"] = masks
         return out
 
     return rollout
@@ -183,6 +198,8 @@ def main() -> None:
                 extra = {"std_threshold": 0.25, "duplicate_experiences": True}
             if mode == "dense":  # the teacher's top-8 JSD next to the reward term (ZeRO-3: both models partitioned)
                 extra = {"teacher_top_k": 8, "jsd_beta": 0.5}
+            if mode == "turns":  # each model turn a sample of the seq-mean aggregation
+                extra = {"turns_as_samples": True, "loss_agg_mode": "seq-mean-token-mean"}
             rollout_loss = mode.removeprefix("reference-") if mode.startswith("reference-") else None
             if rollout_loss is not None:  # 2 iterations on each generation: the second step's ratios are not 1
                 extra = {**REFERENCE_GEOMETRY, "num_iterations": 2}
@@ -225,7 +242,7 @@ def main() -> None:
                 args=config,
                 train_dataset=dataset,
                 processing_class=tokenizer,
-                rollout_func=make_rollout(tokenizer.eos_token_id),
+                rollout_func=make_rollout(tokenizer.eos_token_id, multi_turn=algorithm in MULTI_TURN),
                 **mixing,
             )
             if rollout_loss is not None and not composes:  # until the config composes
