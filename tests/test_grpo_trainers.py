@@ -33,7 +33,7 @@ def make_trainer(algorithm, model, output_dir, reward_funcs=toy_reward, dataset=
 
 def test_every_grpo_family_algorithm_has_a_trainer_and_config():
     expected = {"grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus"}
-    assert set(ALGORITHMS) == expected | {"rloo", "raft", "m2po"}
+    assert set(ALGORITHMS) == expected | {"rloo", "raft", "m2po", "multi_step_grpo", "gigpo"}
     for name in ALGORITHMS:
         spec = trl_ext.get_algorithm(name)
         assert spec.has_trainer

@@ -336,12 +336,12 @@ def tiny_teacher_path(cache_dir: str | None = None) -> str:
     return _cached_model(cache_dir, TEACHER_VERSION, seed=1, pretrain_steps=TEACHER_PRETRAIN_STEPS, solve=True)
 
 
-def is_tiny_model(path: str | None, cache_dir: str | None = None) -> bool:
+def is_tiny_model(path: str | None, cache_dir: str | None = None, version: str = MODEL_VERSION) -> bool:
     """Whether `path` names the default toy model, i.e. is `tiny_model_path(cache_dir)` (compared as real paths,
-    without building the model)."""
+    without building the model); `version`: another cached toy (the agent's, `trl_ext.toy_agent`)."""
     if not path:
         return False
-    default = os.path.join(cache_dir or _default_cache_dir(), MODEL_VERSION)
+    default = os.path.join(cache_dir or _default_cache_dir(), version)
     return os.path.realpath(os.path.expanduser(path)) == os.path.realpath(default)
 
 

@@ -273,12 +273,18 @@ def _checkpointing_default(parser: TrlParser) -> bool | None:
 
 
 def set_defaults(
-    parser: TrlParser, argv: Sequence[str], output_dir: str, toy_training: dict[str, Any], toy_name: str
+    parser: TrlParser,
+    argv: Sequence[str],
+    output_dir: str,
+    toy_training: dict[str, Any],
+    toy_name: str,
+    toy_version: str | None = None,
 ) -> ToyDefaults | None:
     """CPU defaults without CUDA; on the toy model, the toy's output dir and hyperparameters as defaults.
 
     Precedence: command line > `--config` file > toy defaults > TRL's defaults (`TrlParser` applies the config file's
-    values as defaults over these). Returns where each toy value comes from, or None when a real model is named.
+    values as defaults over these). `toy_version`: the cached toy model the run's toy task uses (default: the
+    single-turn toy's). Returns where each toy value comes from, or None when a real model is named.
 
     The config's checkpointing default is passed under its current name, `activation_checkpointing` (off on the toy
     model), unless the command line or the config file sets either name: a user's `--gradient_checkpointing` keeps
@@ -293,9 +299,9 @@ def set_defaults(
     model, config_path, config = _model_and_config(argv)
     command_line = _command_line_keys(argv)
     checkpointing_set = bool({"activation_checkpointing", "gradient_checkpointing"} & (command_line | set(config)))
-    from ..toy import is_tiny_model
+    from ..toy import MODEL_VERSION, is_tiny_model
 
-    if model is not None and not is_tiny_model(model):
+    if model is not None and not is_tiny_model(model, version=toy_version or MODEL_VERSION):
         default = _checkpointing_default(parser)
         if default is not None and not checkpointing_set:
             parser.set_defaults(activation_checkpointing=default)
