@@ -117,7 +117,8 @@ def main() -> None:
                 results.setdefault(name, []).append({"seed": seed, **run})
                 r = run["reward"]
                 first, last = sum(r[:5]) / len(r[:5]), sum(r[-5:]) / len(r[-5:])
-                print(f"{name:<16} seed {seed}  reward first 5 {first:.3f}  last 5 {last:.3f}  ({run['seconds']:.0f} s)")
+                seconds = run["seconds"]
+                print(f"{name:<16} seed {seed}  reward first 5 {first:.3f}  last 5 {last:.3f}  ({seconds:.0f} s)")
     for name, runs in results.items():
         curve = mean_curve(runs)
         print(f"{name:<16} mean over seeds: first 5 {sum(curve[:5]) / 5:.3f}  last 5 {sum(curve[-5:]) / 5:.3f}")

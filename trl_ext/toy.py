@@ -48,6 +48,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -325,7 +326,7 @@ def tiny_model_path(cache_dir: str | None = None) -> str:
     `MODEL_VERSION` subfolder. Written into a temporary folder and renamed into place, so concurrent processes
     (e.g. started together by torchrun) never see a half-written model.
     """
-    return _cached_model(cache_dir, MODEL_VERSION, seed=0, pretrain_steps=PRETRAIN_STEPS, solve=False)
+    return cached_model(cache_dir, MODEL_VERSION, lambda: _toy_model(seed=0, pretrain_steps=PRETRAIN_STEPS))
 
 
 def tiny_teacher_path(cache_dir: str | None = None) -> str:
@@ -333,7 +334,8 @@ def tiny_teacher_path(cache_dir: str | None = None) -> str:
     tokenizer, SFT-trained on the task itself (`TEACHER_PRETRAIN_STEPS` steps, ~15 s on first use), so it
     answers with the prompt's letter (toy reward ~1.0, the student starts at ~1/8). Cached like
     `tiny_model_path`, in a `TEACHER_VERSION` subfolder."""
-    return _cached_model(cache_dir, TEACHER_VERSION, seed=1, pretrain_steps=TEACHER_PRETRAIN_STEPS, solve=True)
+    build = lambda: _toy_model(seed=1, pretrain_steps=TEACHER_PRETRAIN_STEPS, solve=True)  # noqa: E731
+    return cached_model(cache_dir, TEACHER_VERSION, build)
 
 
 def is_tiny_model(path: str | None, cache_dir: str | None = None, version: str = MODEL_VERSION) -> bool:
@@ -345,7 +347,11 @@ def is_tiny_model(path: str | None, cache_dir: str | None = None, version: str =
     return os.path.realpath(os.path.expanduser(path)) == os.path.realpath(default)
 
 
-def _cached_model(cache_dir: str | None, version: str, **build: Any) -> str:
+def cached_model(cache_dir: str | None, version: str, build: Callable[[], tuple[Any, Any]]) -> str:
+    """The path of a toy model + tokenizer cached under `cache_dir` (default `$TRL_EXT_CACHE`, else
+    `~/.cache/trl_ext`) in a `version` subfolder, `build()` (returning the model and its tokenizer) on first use.
+    Written into a temporary folder and renamed into place, so concurrent processes (e.g. started together by
+    torchrun) never see a half-written model."""
     root = cache_dir or _default_cache_dir()
     path = os.path.join(root, version)
     if os.path.isfile(os.path.join(path, "config.json")):
@@ -353,8 +359,7 @@ def _cached_model(cache_dir: str | None, version: str, **build: Any) -> str:
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{version}-", dir=root)
     try:
-        tokenizer = build_tokenizer()
-        model = build_model(tokenizer, **build)
+        model, tokenizer = build()
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
@@ -366,6 +371,11 @@ def _cached_model(cache_dir: str | None, version: str, **build: Any) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _toy_model(**build: Any) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    tokenizer = build_tokenizer()
+    return build_model(tokenizer, **build), tokenizer
 
 
 def toy_dataset(num_prompts: int = 1024, seed: int = 0, conversational: bool = False) -> Dataset:

@@ -69,16 +69,14 @@ import json
 import os
 import random
 import re
-import shutil
-import tempfile
 from typing import Any
 
 import torch
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from trl_ext.toy import _default_cache_dir
+from trl_ext.toy import TEST_PROMPTS, TEST_SEED, cached_model
 
 __all__ = [
     "AGENT_MODEL_VERSION",
@@ -95,6 +93,7 @@ __all__ = [
     "lookup_reward",
     "tiny_agent_model_path",
     "toy_agent_dataset",
+    "toy_agent_splits",
 ]
 
 BOXES = "ABCDEFGH"
@@ -477,26 +476,12 @@ def tiny_agent_model_path(cache_dir: str | None = None) -> str:
     `AGENT_MODEL_VERSION` subfolder. Written into a temporary folder and renamed into place, so concurrent processes
     (e.g. started together by torchrun) never see a half-written model.
     """
-    root = cache_dir or _default_cache_dir()
-    path = os.path.join(root, AGENT_MODEL_VERSION)
-    if os.path.isfile(os.path.join(path, "config.json")):
-        return path
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{AGENT_MODEL_VERSION}-", dir=root)
-    try:
-        tokenizer = build_agent_tokenizer()
-        model = build_agent_model(tokenizer, seed=0, pretrain_steps=AGENT_PRETRAIN_STEPS)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not os.path.isfile(os.path.join(path, "config.json")):  # not another process winning the race
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return cached_model(cache_dir, AGENT_MODEL_VERSION, _agent_model)
+
+
+def _agent_model() -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerFast]:
+    tokenizer = build_agent_tokenizer()
+    return build_agent_model(tokenizer, seed=0, pretrain_steps=AGENT_PRETRAIN_STEPS), tokenizer
 
 
 def toy_agent_dataset(num_prompts: int = 1024, seed: int = 0) -> Dataset:
@@ -511,3 +496,12 @@ def toy_agent_dataset(num_prompts: int = 1024, seed: int = 0) -> Dataset:
     rng.shuffle(boxes)
     secrets = [rng.choice(SECRETS) for _ in boxes]
     return Dataset.from_dict({"prompt": [_prompt_messages(box) for box in boxes], "box": boxes, "secret": secrets})
+
+
+def toy_agent_splits(train_split: str = "train", test_split: str = "test") -> DatasetDict:
+    """The task with a train and a held-out split, as TRL scripts index a loaded dataset: `toy_agent_dataset()` and
+    `toy_agent_dataset(TEST_PROMPTS, seed=TEST_SEED)` (other secrets, the same eight boxes). The same name twice
+    gives the train rows alone."""
+    if test_split == train_split:
+        return DatasetDict({train_split: toy_agent_dataset()})
+    return DatasetDict({train_split: toy_agent_dataset(), test_split: toy_agent_dataset(TEST_PROMPTS, seed=TEST_SEED)})

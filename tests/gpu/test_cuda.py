@@ -213,3 +213,30 @@ def test_dense_whole_vocabulary_equals_trls_kernel_on_cuda(tiny_model, tiny_teac
         _trains(trainer)
         divergence[device] = logged(trainer, "distill/divergence")[0]
     assert divergence["cpu"] == pytest.approx(divergence["cuda:0"], rel=1e-3, abs=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["multi_step_grpo", "gigpo"])
+def test_multi_turn_agent_on_cuda(algorithm, tmp_path):
+    """The toy lookup agent through TRL's tool loop on CUDA in bf16: real generation calls the tool (more than one
+    model turn per episode), the per-turn advantages train, and GiGPO finds shared anchor states."""
+    from trl_ext import toy_agent
+
+    spec = trl_ext.get_algorithm(algorithm)
+    settings = {**toy_agent.AGENT_TRAINING, **CUDA, "output_dir": str(tmp_path), "beta": 0.04}
+    settings["model_init_kwargs"] = {"dtype": "bfloat16"}
+    trainer = spec.trainer_class(
+        toy_agent.tiny_agent_model_path(),
+        reward_funcs=toy_agent.lookup_reward,
+        args=spec.config_class(**settings),
+        train_dataset=toy_agent.toy_agent_dataset(64),
+        environment_factory=toy_agent.LookupEnvironment,
+    )
+    assert trainer.model.device.type == "cuda" and trainer.model.dtype == torch.bfloat16
+    _trains(trainer)
+    turns = logged(trainer, "turns/per_completion")
+    assert turns and all(t > 1 for t in turns), turns
+    for name in ("policy_loss", "kl", "entropy"):
+        values = logged(trainer, name)
+        assert values and all(math.isfinite(v) for v in values), (name, values)
+    if algorithm == "gigpo":
+        assert all(v > 0 for v in logged(trainer, "advantage/gigpo/anchor_groups_size_gt1"))

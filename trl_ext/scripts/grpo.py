@@ -78,6 +78,42 @@ class ExpertDataArguments:
     expert_dataset_split: str = field(default="train", metadata={"help": "Split of the expert dataset."})
 
 
+@dataclass
+class EnvironmentArguments:
+    """Where a multi-turn run gets its environments (TRL's `environment_factory`)."""
+
+    environment_factory: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dotted import path of an environment class (or factory) for TRL's multi-turn tool loop, e.g. "
+            "my_envs.Calculator: one instance per rollout, reset(**row) before it, its public methods the tools. "
+            "Default with the toy model and a multi-turn algorithm (multi_step_grpo, gigpo): the toy lookup task's "
+            "environment (trl_ext.toy_agent.LookupEnvironment)."
+        },
+    )
+
+
+def _load(name: str, flag: str) -> Any:
+    """The object at dotted import path `name` (the working directory importable, as `trl grpo` does)."""
+    module, _, attr = name.rpartition(".")
+    if not module:
+        raise UsageError(f"{flag}: {name!r} is not a dotted import path (e.g. my_module.{name})")
+    sys.path.insert(0, os.getcwd())
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"{flag}: cannot load {name!r} ({error})") from error
+
+
+def multi_turn(algorithm: str) -> bool:
+    """Whether the algorithm's advantage works on the turns of multi-turn episodes (it takes `run_ids`): its embedded
+    default is then the toy lookup task (`trl_ext.toy_agent`), rolled out through TRL's tool loop."""
+    from ..advantages import ADVANTAGE_FNS
+
+    name = get_algorithm(algorithm).advantage_fn
+    return name is not None and "run_ids" in ADVANTAGE_FNS.get(name).inputs()
+
+
 def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
     """TRL's reward-function names (`accuracy_reward`, ...) or dotted import paths, as `trl grpo` reads them."""
     from trl import rewards
@@ -97,9 +133,7 @@ def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
         if name in registry:
             funcs.append(registry[name])
         elif "." in name:
-            module, attr = name.rsplit(".", 1)
-            sys.path.insert(0, os.getcwd())
-            funcs.append(getattr(importlib.import_module(module), attr))
+            funcs.append(_load(name, "--reward_funcs"))
         else:
             raise ValueError(
                 f"--reward_funcs: cannot load {name!r}; use one of {', '.join(registry)} or a dotted import path "
@@ -133,7 +167,19 @@ def _parser(algorithm: str, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefau
     parser = ScriptParser(
         (GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *family_arguments)
     )
-    toy = set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING, "trl_ext.toy.DEFAULT_TRAINING")
+    if multi_turn(algorithm):
+        from ..toy_agent import AGENT_MODEL_VERSION, AGENT_TRAINING
+
+        toy = set_defaults(
+            parser,
+            argv,
+            f"outputs/{algorithm}-tiny",
+            AGENT_TRAINING,
+            "trl_ext.toy_agent.AGENT_TRAINING",
+            toy_version=AGENT_MODEL_VERSION,
+        )
+    else:
+        toy = set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING, "trl_ext.toy.DEFAULT_TRAINING")
     return parser, toy
 
 
@@ -163,26 +209,44 @@ def _main(algorithm: str, argv: list[str]):
 
     spec = get_algorithm(algorithm)
     parser, toy_defaults = _parser(algorithm, argv)
-    script_args, training_args, model_args, dataset_args, *expert = parse(parser, argv)
+    script_args, training_args, model_args, dataset_args, *family_args = parse(parser, argv)
+    expert = next((a for a in family_args if isinstance(a, ExpertDataArguments)), None)
+    environments = next((a for a in family_args if isinstance(a, EnvironmentArguments)), None)
 
     model = model_args.model_name_or_path
     toy_task = not (dataset_args.datasets or script_args.dataset_name)
-    if expert:
-        _check_expert_dataset(expert[0], toy_task)  # before loading anything
+    agent = toy_task and multi_turn(algorithm)
+    if expert is not None:
+        _check_expert_dataset(expert, toy_task)  # before loading anything
+    factory = None
+    if environments is not None and environments.environment_factory:
+        factory = _load(environments.environment_factory, "--environment_factory")
     dataset = load_user_dataset(script_args, dataset_args)
-    if toy_task:
+    if agent:
+        from .. import toy_agent
+
+        dataset = toy_agent.toy_agent_splits(script_args.dataset_train_split, script_args.dataset_test_split)
+        data = 'the toy "look up, then answer" tool task (trl_ext.toy_agent.toy_agent_splits)'
+        factory = factory or toy_agent.LookupEnvironment
+    elif toy_task:
         dataset = toy.toy_splits(script_args.dataset_train_split, script_args.dataset_test_split)
         data = 'the toy "repeat the letter" task (trl_ext.toy.toy_splits)'
     else:
         data = script_args.dataset_name or "the --datasets mixture"
     train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
-    reward_funcs = _reward_funcs(script_args) or ([toy.toy_reward] if toy_task else [])
+    reward_funcs = _reward_funcs(script_args)
+    if not reward_funcs and agent:
+        reward_funcs = [toy_agent.lookup_reward]
+    elif not reward_funcs and toy_task:
+        reward_funcs = [toy.toy_reward]
     extra: dict[str, Any] = {}
-    if expert:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
-        extra["expert_dataset"] = _expert_dataset(expert[0], toy_task)
+    if expert is not None:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
+        extra["expert_dataset"] = _expert_dataset(expert, toy_task)
+    if factory is not None:
+        extra["environment_factory"] = factory
     if model is None:
         training_args.use_toy_task()  # what the toy task provides for the family (distillation: its teacher)
-        model = toy.tiny_model_path()
+        model = toy_agent.tiny_agent_model_path() if agent else toy.tiny_model_path()
 
     set_model_init_kwargs(training_args, model_args)
     trainer = spec.trainer_class(
