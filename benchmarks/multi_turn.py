@@ -51,8 +51,8 @@ def train(name: str, steps: int, seed: int, out: str) -> dict:
     trainer_class, config_class = TRAINERS[name]
     settings = {**toy_agent.AGENT_TRAINING, "max_steps": steps, "logging_steps": 1, "seed": seed}
     config = config_class(
-        output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=False, activation_checkpointing=False,
-        report_to="none", save_strategy="no", disable_tqdm=True, **settings,
+        output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=False, report_to="none", save_strategy="no",
+        disable_tqdm=True, **settings,
     )  # fmt: skip
     trainer = trainer_class(
         model=toy_agent.tiny_agent_model_path(),

@@ -66,6 +66,15 @@ def tiny_teacher(tiny_model) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_agent(tiny_model) -> str:
+    """Path of the toy agent model (`trl_ext.toy_agent.tiny_agent_model_path`, ~20 s to build), cached beside
+    `tiny_model` so that the scripts' default agent (under `toy_cache`) is this one."""
+    from trl_ext.toy_agent import tiny_agent_model_path
+
+    return tiny_agent_model_path(os.path.dirname(tiny_model))
+
+
+@pytest.fixture(scope="session")
 def tiny_moe(tmp_path_factory) -> str:
     """An untrained tiny Qwen2-MoE (4 experts, top-2, router aux loss coefficient 0.01) with the toy tokenizer."""
     from transformers import GenerationConfig, Qwen2MoeConfig, Qwen2MoeForCausalLM

@@ -85,6 +85,30 @@ def test_distillation_example_with_the_teachers_top_k(toy_cache, tiny_model, tin
     assert not logged(trainer, "kl/mean")  # the sampled-token estimate is not computed in a dense mode
 
 
+@pytest.mark.parametrize("algorithm", ["multi_step_grpo", "gigpo"])
+def test_multi_turn_examples_use_the_embedded_agent(toy_cache, tiny_agent, tmp_path, algorithm):
+    from trl_ext.toy_agent import AGENT_TRAINING, LookupEnvironment
+
+    trainer = main(algorithm, ["--output_dir", str(tmp_path), "--max_steps", "2", "--save_strategy", "no"])
+    assert trainer.model.config._name_or_path == tiny_agent
+    assert trainer.args.max_tool_calling_iterations == AGENT_TRAINING["max_tool_calling_iterations"]
+    assert all(isinstance(env, LookupEnvironment) for env in trainer.environments)
+    assert [tool.__name__ for tool in trainer.tools] == ["lookup"]
+    assert logged(trainer, "rewards/lookup_reward/mean") and logged(trainer, "turns/per_completion")[0] > 1
+    if algorithm == "gigpo":
+        assert logged(trainer, "advantage/gigpo/anchor_groups_size_gt1")[0] > 0
+
+
+def test_environment_factory_flag(toy_cache, tiny_agent, tmp_path):
+    argv = ["--output_dir", str(tmp_path), "--max_steps", "1", "--save_strategy", "no"]
+    argv += ["--environment_factory", "trl_ext.toy_agent.LookupEnvironment"]
+    trainer = main("gigpo", argv)
+    assert trainer.environment_factories == {None: __import__("trl_ext.toy_agent").toy_agent.LookupEnvironment}
+    for name, message in [("nowhere", "is not a dotted import path"), ("no_module.Env", "cannot load 'no_module.Env'")]:
+        with pytest.raises(ValueError, match=f"--environment_factory: .*{message}"):
+            main("gigpo", [*argv[:2], "--environment_factory", name])
+
+
 def test_recipe_and_command_line_flags(toy_cache, tiny_model, tmp_path):
     argv = ["--config", os.path.join(ROOT, "configs", "sapo.yaml"), "--output_dir", str(tmp_path), *QUICK]
     argv += ["--model_name_or_path", tiny_model, "--max_completion_length", "8"]

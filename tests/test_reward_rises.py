@@ -27,3 +27,25 @@ def test_toy_reward_rises(algorithm, tiny_model, tmp_path):
     rewards = logged(trainer, "reward")
     first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
     assert last > first + 0.2, (first, last, [round(r, 2) for r in rewards])
+
+
+@pytest.mark.parametrize("algorithm", ["multi_step_grpo", "gigpo"])
+def test_toy_agent_reward_rises(algorithm, tiny_agent, tmp_path):
+    """The multi-turn algorithms on the toy agent (`trl_ext.toy_agent`: look a secret up with a tool, then answer),
+    through TRL's tool loop, 60 steps of `AGENT_TRAINING`: the model learns to look the prompt's box up."""
+    from trl_ext import toy_agent
+
+    spec = trl_ext.get_algorithm(algorithm)
+    args = spec.config_class(output_dir=str(tmp_path), **{**CPU, **toy_agent.AGENT_TRAINING, "max_steps": 60})
+    trainer = spec.trainer_class(
+        model=tiny_agent,
+        reward_funcs=toy_agent.lookup_reward,
+        args=args,
+        train_dataset=toy_agent.toy_agent_dataset(),
+        environment_factory=toy_agent.LookupEnvironment,
+    )
+    trainer.train()
+    rewards = logged(trainer, "reward")
+    first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
+    assert last > first + 0.3, (first, last, [round(r, 2) for r in rewards])
+    assert logged(trainer, "turns/per_completion")[-1] > 1.8  # almost every episode looks up, then answers
