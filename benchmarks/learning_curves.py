@@ -13,8 +13,8 @@ defaults otherwise. MIX / MIX-CHORD add the toy's expert demonstrations (their d
 on-policy distillation distils the toy teacher and never sees the reward (it is only logged; dashed lines), once
 with the reference estimator (its default) and once with `distill_baseline="group"` (`on_policy_distill+group`).
 The logged `reward` (the mean over the step's rollouts) is plotted against the step, with a moving average over 5
-logs. DPO is not here: it does not sample during training (its held-out preference accuracy is in the README's DPO
-section).
+logs. DPO and SFT are not here: they do not sample during training (its held-out preference accuracy is in the README's DPO
+section); nor are the multi-turn algorithms, which train a tool-using agent (`benchmarks/multi_turn.py`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,17 @@ import transformers  # noqa: E402
 
 import trl_ext  # noqa: E402
 from trl_ext import toy  # noqa: E402
+from trl_ext.scripts.grpo import multi_turn  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Curves beyond each algorithm's defaults: name -> (algorithm, config overrides).
 VARIANTS = {"on_policy_distill+group": ("on_policy_distill", {"distill_baseline": "group"})}
-ALGORITHMS = [name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer and name != "dpo"] + list(VARIANTS)
+# DPO and SFT do not sample; the multi-turn algorithms train a tool-using agent instead (benchmarks/multi_turn.py).
+ALGORITHMS = [
+    name
+    for name, spec in trl_ext.ALGORITHMS.items()
+    if spec.has_trainer and spec.schema == "experience" and not multi_turn(name)
+] + list(VARIANTS)
 
 
 def train(name: str, steps: int, seed: int, out: str) -> dict:
