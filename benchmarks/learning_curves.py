@@ -13,8 +13,8 @@ defaults otherwise. MIX / MIX-CHORD add the toy's expert demonstrations (their d
 on-policy distillation distils the toy teacher and never sees the reward (it is only logged; dashed lines), once
 with the reference estimator (its default) and once with `distill_baseline="group"` (`on_policy_distill+group`).
 The logged `reward` (the mean over the step's rollouts) is plotted against the step, with a moving average over 5
-logs. DPO and SFT are not here: they do not sample during training (its held-out preference accuracy is in the README's DPO
-section); nor are the multi-turn algorithms, which train a tool-using agent (`benchmarks/multi_turn.py`).
+logs. DPO and SFT are not here: they do not sample during training (DPO's held-out preference accuracy is in the
+README's DPO section); nor are the multi-turn algorithms, which train a tool-using agent (`benchmarks/multi_turn.py`).
 """
 
 from __future__ import annotations
