@@ -236,7 +236,8 @@ class MultiTurnAdvantages:
         last = torch.cumsum(per_run, 0) - 1
         row_rewards = rewards.new_zeros(run.numel()).index_add_(0, last, rewards)
         if gathered[1] is not None and fn.step_rewards:
-            row_rewards += torch.tensor([r for run_rewards in gathered[1] for r in run_rewards], dtype=rewards.dtype)
+            flat = [r for run_rewards in gathered[1] for r in run_rewards]
+            row_rewards += torch.tensor(flat, dtype=rewards.dtype, device=rewards.device)
         inputs = {name: value for name, value in kwargs.items() if name in fn.inputs()}
         inputs["run_ids"] = run
         if takes_states:
