@@ -59,6 +59,7 @@ def test_registry_names():
         "grpo_verl",
         "opmd_verl",
         "asymre_verl",
+        "ppo",
     }
 
 
@@ -87,6 +88,7 @@ DEFAULT_ARGS = {
     "grpo_verl": {"epsilon": 1e-6},
     "opmd_verl": {"opmd_baseline": "mean", "tau": 1.0},
     "asymre_verl": {"baseline_shift": -0.1},
+    "ppo": {"gamma": 1.0, "lam": 1.0},
 }
 """Every estimator's arguments with their defaults, in declaration order."""
 
@@ -467,7 +469,8 @@ def test_grpo_duplicate_experiences_edge_cases():
 
 def test_advantage_result_source_default():
     res = AdvantageResult(torch.zeros(2), torch.ones(2, dtype=torch.bool))
-    assert res.source is None and res.token_keep is None and res.metrics is None and len(res) == 5
+    assert res.source is None and res.token_keep is None and res.metrics is None and res.returns is None
+    assert len(res) == 6
     assert res[2] is None and AdvantageResult(*res).source is None
 
 

@@ -643,7 +643,7 @@ def test_needed_inputs():
 
 def test_token_rewards_flags():
     flagged = {name for name, cls in ADVANTAGE_FNS.items() if cls.token_rewards}
-    assert flagged == {"reinforceplusplus", "remax", "grpo_verl", "opmd_verl", "asymre_verl", "clipb", "clipv"}
+    assert flagged == {"ppo", "reinforceplusplus", "remax", "grpo_verl", "opmd_verl", "asymre_verl", "clipb", "clipv"}
     assert all(ADVANTAGE_FNS[name].token_level for name in flagged)
     assert all(ADVANTAGE_FNS[name].token_level for name in ("jsd", "clipb", "clipv", "remax"))
 

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from trl_ext.advantages.reinforce_plus_plus import masked_whiten
 from trl_ext.compat import verl
-from trl_ext.losses import get_policy_loss
+from trl_ext.losses import clipped_value_loss, get_policy_loss
 
 D = torch.float64
 
@@ -291,6 +292,80 @@ def test_rollout_is_weights_and_global_batch_info(name, mode):
         fn(old, lp, adv, m, mode, cfg, -w)
 
 
+# ------------------------------------------------------------------------------------------- GAE, value loss
+
+
+def verl_gae_loop(r, v, m, gamma, lam):
+    """verl 0.9's `compute_gae_advantage_return`, as written there (masked positions carry nextvalues / lastgaelam),
+    with its `masked_whiten`."""
+    nextvalues, lastgaelam, out = 0, 0, []
+    for t in reversed(range(r.shape[-1])):
+        delta = r[:, t] + gamma * nextvalues - v[:, t]
+        lastgaelam_ = delta + gamma * lam * lastgaelam
+        nextvalues = v[:, t] * m[:, t] + (1 - m[:, t]) * nextvalues
+        lastgaelam = lastgaelam_ * m[:, t] + (1 - m[:, t]) * lastgaelam
+        out.append(lastgaelam)
+    adv = torch.stack(out[::-1], dim=1)
+    returns = adv + v
+    mean = masked_sum(adv, m) / (m.sum() + 1e-8)
+    var = masked_sum((adv - mean) ** 2, m) / (m.sum() + 1e-8) * (m.sum() / (m.sum() - 1))
+    return (adv - mean) * torch.rsqrt(var + 1e-8), returns
+
+
+@pytest.mark.parametrize(("gamma", "lam"), [(1.0, 1.0), (0.9, 0.95), (0.99, 0.9)])
+def test_compute_gae_advantage_return(gamma, lam):
+    torch.manual_seed(0)
+    r, v = torch.randn(5, 7, dtype=D), torch.randn(5, 7, dtype=D)
+    m = (torch.rand(5, 7) < 0.7).to(D)  # holes: observation tokens
+    m[0, :2] = 1
+    adv, ret = verl.compute_gae_advantage_return(r, v, m, gamma, lam)
+    expected_adv, expected_ret = verl_gae_loop(r, v, m, gamma, lam)
+    torch.testing.assert_close(adv, expected_adv)  # every position, masked ones included
+    torch.testing.assert_close(ret, expected_ret)
+    # at the valid positions the advantages are trl_ext's whitening of the same raw advantages
+    valid = m.bool()
+    torch.testing.assert_close(adv[valid], masked_whiten(ret - v, valid)[valid])
+    one = torch.zeros_like(m)
+    one[0, 0] = 1
+    with pytest.raises(ValueError, match="sum of the mask is one"):
+        verl.compute_gae_advantage_return(r, v, one, 1.0, 1.0)
+    with pytest.raises(ValueError, match="At least one element in the mask"):
+        verl.compute_gae_advantage_return(r, v, one * 0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("mode", verl.AGG_LOSS_MODES)
+@pytest.mark.parametrize("global_info", [False, True])
+def test_compute_value_loss(mode, global_info):
+    torch.manual_seed(1)
+    _, _, _, m = batch()
+    vpreds = torch.randn(4, 5, dtype=D, requires_grad=True)
+    values = vpreds.detach() + 0.4 * torch.randn(4, 5, dtype=D)
+    returns = torch.randn(4, 5, dtype=D)
+    kw = {"dp_size": 2, "batch_num_tokens": 20, "global_batch_size": 6, "loss_scale_factor": 8} if global_info else {}
+    loss, clipfrac = verl.compute_value_loss(vpreds, returns, values, m, 0.3, mode, **kw)
+    clipped = torch.max(torch.min(vpreds, values + 0.3), values - 0.3)
+    l1, l2 = (vpreds - returns) ** 2, (clipped - returns) ** 2
+    expected = 0.5 * verl.agg_loss(torch.max(l1, l2), m, mode, **kw)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(clipfrac, masked_sum((l2 > l1).to(D), m) / (m.sum() + 1e-8))
+    assert 0 < float(clipfrac) < 1
+    (grad,) = torch.autograd.grad(loss, vpreds)
+    (expected_grad,) = torch.autograd.grad(expected, vpreds)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def test_compute_value_loss_matches_trl_ext_and_refuses_a_negative_range():
+    torch.manual_seed(2)
+    _, _, _, m = batch()
+    vpreds, values, returns = (torch.randn(4, 5, dtype=D) for _ in range(3))
+    loss, clipfrac = verl.compute_value_loss(vpreds, returns, values, m, 0.2)
+    ours, metrics = clipped_value_loss(vpreds, values, returns, m.bool(), 0.2)
+    torch.testing.assert_close(loss, ours, rtol=1e-7, atol=0)  # ε of trl_ext's token mean
+    torch.testing.assert_close(clipfrac, metrics["vf_clipfrac"])
+    with pytest.raises(ValueError, match=r"compute_value_loss: cliprange_value=-0\.1 is not valid"):
+        verl.compute_value_loss(vpreds, returns, values, m, -0.1)
+
+
 BLOCKER = """
 import sys, warnings
 class Blocker:
@@ -304,6 +379,8 @@ from trl_ext.compat import verl
 x = torch.randn(2, 3)
 verl.get_policy_loss_fn("vanilla")(x, x, x, torch.ones(2, 3), "token-mean", {"clip_ratio": 0.2}, None)
 verl.kl_penalty(x, x, "k3+")
+verl.compute_gae_advantage_return(x, x, torch.ones(2, 3), 0.9, 0.95)
+verl.compute_value_loss(x, x, x, torch.ones(2, 3), 0.2)
 """
 
 

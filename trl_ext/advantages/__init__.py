@@ -11,8 +11,9 @@ Usage::
 Registered names (`ADVANTAGE_FNS`): `grpo`, `rloo`, `reinforce`, `opmd`, `asymre`, `rec`,
 `step_wise_grpo`, `gigpo` (per-step rows of multi-turn runs), `raft` (RAFT's best-of-group selection) (group
 estimators, `[N]`) and
-`reinforceplusplus`, `remax`, `on_policy_distill`, `jsd`, `clipb`, `clipv`, `grpo_verl`, `opmd_verl`,
-`asymre_verl` (token-level, `[N, T]`).
+`ppo` (GAE from a critic's `values`, with the critic's targets in `AdvantageResult.returns`), `reinforceplusplus`,
+`remax`, `on_policy_distill`, `jsd`, `clipb`, `clipv`, `grpo_verl`, `opmd_verl`, `asymre_verl` (token-level,
+`[N, T]`).
 
 An estimator subclasses `AdvantageFn`, declares its hyperparameters as `arguments` (`Argument` specs, see
 `trl_ext.components`) and is registered with `@register_advantage(name)`.
@@ -27,6 +28,7 @@ from ..components import Argument
 from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn, register_advantage
 from .broadcast import AsymREVerlAdvantage, GRPOVerlAdvantage, OPMDVerlAdvantage
 from .clip import ClipBAdvantage, ClipVAdvantage
+from .gae import GAEAdvantage
 from .gigpo import GiGPOAdvantage
 from .group import (
     AsymREAdvantage,
@@ -52,6 +54,7 @@ __all__ = [
     "AsymREVerlAdvantage",
     "ClipBAdvantage",
     "ClipVAdvantage",
+    "GAEAdvantage",
     "GRPOAdvantage",
     "GRPOVerlAdvantage",
     "GiGPOAdvantage",

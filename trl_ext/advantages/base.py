@@ -3,8 +3,8 @@
 An advantage estimator turns per-sample rewards `R` (one per generated completion) into advantages `A`.
 Group estimators (GRPO, RLOO, OPMD, ...) compare each sample with the other samples of its *group* — the
 completions generated for the same prompt, identified by a shared group id.  Token-level estimators
-(REINFORCE++, ReMax, on-policy distillation, JSD, Clip_B / Clip_V, the `*_verl` variants) return one advantage
-per response token.
+(PPO's GAE, REINFORCE++, ReMax, on-policy distillation, JSD, Clip_B / Clip_V, the `*_verl` variants) return one
+advantage per response token.
 
 Per-token inputs have fixed names, which a trainer passes as they are: `response_mask` `[N, T]` (the loss mask,
 may have gaps), `completion_mask` (the completion's tokens, tool outputs included), `logprobs` (the sampling
@@ -60,6 +60,11 @@ class AdvantageResult(NamedTuple):
 
     `metrics`: `None` or the estimator's metrics by the reference's names (`frac_clipped`, `jsd/mean`, ...),
     as Python floats.
+
+    `returns`: `None`, or for the estimators that compute value targets (`ppo`'s GAE) `[N, T]` in the
+    advantages' dtype, one row per INPUT sample like `advantages`: the critic's regression targets
+    R = A + V, A being the advantages BEFORE whitening (the reference's `returns`), 0 outside `response_mask`.
+    `AdvantageFn.__call__` does not return them; read them off `compute`'s result.
     """
 
     advantages: torch.Tensor
@@ -67,6 +72,7 @@ class AdvantageResult(NamedTuple):
     source: torch.Tensor | None = None
     token_keep: torch.Tensor | None = None
     metrics: dict[str, float] | None = None
+    returns: torch.Tensor | None = None
 
 
 class AdvantageFn(Component):
@@ -84,6 +90,9 @@ class AdvantageFn(Component):
     #: True for multi-turn estimators (one row per step of a run, `run_ids`) that read every step's reward; the others
     #: read the reward of a run's last step (its outcome).
     step_rewards: ClassVar[bool] = False
+    #: False for estimators that never compare the samples of a group (`group_ids` unused, may be None), so that a
+    #: group of one sample (`num_generations=1`) is fine.
+    uses_groups: ClassVar[bool] = True
 
     @classmethod
     def inputs(cls) -> tuple[str, ...]:

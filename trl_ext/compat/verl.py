@@ -17,12 +17,21 @@ Names, signatures, defaults and return shapes are verl 0.9.1's:
   `tau_pos` / `tau_neg` (sapo) and `global_batch_info` (the keyword arguments of `agg_loss`).
 * `kl_penalty(logprob, ref_logprob, kl_penalty)`: `kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3` and their
   straight-through `+` variants (value of the estimator, gradient of k2).
+* `compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam) -> (advantages, returns)`:
+  verl's GAE (`trl_ext.advantages.gae.gae_advantage_return` with verl's skipping of masked positions, then verl's
+  `masked_whiten` at every position: the masked positions hold what verl's do).
+* `compute_value_loss(vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode="token-mean",
+  dp_size=1, batch_num_tokens=None, global_batch_size=None, loss_scale_factor=None) -> (vf_loss, vf_clipfrac)`:
+  0.5·`agg_loss` of `trl_ext.losses.value.clipped_value_terms`, clipfrac = masked mean of [L2 > L1].
 
 How the policy losses reuse trl_ext's: every verl aggregation is a weighted token sum Σ w·L (`agg_weights`), and
 the ppo / gspo / sapo / cispo per-token losses are positively homogeneous in the advantage (L(c·A) = c·L(A) for
 c ≥ 0: the clip side and SAPO's τ depend only on the sign of A). So the trl_ext loss is called with advantages
 A·w·rollout_is_weights and summed (`token-mean` over a window whose count + ε is 1), which is verl's aggregate of verl's
 rollout-weighted loss, gradient included. The metrics are computed here with verl's formulas.
+
+Where the GAE and the value loss differ from verl: NaN / inf at masked positions propagate in verl (multiplied by 0)
+and do not here; a negative `cliprange_value` is a ValueError (verl clips to an empty interval).
 """
 
 from __future__ import annotations
@@ -33,7 +42,9 @@ from typing import Any
 
 import torch
 
+from ..advantages.gae import gae_advantage_return
 from ..losses import EPS, get_kl_fn, get_policy_loss  # EPS = verl's masked_mean / seq-mean-token-mean ε
+from ..losses.value import check_cliprange_value, clipped_value_terms
 
 __all__ = [
     "AGG_LOSS_MODES",
@@ -41,11 +52,13 @@ __all__ = [
     "POLICY_LOSS_REGISTRY",
     "agg_loss",
     "agg_weights",
+    "compute_gae_advantage_return",
     "compute_policy_loss",
     "compute_policy_loss_cispo",
     "compute_policy_loss_gspo",
     "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
+    "compute_value_loss",
     "get_policy_loss_fn",
     "kl_penalty",
     "register_policy_loss",
@@ -384,3 +397,68 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
         return forward
     backward = 0.5 * (logprob - ref_logprob).square()
     return backward - backward.detach() + forward.detach()
+
+
+# --------------------------------------------------------------------------------------------------
+# GAE and the value loss
+# --------------------------------------------------------------------------------------------------
+
+
+def _masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl's `masked_whiten(values, mask)` (shift_mean=True) at EVERY position: (x − mean)·rsqrt(var + 1e-8), mean
+    and unbiased variance over `mask` (ε 1e-8 in the means); fewer than two valid positions is a ValueError."""
+    count = mask.sum()
+    if count == 0:
+        raise ValueError("At least one element in the mask has to be 1.")
+    if count == 1:
+        raise ValueError("The sum of the mask is one, which can cause a division by zero.")
+    mean = _masked_mean(values, mask)
+    var = _masked_mean((values - mean) ** 2, mask) * (count / (count - 1))
+    return (values - mean) * torch.rsqrt(var + 1e-8)
+
+
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float | torch.Tensor,
+    lam: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's GAE: `(advantages, returns)`, both `[B, T]`, without gradients.
+
+    Backwards over the positions, δ_t = r_t + γ·V_next − V_t and A_t = δ_t + γλ·A_{t+1}; at a position where
+    `response_mask` is 0 (an observation token) A and V_next carry through unchanged (verl since PR #2337;
+    Trinity-RFT 0.6.0's `ppo` does not skip, see `trl_ext.advantages.gae`). returns = A + values, then A is
+    whitened over `response_mask` (verl's `masked_whiten`, which also fills the masked positions)."""
+    with torch.no_grad():
+        mask = response_mask.bool()
+        advantages, returns = gae_advantage_return(token_level_rewards, values, mask, gamma, lam, skip_masked=True)
+        return _masked_whiten(advantages, response_mask), returns
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+    dp_size: int = 1,
+    batch_num_tokens: int | torch.Tensor | None = None,
+    global_batch_size: int | torch.Tensor | None = None,
+    loss_scale_factor: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl 0.9's clipped value loss: `(vf_loss, vf_clipfrac)` (tensors).
+
+    vf_loss = 0.5·`agg_loss`(max((V − R)², (clip(V, V_old − c, V_old + c) − R)²), response_mask, loss_agg_mode,
+    dp_size, batch_num_tokens, global_batch_size, loss_scale_factor); vf_clipfrac = Σ m·[clipped term > unclipped] /
+    (Σ m + 1e-8). `cliprange_value` c must be >= 0."""
+    c = check_cliprange_value("compute_value_loss", cliprange_value)
+    mask = response_mask.bool()
+    selected = [torch.where(mask, x, 0) for x in (vpreds, values, returns)]  # NaN-safe gradient
+    per_token, clipped = clipped_value_terms(*selected, c)
+    vf_loss = 0.5 * agg_loss(
+        per_token, response_mask, loss_agg_mode, dp_size, batch_num_tokens, global_batch_size, loss_scale_factor
+    )
+    vf_clipfrac = _masked_mean(clipped.float(), response_mask)
+    return vf_loss, vf_clipfrac

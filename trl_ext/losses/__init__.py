@@ -7,7 +7,9 @@ Pure torch: importing this package needs nothing but torch.
     loss, metrics = fn(logprob=lp, old_logprob=olp, action_mask=m, advantages=adv)
 
 `fn.inputs()` lists the keywords a loss reads; the input rules (unknown keywords, masks, empty batches,
-non-finite values) are in `trl_ext.losses.base`.
+non-finite values) are in `trl_ext.losses.base`. The critic's loss of PPO is a plain function,
+`clipped_value_loss(vpreds, values, returns, response_mask, cliprange_value)` (with `explained_variance`, in
+`trl_ext.losses.value`).
 """
 
 import importlib
@@ -42,6 +44,7 @@ from .sft import SFTISLoss, SFTLoss, SFTPhiLoss
 from .sppo import SPPOPolicyLoss
 from .topr import TOPRPolicyLoss
 from .trl_grpo import TRLGRPOLoss
+from .value import clipped_value_loss, explained_variance
 
 # Every module of the package registers its losses on import: a new loss is one file here (and one algorithm record).
 for _module in pkgutil.iter_modules(__path__):
@@ -83,6 +86,8 @@ __all__ = [
     "TRLDPOLoss",
     "TRLGRPOLoss",
     "aggregate_loss",
+    "clipped_value_loss",
+    "explained_variance",
     "get_entropy_fn",
     "get_kl_fn",
     "get_policy_loss",
