@@ -137,7 +137,7 @@ def test_unhashable_algorithm_name():
 
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
-    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo",
+    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo", "ppo",
 }  # fmt: skip
 
 
@@ -195,7 +195,7 @@ def test_use_critic_needs_a_family_with_a_critic():
     spec = trl_ext.get_algorithm("grpo")
     with pytest.raises(ValueError, match="use_critic=True needs a trainer family that trains a value model"):
         dataclasses.replace(spec, name="critic_grpo", use_critic=True)
-    assert trl_ext.get_algorithm("ppo").use_critic and not trl_ext.get_algorithm("ppo").has_trainer
+    assert trl_ext.get_algorithm("ppo").use_critic and trl_ext.get_algorithm("ppo").family.uses_critic
 
 
 def test_sample_strategy_is_the_familys():

@@ -78,8 +78,16 @@ def test_listed_dpo_loss_defaults_are_trl_defaults(capsys):
     assert "kl_coef=0.001" in out
 
 
-def test_list_of_a_record_without_trainer_says_so(capsys):
-    main(["list", "ppo"])
+@pytest.fixture
+def record_without_trainer(monkeypatch) -> str:
+    """A record whose losses exist but which has no trainer (every built-in algorithm has one)."""
+    spec = dataclasses.replace(trl_ext.get_algorithm("grpo"), name="pg_only", trainer=None, class_prefix="PGOnly")
+    monkeypatch.setitem(trl_ext.ALGORITHMS, "pg_only", spec)
+    return "pg_only"
+
+
+def test_list_of_a_record_without_trainer_says_so(capsys, record_without_trainer):
+    main(["list", record_without_trainer])
     assert "trainer     none yet: its loss is trl_ext.losses.get_policy_loss('ppo')" in capsys.readouterr().out
 
 
@@ -121,10 +129,10 @@ def test_train_runs_the_example_scripts(toy_cache, tiny_model, tmp_path, capsys)
     assert "Trained dpo for 1 steps" in capsys.readouterr().out
 
 
-def test_bad_commands(capsys):
+def test_bad_commands(capsys, record_without_trainer):
     with pytest.raises(SystemExit):
-        main(["train", "--algorithm", "ppo"])
-    assert "--algorithm 'ppo' has no trainer; choose one of sft, grpo, " in capsys.readouterr().err
+        main(["train", "--algorithm", record_without_trainer])
+    assert "--algorithm 'pg_only' has no trainer; choose one of sft, ppo, grpo, " in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["frobnicate"])
     with pytest.raises(SystemExit):
@@ -160,8 +168,8 @@ def test_console_script_exit_status(toy_cache, tmp_path):
         assert result.returncode == 0 and result.stdout, (command, result.stderr[-2000:])
     module = _run([sys.executable, "-m", "trl_ext.cli", "list"])
     assert module.returncode == 0 and "  sapo               SAPOTrainer" in module.stdout, module.stderr[-2000:]
-    bad_algorithm = _run([script, "train", "--algorithm", "ppo"])
-    assert bad_algorithm.returncode != 0 and "--algorithm 'ppo' has no trainer" in bad_algorithm.stderr
+    bad_algorithm = _run([script, "train", "--algorithm", "nope"])
+    assert bad_algorithm.returncode != 0 and "nope" in bad_algorithm.stderr
     bad_flag = _run([script, "train", "--algorithm", "sapo", "--tau_negative", "1.1"])
     assert bad_flag.returncode == 2 and "trl-ext train: error: " in bad_flag.stderr
     assert "--tau_negative" in bad_flag.stderr

@@ -40,6 +40,8 @@ if TYPE_CHECKING:  # what `__getattr__` loads, named for type checkers and IDEs
         OnPolicyDistillTrainer,
         OPMDConfig,
         OPMDTrainer,
+        PPOConfig,
+        PPOTrainer,
         RAFTConfig,
         RAFTTrainer,
         RECConfig,

@@ -184,7 +184,11 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         Paper("Proximal Policy Optimization Algorithms", "1707.06347"),
         use_critic=True, use_reference=True, repeat_times=1,
         policy_loss_fn="ppo", advantage_fn="ppo", kl_loss_fn="k2", entropy_loss_fn="default",
-        trainer=None),
+        trainer="critic", class_prefix="PPO",
+        details="A value model (`value_model`, default: the policy's checkpoint with a new scalar head) is trained "
+        "beside the policy with verl's clipped value loss (`cliprange_value`) and its own optimizer "
+        "(`critic_learning_rate`); GAE (`gamma`, `lam`) turns its values and the token rewards into whitened "
+        "advantages. One sample per prompt by default (`num_generations=1`)."),
     AlgorithmSpec("grpo", "GRPO: group-normalized advantages, dual-clip PPO loss.",
         Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
         use_reference=True, repeat_times=8,

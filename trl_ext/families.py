@@ -185,6 +185,7 @@ INPUT_SOURCES: dict[str, str] = {
     "ref_logprob": "per-token reference log-probs of paired rows (a preference loss: train it with DPOConfig)",
     "reward_baselines": "the rewards of greedy completions (ReMax), which only the grpo family's trainer generates "
     "(GRPOConfig, ...: the MIX trainer's batches also hold expert rows)",
+    "values": "the critic's per-token values, which only the critic PPO trainer computes (PPOConfig)",
     "run_ids": "the run each step of a multi-turn episode belongs to, which only the grpo family's trainer records "
     "(the model turns of TRL's multi-turn rollouts: GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)",
     "state_ids": "the environment state each step of a multi-turn episode starts from, which only the grpo family's "
@@ -229,6 +230,14 @@ register_family(TrainerFamily(
     settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "teacher_logprob", "old_logprob", "teacher_valid_mask"),
+))  # fmt: skip
+register_family(TrainerFamily(
+    "critic", "Rollouts with a value model trained beside the policy (critic PPO): GAE advantages from its values.",
+    config_base="trl_ext.trainers.grpo_config:CriticFamilyConfig",
+    trainer_base="trl_ext.trainers.critic_trainer:CriticFamilyTrainer",
+    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
+    group_size_field="num_generations", uses_critic=True, loss_inputs=_ROLLOUT_LOSS_INPUTS,
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "values"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "dpo", "`trl.DPOTrainer` on (chosen, rejected) pairs.",

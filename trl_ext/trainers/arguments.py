@@ -223,6 +223,48 @@ _REWARD_ADVANTAGE_FNS = ("grpo", "rloo", "reinforce")
 
 
 @dataclass
+class CriticArguments:
+    """The value model of critic PPO and how it trains (its own optimizer, stepped with the policy's)."""
+
+    value_model_name_or_path: str | None = field(
+        default=None,
+        metadata=_help(
+            "The value model (Hub id or local path), used when the trainer gets no `value_model`: loaded as a token "
+            "classifier with one output (its backbone plus a scalar head). Default: the policy's own checkpoint, "
+            "with a new head. It must share the policy's tokenizer."
+        ),
+    )
+    value_model_init_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata=_help(
+            'Keyword arguments of the value model\'s `from_pretrained`, e.g. `{"dtype": "bfloat16"}` (default: the '
+            "policy's dtype)."
+        ),
+    )
+    cliprange_value: float = field(
+        default=0.5,
+        metadata=_help(
+            "c of the clipped value loss 0.5·agg(max((V − R)², (clip(V, V_old − c, V_old + c) − R)²)) (verl's "
+            "`compute_value_loss`); 0.5 is the value Trinity-RFT's trainer backend uses (verl's critic default)."
+        ),
+    )
+    critic_learning_rate: float | None = field(
+        default=None,
+        metadata=_help(
+            "Learning rate of the critic's optimizer (AdamW with the policy's betas, epsilon, weight decay and "
+            "scheduler), stepped at every optimizer step of the policy. Default: `learning_rate`."
+        ),
+    )
+    critic_warmup_steps: int = field(
+        default=0,
+        metadata=_help(
+            "Optimizer steps that train only the critic before the policy starts to learn (verl's `critic_warmup`): "
+            "the policy's loss is 0 for those steps."
+        ),
+    )
+
+
+@dataclass
 class TeacherArguments:
     """The teacher of on-policy distillation, and the optional blend with task rewards."""
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .arguments import algorithm_field
+from .critic_trainer import CriticFamilyTrainer
 from .distill_trainer import DistillFamilyTrainer
-from .grpo_config import DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig
+from .grpo_config import CriticFamilyConfig, DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig
 from .grpo_trainer import GRPOFamilyTrainer
 from .mix_trainer import MIXFamilyTrainer
 
@@ -38,6 +39,8 @@ __all__ = [
     "OPMDTrainer",
     "OnPolicyDistillConfig",
     "OnPolicyDistillTrainer",
+    "PPOConfig",
+    "PPOTrainer",
     "RAFTConfig",
     "RAFTTrainer",
     "RECConfig",
@@ -53,6 +56,108 @@ __all__ = [
     "TOPRConfig",
     "TOPRTrainer",
 ]
+
+
+@dataclass
+class PPOConfig(CriticFamilyConfig):
+    """
+    Configuration of [`PPOTrainer`]: PPO with a critic and GAE advantages. Paper: Proximal Policy Optimization
+    Algorithms (arXiv 1707.06347). A value model (`value_model`, default: the policy's checkpoint with a new scalar
+    head) is trained beside the policy with verl's clipped value loss (`cliprange_value`) and its own optimizer
+    (`critic_learning_rate`); GAE (`gamma`, `lam`) turns its values and the token rewards into whitened advantages. One
+    sample per prompt by default (`num_generations=1`).
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `1`):
+            Completions sampled per prompt (the group of the group-relative advantages): the ppo algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the ppo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'ppo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `ppo`, the ppo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `ppo`'s arguments configure `ppo`; with another function, one that is set is passed on to it if it
+            takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
+            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
+            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
+            how the window is split into micro-batches and processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        gamma (`float`, *optional*, defaults to `1.0`):
+            GAE discount γ of the token-level TD errors δ_t = r_t + γ·V_{t+1} − V_t (Trinity-RFT's PPO default 1.0).
+        lam (`float`, *optional*, defaults to `1.0`):
+            GAE λ: A_t = δ_t + γλ·A_{t+1}; 1 gives the Monte-Carlo return minus V_t, 0 the one-step TD error
+            (Trinity-RFT's PPO default 1.0).
+        value_model_name_or_path (`str | None`, *optional*, defaults to `None`):
+            The value model (Hub id or local path), used when the trainer gets no `value_model`: loaded as a token
+            classifier with one output (its backbone plus a scalar head). Default: the policy's own checkpoint, with a
+            new head. It must share the policy's tokenizer.
+        value_model_init_kwargs (`dict[str, Any] | str | None`, *optional*, defaults to `None`):
+            Keyword arguments of the value model's `from_pretrained`, e.g. `{"dtype": "bfloat16"}` (default: the
+            policy's dtype).
+        cliprange_value (`float`, *optional*, defaults to `0.5`):
+            c of the clipped value loss 0.5·agg(max((V − R)², (clip(V, V_old − c, V_old + c) − R)²)) (verl's
+            `compute_value_loss`); 0.5 is the value Trinity-RFT's trainer backend uses (verl's critic default).
+        critic_learning_rate (`float | None`, *optional*, defaults to `None`):
+            Learning rate of the critic's optimizer (AdamW with the policy's betas, epsilon, weight decay and
+            scheduler), stepped at every optimizer step of the policy. Default: `learning_rate`.
+        critic_warmup_steps (`int`, *optional*, defaults to `0`):
+            Optimizer steps that train only the critic before the policy starts to learn (verl's `critic_warmup`): the
+            policy's loss is 0 for those steps.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "ppo"
+
+    kl_loss_fn: str = algorithm_field("ppo", "kl_loss_fn")
+    num_generations: int = algorithm_field("ppo", "num_generations")
+    policy_loss_fn: str = algorithm_field("ppo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("ppo", "advantage_fn")
+    clip_range: float | None = algorithm_field("ppo", "clip_range")
+    clip_range_low: float | None = algorithm_field("ppo", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("ppo", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("ppo", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("ppo", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("ppo", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("ppo", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("ppo", "fallback_to_policy_gradient")
+    gamma: float = algorithm_field("ppo", "gamma")
+    lam: float = algorithm_field("ppo", "lam")
+
+
+class PPOTrainer(CriticFamilyTrainer):
+    """PPO: PPO with a critic and GAE advantages. (config: `PPOConfig`).
+
+    The `CriticFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[CriticFamilyConfig]] = PPOConfig
 
 
 @dataclass

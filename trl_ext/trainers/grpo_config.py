@@ -38,6 +38,7 @@ from .arguments import (
     _REWARD_ADVANTAGE_FNS,
     GRPO_KL_ARGUMENTS,
     CompositionArguments,
+    CriticArguments,
     DocumentedDefault,
     ExpertDataArguments,
     TeacherArguments,
@@ -918,3 +919,58 @@ class DistillFamilyConfig(TeacherArguments, GRPOFamilyConfig):
     def build_reward_advantage_fn(self):
         """The advantage of the task-reward term (scaled by `reward_weight` in the trainer)."""
         return get_advantage_fn(self.reward_advantage_fn)
+
+
+@dataclass
+class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
+    """Base of the critic PPO config: a value model trained beside the policy, whose values make the GAE advantages
+    (`advantage_fn="ppo"`). Groups of one are allowed (`num_generations=1`, the reference's `repeat_times`), for an
+    advantage function that does not compare the samples of a group."""
+
+    def __post_init__(self) -> None:
+        # TRL's GRPOConfig requires two generations per prompt (its advantage is group-relative); critic PPO's is not.
+        # The checks that need the group size run here, then TRL's run with a stand-in of 2.
+        self._group_size = self.num_generations
+        if self._group_size == 1:
+            self.num_generations = 2
+            if self.num_generations_eval in (None, 1):
+                self._eval_group_size, self.num_generations_eval = self.num_generations_eval, 2
+        try:
+            super().__post_init__()
+        finally:
+            if self._group_size == 1:
+                self.num_generations = 1
+                if hasattr(self, "_eval_group_size"):
+                    self.num_generations_eval = self._eval_group_size
+        self._check_group_size()
+
+    def _check_fields(self) -> None:
+        super()._check_fields()
+        owner = type(self).__name__
+        check_number(owner, "cliprange_value", self.cliprange_value, ge=0)
+        check_number(owner, "critic_learning_rate", self.critic_learning_rate, ge=0, allow_none=True)
+        check_number(owner, "critic_warmup_steps", self.critic_warmup_steps, ge=0, integer=True)
+        check_text(owner, "value_model_name_or_path", self.value_model_name_or_path)
+        self.value_model_init_kwargs = check_kwargs(owner, "value_model_init_kwargs", self.value_model_init_kwargs)
+
+    def _check_group_size(self) -> None:
+        advantage = self.build_advantage_fn()
+        if self.num_generations == 1 and getattr(advantage, "uses_groups", True):
+            raise ValueError(
+                f"{type(self).__name__}: num_generations=1 gives every prompt a group of one, but advantage_fn="
+                f"{self.advantage_fn_name!r} compares the samples of a group; use num_generations >= 2 or an "
+                "advantage that does not need groups (ppo, reinforce, reinforceplusplus)"
+            )
+
+    @property
+    def critic_lr(self) -> float:
+        """The critic optimizer's learning rate (`critic_learning_rate`, else `learning_rate`)."""
+        return self.learning_rate if self.critic_learning_rate is None else self.critic_learning_rate
+
+    def composition(self) -> dict[str, str]:
+        parts = super().composition()
+        parts["critic"] = (
+            f"value model {self.value_model_name_or_path or 'initialized from the policy'}, cliprange_value "
+            f"{self.cliprange_value:g}, learning rate {self.critic_lr:g}, warm-up {self.critic_warmup_steps} steps"
+        )
+        return parts

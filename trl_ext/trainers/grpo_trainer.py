@@ -300,6 +300,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
         local = {"response_mask": _loss_mask(output), "completion_mask": output["completion_mask"]}
         if "logprobs" in needed or "entropy" in needed or penalty is not None:
             local["logprobs"], local["entropy"] = self._sampling_log_probs(output, entropy="entropy" in needed)
+        local.update(self._trainer_advantage_inputs(output, needed))
         if penalty is not None:
             local["ref_logprobs"] = output["ref_per_token_logps"]
         # Every sample's per-token inputs, padded to a common width and gathered: a prompt's group may span processes
@@ -325,6 +326,11 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
             return self._turn_advantages(rewards, group_ids, output, response_mask, kwargs), response_mask
         response_mask = gathered["response_mask"] if "response_mask" in declared else None
         return fn.compute(rewards, group_ids, **kwargs), response_mask
+
+    def _trainer_advantage_inputs(self, output: dict[str, Any], needed: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        """Per-token inputs `[B, T]` of the local completions that only this trainer computes (the critic's values in
+        critic PPO), for the advantage function that needs them; gathered like the others."""
+        return {}
 
     def _sampling_log_probs(self, output: dict[str, Any], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The sampling policy's per-token log-probs `[B, T]` of the local completions (TRL's, when it computed them
@@ -550,6 +556,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
             entropies.detach(), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")
         )
 
+        loss = self._add_trainer_terms(mode, inputs, window, loss, metrics)
         loss = self.scale_for_processes(loss, mode)
         if self.aux_loss_enabled:
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -559,6 +566,13 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
         if logged and mode == "train" and self.kl_fn.adaptive:  # the optimizer step: update beta from the window's KL
             self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
             self.beta = self.kl_fn.kl_coef
+        return loss
+
+    def _add_trainer_terms(
+        self, mode: str, inputs: dict[str, Any], window: dict[str, Any], loss: torch.Tensor, metrics: dict[str, Any]
+    ) -> torch.Tensor:
+        """The micro-batch's loss with the trainer's own terms (none here; the critic's value loss in critic PPO),
+        their metrics added to `metrics` (declared in `trainer_metrics`)."""
         return loss
 
     def _importance_ratio(self, logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
