@@ -370,7 +370,7 @@ OUT_OF_RANGE = {
     "label_smoothing": [0.5, -0.1],
     "duplicate_experiences": [True],  # without std_threshold
 }
-FREE_TEXT = {"teacher_model_name_or_path"}  # any non-empty string may name a model
+FREE_TEXT = {"teacher_model_name_or_path", "value_model_name_or_path"}  # any non-empty string may name a model
 
 
 def _kind(config_class, name: str) -> tuple[str, bool]:

@@ -99,6 +99,13 @@ def test_multi_turn_examples_use_the_embedded_agent(toy_cache, tiny_agent, tmp_p
         assert logged(trainer, "advantage/gigpo/anchor_groups_size_gt1")[0] > 0
 
 
+def test_ppo_example_trains_a_critic(toy_cache, tiny_model, tmp_path):
+    trainer = main("ppo", ["--output_dir", str(tmp_path), *QUICK, "--critic_learning_rate", "0.01"])
+    assert type(trainer) is __import__("trl_ext").PPOTrainer and trainer.state.global_step == 2
+    assert trainer.critic_optimizer.param_groups[0]["initial_lr"] == 0.01
+    assert logged(trainer, "vf_loss") and logged(trainer, "critic/explained_variance")
+
+
 def test_environment_factory_flag(toy_cache, tiny_agent, tmp_path):
     argv = ["--output_dir", str(tmp_path), "--max_steps", "1", "--save_strategy", "no"]
     argv += ["--environment_factory", "trl_ext.toy_agent.LookupEnvironment"]

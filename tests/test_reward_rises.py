@@ -49,3 +49,17 @@ def test_toy_agent_reward_rises(algorithm, tiny_agent, tmp_path):
     first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
     assert last > first + 0.3, (first, last, [round(r, 2) for r in rewards])
     assert logged(trainer, "turns/per_completion")[-1] > 1.8  # almost every episode looks up, then answers
+
+
+def test_ppo_reward_rises(tiny_model, tmp_path):
+    """Critic PPO on the toy task with `FAST_TRAINING`: the value model learns beside the policy, the reward rises."""
+    args = trl_ext.PPOConfig(output_dir=str(tmp_path), **{**CPU, **FAST_TRAINING})
+    data, tokenizer = toy_dataset(), build_tokenizer()
+    trainer = trl_ext.PPOTrainer(
+        model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=data, processing_class=tokenizer
+    )
+    trainer.train()
+    rewards = logged(trainer, "reward")
+    first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
+    assert last > first + 0.2, (first, last, [round(r, 2) for r in rewards])
+    assert all(v > 0 for v in logged(trainer, "vf_loss"))

@@ -6,7 +6,8 @@ rows copied across processes), MIX-CHORD's two parts (rollouts and expert rows, 
 own rows of the window, with a scheduled μ), on-policy distillation (teacher advantages with a group baseline
 and a reward term, computed over the whole generation batch of every process) and the multi-turn algorithms
 (two model turns around a tool output: GiGPO's anchor states gathered over processes, and each turn a sample of the
-seq-mean aggregation). A control run that normalizes
+seq-mean aggregation) and critic PPO (GAE on the critic's values, its value loss normalized over the same window and
+its own optimizer stepped with the policy's, so the second step's values agree too). A control run that normalizes
 each micro-batch by itself (TRL's `grpo` / `bnpo` convention) does not, so the comparison can fail.
 """
 
@@ -30,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
-ALGORITHMS += ",on_policy_distill,on_policy_distill:dense,multi_step_grpo:turns+seq-mean-token-mean,gigpo"
+ALGORITHMS += ",on_policy_distill,on_policy_distill:dense,multi_step_grpo:turns+seq-mean-token-mean,gigpo,ppo"
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -60,7 +61,7 @@ def runs(random_tiny_model, tiny_model, tmp_path_factory):
 
 KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "reinforceplusplus/default", "raft/default"]
 KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default", "on_policy_distill/dense"]
-KEYS += ["multi_step_grpo/turns", "multi_step_grpo/seq-mean-token-mean", "gigpo/default"]
+KEYS += ["multi_step_grpo/turns", "multi_step_grpo/seq-mean-token-mean", "gigpo/default", "ppo/default"]
 DISTILL_METRICS = ("kl/mean", "kl/std", "advantages/mean")
 DENSE_METRICS = ("distill/divergence",)
 
@@ -73,6 +74,8 @@ def window_metrics(key: str) -> tuple[str, ...]:
         return DENSE_METRICS if key.endswith("/dense") else DISTILL_METRICS
     if key.startswith("gigpo"):  # the anchor groups span groups held by different processes
         return GIGPO_METRICS
+    if key.startswith("ppo"):  # the critic: its value loss over the window, and its values in the second step's GAE
+        return ("vf_loss", "critic/returns", "critic/values")
     return ()
 
 

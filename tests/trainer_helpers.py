@@ -80,7 +80,7 @@ def train_update(trainer) -> dict[str, torch.Tensor]:
     return {name: p.detach() - before[name] for name, p in trainer.model.named_parameters()}
 
 
-ROLLOUT_FAMILIES = ("grpo", "mix", "distill")
+ROLLOUT_FAMILIES = ("grpo", "mix", "distill", "critic")
 """The trainer families that generate their own rollouts (a `trl.GRPOTrainer`), one config class per algorithm."""
 
 
