@@ -8,6 +8,8 @@ warm-up trains the critic alone; bad settings are refused at construction, namin
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from trainer_helpers import CPU, changed, logged, snapshot
@@ -167,3 +169,32 @@ def test_a_critic_with_another_vocabulary_is_refused(tiny_model, tmp_path):
         trl_ext.PPOTrainer(
             model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(8), value_model=critic
         )
+
+
+def test_checkpoints_hold_the_critic_and_resume_exactly(tiny_model, tmp_path, float_tolerance):
+    """Stopped at step 2 (its checkpoint: the policy, the critic, both optimizers and schedulers) and resumed: the
+    same policy and critic as the uninterrupted 4-step run (Adam, so the optimizers' moments must come back too)."""
+
+    def run(out, resume=None):
+        trainer = make_trainer(
+            tiny_model, out, max_steps=4, save_strategy="steps", save_steps=2, optim="adamw_torch",
+            learning_rate=1e-3, critic_learning_rate=1e-2, seed=3,
+        )  # fmt: skip
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    full = run(tmp_path / "full")
+    checkpoint = tmp_path / "full" / "checkpoint-2"
+    assert {"value_model", "critic_optimizer.pt", "critic_scheduler.pt"} <= set(os.listdir(checkpoint))
+    resumed = run(tmp_path / "resumed", resume=str(checkpoint))
+    for model in ("model", "value_model"):
+        pairs = zip(getattr(full, model).named_parameters(), getattr(resumed, model).parameters(), strict=True)
+        for (name, a), b in pairs:
+            torch.testing.assert_close(a, b, **float_tolerance(torch.float32, magnitude=a.abs().max()), msg=name)
+    full.save_model(str(tmp_path / "final"))  # the final model, and the critic beside it
+    assert os.path.isfile(tmp_path / "final" / "model.safetensors")
+    assert os.path.isfile(tmp_path / "final" / "value_model" / "model.safetensors")
+    # A checkpoint without the critic's optimizer is an error, not a silent fresh start.
+    os.remove(checkpoint / "critic_optimizer.pt")
+    with pytest.raises(FileNotFoundError):
+        run(tmp_path / "lost", resume=str(checkpoint))

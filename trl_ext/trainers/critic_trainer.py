@@ -21,10 +21,12 @@ whitened over the batch's valid tokens), the dual-clip PPO policy loss, and the 
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel, get_scheduler
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses.value import VALUE_LOSS_METRICS, clipped_value_loss, explained_variance
 from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
@@ -55,6 +57,11 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         source = value_model if value_model is not None else args.value_model_name_or_path
         if source is None:
             source = model if isinstance(model, str) else self.model.config._name_or_path
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            raise ValueError(
+                f"{type(self).__name__}: the critic is not yet sharded with DeepSpeed / FSDP (it would train as a "
+                "plain replica beside a sharded policy); train critic PPO with DDP (accelerate's multi_gpu config)"
+            )
         critic = self._load_value_model(source)
         self.value_model = self.accelerator.prepare_model(critic)
         self.critic_optimizer = self.critic_scheduler = None
@@ -204,3 +211,51 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
             self.critic_scheduler.step()
             self.critic_optimizer.zero_grad(set_to_none=True)
         return loss
+
+    # ---- checkpoints: the critic, its optimizer and scheduler beside the policy's ---------------------------------
+
+    def _save_critic(self, folder: str, with_optimizer: bool) -> None:
+        if not self.args.should_save:
+            return
+        critic = self.accelerator.unwrap_model(self.value_model)
+        critic.save_pretrained(os.path.join(folder, VALUE_MODEL_DIR), safe_serialization=True)
+        if with_optimizer:
+            torch.save(self.critic_optimizer.state_dict(), os.path.join(folder, CRITIC_OPTIMIZER_FILE))
+            torch.save(self.critic_scheduler.state_dict(), os.path.join(folder, CRITIC_SCHEDULER_FILE))
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        self._save_critic(folder, with_optimizer=True)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        folder = os.path.join(checkpoint, VALUE_MODEL_DIR)
+        if not os.path.isdir(folder):
+            raise ValueError(
+                f"{type(self).__name__}: {checkpoint} has no {VALUE_MODEL_DIR}/ (a checkpoint of another trainer?); "
+                "critic PPO resumes its value model with the policy"
+            )
+        from safetensors.torch import load_file
+
+        state = load_file(os.path.join(folder, "model.safetensors"), device="cpu")
+        self.accelerator.unwrap_model(self.value_model).load_state_dict(state)
+        device = self.accelerator.device
+        self.critic_optimizer.load_state_dict(
+            torch.load(os.path.join(checkpoint, CRITIC_OPTIMIZER_FILE), map_location=device, weights_only=True)
+        )
+        self.critic_scheduler.load_state_dict(
+            torch.load(os.path.join(checkpoint, CRITIC_SCHEDULER_FILE), weights_only=True)
+        )
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call:  # the final model: the critic beside it (a checkpoint saves it with its optimizer)
+            self._save_critic(output_dir or self.args.output_dir, with_optimizer=False)
+
+
+VALUE_MODEL_DIR = "value_model"
+CRITIC_OPTIMIZER_FILE = "critic_optimizer.pt"
+CRITIC_SCHEDULER_FILE = "critic_scheduler.pt"
