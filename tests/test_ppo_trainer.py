@@ -198,3 +198,28 @@ def test_checkpoints_hold_the_critic_and_resume_exactly(tiny_model, tmp_path, fl
     os.remove(checkpoint / "critic_optimizer.pt")
     with pytest.raises(FileNotFoundError):
         run(tmp_path / "lost", resume=str(checkpoint))
+
+
+@pytest.mark.parametrize("where", ["policy", "critic", "both"])
+def test_lora_on_the_policy_the_critic_or_both(where, tiny_model, tmp_path):
+    from peft import LoraConfig
+
+    lora = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    extra = {}
+    if where in ("policy", "both"):
+        extra["peft_config"] = LoraConfig(task_type="CAUSAL_LM", **lora)
+    if where in ("critic", "both"):
+        extra["value_peft_config"] = LoraConfig(task_type="TOKEN_CLS", **lora)
+    args = trl_ext.PPOConfig(output_dir=str(tmp_path), **{**SETTINGS, "max_steps": 1})
+    trainer = trl_ext.PPOTrainer(
+        model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(16), **extra
+    )
+    policy, critic = snapshot(trainer.model), snapshot(trainer.value_model)
+    trainer.train()
+    moved_policy, moved_critic = changed(policy, trainer.model), changed(critic, trainer.value_model)
+    assert moved_policy and moved_critic
+    if where in ("policy", "both"):
+        assert all("lora_" in name for name in moved_policy)
+    if where in ("critic", "both"):  # the adapter and the scalar head, never the critic's base weights
+        assert all("lora_" in name or "score" in name for name in moved_critic)
+        assert any("score" in name for name in moved_critic)

@@ -35,8 +35,10 @@ from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
 class CriticFamilyTrainer(GRPOFamilyTrainer):
     """A `trl.GRPOTrainer` with a critic: GAE advantages from a value model trained with the clipped value loss.
 
-    Takes `trl.GRPOTrainer`'s arguments plus `value_model` (a path or a `PreTrainedModel` whose output `.logits` is
-    `[B, T, 1]`; default: `args.value_model_name_or_path`, else the policy's checkpoint with a new scalar head)."""
+    Takes `trl.GRPOTrainer`'s arguments (`peft_config`: LoRA on the policy) plus `value_model` (a path or a
+    `PreTrainedModel` whose output `.logits` is `[B, T, 1]`; default: `args.value_model_name_or_path`, else the
+    policy's checkpoint with a new scalar head) and `value_peft_config` (LoRA on the critic, e.g.
+    `LoraConfig(task_type="TOKEN_CLS", ...)`: its adapter and scalar head train)."""
 
     _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "ppo"]
     trainer_metrics: ClassVar[dict[str, str]] = {**GRPOFamilyTrainer.trainer_metrics, **VALUE_LOSS_METRICS}
@@ -50,6 +52,7 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         eval_dataset=None,
         processing_class=None,
         value_model: str | PreTrainedModel | None = None,
+        value_peft_config: Any = None,
         **kwargs: Any,
     ):
         args = self._resolve_args(model, args)
@@ -63,6 +66,10 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
                 "plain replica beside a sharded policy); train critic PPO with DDP (accelerate's multi_gpu config)"
             )
         critic = self._load_value_model(source)
+        if value_peft_config is not None:  # LoRA on the critic: its adapter and its scalar head train
+            from peft import get_peft_model
+
+            critic = get_peft_model(critic, value_peft_config)
         self.value_model = self.accelerator.prepare_model(critic)
         self.critic_optimizer = self.critic_scheduler = None
         self._returns: torch.Tensor | None = None
@@ -240,8 +247,13 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
             )
         from safetensors.torch import load_file
 
-        state = load_file(os.path.join(folder, "model.safetensors"), device="cpu")
-        self.accelerator.unwrap_model(self.value_model).load_state_dict(state)
+        critic = self.accelerator.unwrap_model(self.value_model)
+        if hasattr(critic, "peft_config"):  # a LoRA critic saves its adapter (and head) only
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(critic, load_file(os.path.join(folder, "adapter_model.safetensors")))
+        else:
+            critic.load_state_dict(load_file(os.path.join(folder, "model.safetensors"), device="cpu"))
         device = self.accelerator.device
         self.critic_optimizer.load_state_dict(
             torch.load(os.path.join(checkpoint, CRITIC_OPTIMIZER_FILE), map_location=device, weights_only=True)
