@@ -43,6 +43,10 @@ first):
   chunked). `--rows distillation` runs all three; a sub-row's name runs that one (and TRL's side).
 * `dpo`: `trl_ext.DPOTrainer` with `kl_coef=0` (the sigmoid loss TRL computes) against `trl.DPOTrainer`, pairs of
   the same prompt and completion lengths, 8 pairs (16 sequences) per micro-batch, reference model loaded.
+* `ppo`: `trl_ext.PPOTrainer` (its defaults: a critic of the policy's shape initialized from it, GAE) against
+  trl_ext's `GRPOTrainer` (its defaults) on the same completions, 8 per prompt: what the critic costs (its values
+  at generation, its forward and backward in every micro-batch, its optimizer), since TRL has no PPO trainer; the
+  "TRL" columns of this row are trl_ext's GRPO. Not yet broken down into generation / critic / policy.
 
 Before the rounds, every trainer runs once untimed on the same batches (Triton compiles its log-prob kernel for each
 new sequence length, cuBLAS and attention pick kernels per shape). Order still matters: on an H100 the first trainer
@@ -102,7 +106,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 GENERATIONS = 8
 GRPO_ROWS = ("sapo", "cispo", "gspo", "grpo")
-ROWS = (*GRPO_ROWS, "mix_chord", "distillation", "dpo")
+ROWS = (*GRPO_ROWS, "mix_chord", "distillation", "dpo", "ppo")
 # The `distillation` row's sub-rows: OnPolicyDistillTrainer's teacher_top_k (each against TRL's runs)
 DISTILL_TOP_K = {"distillation[k=0]": 0, "distillation[k=64]": 64, "distillation[k=-1]": -1}
 DISTILL_GENERATIONS = 2  # trl_ext's completions per prompt in the distillation rows (TRL's GRPO machinery needs >= 2)
@@ -273,6 +277,10 @@ def make_trainer(
     prompts = shape["micro_batch"] * shape["accumulation"] // GENERATIONS * steps
     data = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(prompts)]})
     common = dict(train_dataset=data, rollout_func=FixedRollouts(shape, tokenizer))
+    if kind == "trl" and row == "ppo":  # critic PPO's cost is measured against trl_ext's GRPO (TRL has no PPO)
+        return trl_ext.GRPOTrainer(
+            paths["model"], reward_funcs=graded_reward, args=trl_ext.GRPOConfig(**settings), **common
+        )
     if kind == "trl":
         theirs = EQUIVALENT[row][1] if row in EQUIVALENT else {"loss_type": "dapo"}
         config = trl.GRPOConfig(**settings, **theirs)
@@ -501,7 +509,8 @@ def main() -> None:
         "[k=-1]: no target). mix_chord runs against plain GRPO (TRL has no MIX-CHORD); the distillation rows against "
         f"`trl.DistillationTrainer(beta=1)` on the same completions, {shape['micro_batch'] * shape['accumulation']} "
         f"prompts x 1 completion per step (trl_ext: {DISTILL_GENERATIONS} completions per prompt, same number of "
-        "completions), teacher: a second model of the same shape.",
+        "completions), teacher: a second model of the same shape; ppo (critic PPO) runs against trl_ext's GRPO on "
+        "the same completions (TRL has no PPO): the ratio is what the critic costs.",
         "",
     ]
     text = "\n".join([*header, *table(results, rows), "", *target_lines(results, rows), ""])

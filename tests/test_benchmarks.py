@@ -37,6 +37,18 @@ def test_learning_curves_write_the_plot_and_numbers(toy_cache, tiny_teacher, tmp
     assert os.path.getsize(out_prefix + ".png") > 10_000
 
 
+def test_gpu_report_ppo_row_measures_the_critic_against_grpo(toy_cache, tmp_path):
+    """The `ppo` row at the tiny shape (CPU): trl_ext.PPOTrainer against trl_ext's GRPOTrainer on the same
+    completions; a real ratio of two measured medians, and the header says what the other side is."""
+    output = tmp_path / "report.md"
+    _run("gpu_report.py", "--shape", "tiny", "--rows", "ppo", "--rounds", "2", "--steps", "2", "--warmup", "1",
+         "--output", str(output))  # fmt: skip
+    text = output.read_text()
+    (row,) = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ppo")]
+    assert 0.5 < float(row[3]) < 5.0
+    assert "ppo (critic PPO) runs against trl_ext's GRPO" in text
+
+
 def test_multi_turn_comparison_writes_the_plot_and_numbers(toy_cache, tiny_agent, tmp_path):
     out_prefix = str(tmp_path / "multi_turn")
     out = _run("multi_turn.py", "--trainers", "trl_grpo,gigpo", "--seeds", "0", "--steps", "6", "--out", out_prefix)
