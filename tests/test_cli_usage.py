@@ -88,8 +88,8 @@ TRAIN_HELP = "(see trl-ext train --help)"
         (["--algorithm", "sapo", "--config"], "argument --config: expected one argument"),
         (["--algorithm", "sapo", "--accelerate_config", "zero9"], "--accelerate_config zero9: no such file, nor a"),
         (
-            ["--algorithm", "ppo"],
-            f"--algorithm 'ppo' has no trainer; choose one of {', '.join(TRAINABLE)} {TRAIN_HELP}",
+            ["--algorithm", "nope"],
+            f"--algorithm 'nope' has no trainer; choose one of {', '.join(TRAINABLE)} {TRAIN_HELP}",
         ),
         (["--lr", "3"], f"the following arguments are required: --algorithm {TRAIN_HELP}"),
     ],

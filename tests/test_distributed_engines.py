@@ -33,13 +33,18 @@ import sys
 
 import pytest
 import torch
-from test_window_normalization import ALGORITHMS, KEYS, window_metrics
+from test_window_normalization import ALGORITHMS as WINDOW_ALGORITHMS
+from test_window_normalization import KEYS as WINDOW_KEYS
+from test_window_normalization import window_metrics
 from trainer_helpers import free_port
 
 import trl_ext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "window_run.py")
+# Critic PPO refuses DeepSpeed until its critic is sharded with the policy.
+ALGORITHMS = ",".join(entry for entry in WINDOW_ALGORITHMS.split(",") if entry != "ppo")
+KEYS = [key for key in WINDOW_KEYS if not key.startswith("ppo/")]
 ENGINES = {"zero2": 2, "zero3": 3}  # name -> ZeRO stage; config configs/accelerate/deepspeed_<name>_cpu.yaml
 
 

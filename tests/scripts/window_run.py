@@ -198,6 +198,8 @@ def main() -> None:
                 extra = {"std_threshold": 0.25, "duplicate_experiences": True}
             if mode == "dense":  # the teacher's top-8 JSD next to the reward term (ZeRO-3: both models partitioned)
                 extra = {"teacher_top_k": 8, "jsd_beta": 0.5}
+            if algorithm == "ppo":  # the critic's AdamW at a small rate: its values stay close across splits
+                extra["critic_learning_rate"] = 1e-3
             if mode == "turns":  # each model turn a sample of the seq-mean aggregation
                 extra = {"turns_as_samples": True, "loss_agg_mode": "seq-mean-token-mean"}
             rollout_loss = mode.removeprefix("reference-") if mode.startswith("reference-") else None

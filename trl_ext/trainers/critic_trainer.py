@@ -65,7 +65,13 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
                 f"{type(self).__name__}: the critic is not yet sharded with DeepSpeed / FSDP (it would train as a "
                 "plain replica beside a sharded policy); train critic PPO with DDP (accelerate's multi_gpu config)"
             )
+        if self._is_vlm:
+            raise ValueError(
+                f"{type(self).__name__}: vision-language policies are not supported (the critic reads text)"
+            )
         critic = self._load_value_model(source)
+        if args.activation_checkpointing:  # as the policy: recompute the critic's activations in the backward pass
+            critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
         if value_peft_config is not None:  # LoRA on the critic: its adapter and its scalar head train
             from peft import get_peft_model
 
