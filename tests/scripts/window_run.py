@@ -16,6 +16,7 @@ processes from the trainer's scale of that loss.
 import argparse
 import os
 import sys
+import time
 import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -274,6 +275,13 @@ def main() -> None:
             }
     if int(os.environ.get("RANK", "0")) == 0:
         torch.save(results, args.out)
+    if torch.distributed.is_initialized():
+        # Every rank reaches the teardown together, with a moment of the GIL released for the backends' worker
+        # threads to finish their last collective (a rank exiting while a peer's threads still run aborted a fresh
+        # ZeRO-3 run with "terminate called without an active exception"), then the group is destroyed explicitly.
+        torch.distributed.barrier()
+        time.sleep(0.2)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
