@@ -223,3 +223,13 @@ def test_lora_on_the_policy_the_critic_or_both(where, tiny_model, tmp_path):
     if where in ("critic", "both"):  # the adapter and the scalar head, never the critic's base weights
         assert all("lora_" in name or "score" in name for name in moved_critic)
         assert any("score" in name for name in moved_critic)
+
+
+def test_a_value_model_that_cannot_be_a_one_output_token_classifier_is_refused(tiny_model, tmp_path):
+    from transformers import BartConfig
+
+    path = str(tmp_path / "bart")
+    BartConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1).save_pretrained(path)
+    args = trl_ext.PPOConfig(output_dir=str(tmp_path), value_model_name_or_path=path, **SETTINGS)
+    with pytest.raises(ValueError, match=r"cannot build a value model from '.*bart' \(a token classifier with one"):
+        trl_ext.PPOTrainer(model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(8))
