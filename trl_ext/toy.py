@@ -42,6 +42,7 @@ This module does not import trl.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -70,6 +71,8 @@ __all__ = [
     "TEST_SEED",
     "build_model",
     "build_tokenizer",
+    "cached_model",
+    "deterministic_build",
     "is_tiny_model",
     "tiny_model_path",
     "tiny_teacher_path",
@@ -294,18 +297,10 @@ def build_model(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    num_threads = torch.get_num_threads()
-    with torch.random.fork_rng(devices=[]):
-        try:
-            # One thread: as fast for a model this small, immune to oversubscription when other processes
-            # share the cores, and the float reductions (hence the weights) do not depend on the core count.
-            torch.set_num_threads(1)
-            torch.manual_seed(seed)
-            model = Qwen2ForCausalLM(config)
-            if pretrain_steps > 0:
-                _pretrain(model, tokenizer, pretrain_steps, seed, solve=solve)
-        finally:
-            torch.set_num_threads(num_threads)
+    with deterministic_build(seed):
+        model = Qwen2ForCausalLM(config)
+        if pretrain_steps > 0:
+            _pretrain(model, tokenizer, pretrain_steps, seed, solve=solve)
     model.generation_config = GenerationConfig(
         eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")],  # ChatML turns end too
         pad_token_id=tokenizer.pad_token_id,
@@ -313,6 +308,21 @@ def build_model(
         max_new_tokens=8,
     )
     return model.eval()
+
+
+@contextlib.contextmanager
+def deterministic_build(seed: int):
+    """Build (and pretrain) a toy model deterministically for `seed`: on one torch thread (as fast for a model this
+    small, immune to oversubscription when other processes share the cores, and the float reductions, hence the
+    weights, do not depend on the core count), seeded, with the global torch RNG and thread count restored after."""
+    num_threads = torch.get_num_threads()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            torch.set_num_threads(1)
+            torch.manual_seed(seed)
+            yield
+        finally:
+            torch.set_num_threads(num_threads)
 
 
 def _default_cache_dir() -> str:

@@ -76,7 +76,7 @@ from datasets import Dataset, DatasetDict
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from trl_ext.toy import TEST_PROMPTS, TEST_SEED, cached_model
+from trl_ext.toy import TEST_PROMPTS, TEST_SEED, cached_model, deterministic_build
 
 __all__ = [
     "AGENT_MODEL_VERSION",
@@ -448,18 +448,10 @@ def build_agent_model(
         eos_token_id=im_end,
         pad_token_id=tokenizer.pad_token_id,
     )
-    num_threads = torch.get_num_threads()
-    with torch.random.fork_rng(devices=[]):
-        try:
-            # One thread: as fast for a model this small, immune to oversubscription when other processes share the
-            # cores, and the float reductions (hence the weights) do not depend on the core count.
-            torch.set_num_threads(1)
-            torch.manual_seed(seed)
-            model = Qwen3ForCausalLM(config)
-            if pretrain_steps > 0:
-                _pretrain(model, tokenizer, pretrain_steps, seed)
-        finally:
-            torch.set_num_threads(num_threads)
+    with deterministic_build(seed):
+        model = Qwen3ForCausalLM(config)
+        if pretrain_steps > 0:
+            _pretrain(model, tokenizer, pretrain_steps, seed)
     model.generation_config = GenerationConfig(
         eos_token_id=[im_end, tokenizer.convert_tokens_to_ids("<|endoftext|>")],
         pad_token_id=tokenizer.pad_token_id,

@@ -34,6 +34,7 @@ from ..losses.kl import KL_FNS, KLFn
 from ..losses.mix import MIXPolicyLoss
 from ..losses.trl_grpo import TRLGRPOLoss
 from ..losses.trl_grpo import aggregation as trl_loss_aggregation
+from ..losses.value import check_cliprange_value
 from .arguments import (
     _REWARD_ADVANTAGE_FNS,
     GRPO_KL_ARGUMENTS,
@@ -929,25 +930,23 @@ class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
 
     def __post_init__(self) -> None:
         # TRL's GRPOConfig requires two generations per prompt (its advantage is group-relative); critic PPO's is not.
-        # The checks that need the group size run here, then TRL's run with a stand-in of 2.
-        self._group_size = self.num_generations
-        if self._group_size == 1:
+        # TRL's checks run with a stand-in group of 2; whether the advantage takes groups of one is checked after.
+        given = (self.num_generations, self.num_generations_eval)
+        stand_in = self.num_generations == 1
+        if stand_in:
             self.num_generations = 2
-            if self.num_generations_eval in (None, 1):
-                self._eval_group_size, self.num_generations_eval = self.num_generations_eval, 2
+            self.num_generations_eval = 2 if self.num_generations_eval in (None, 1) else self.num_generations_eval
         try:
             super().__post_init__()
         finally:
-            if self._group_size == 1:
-                self.num_generations = 1
-                if hasattr(self, "_eval_group_size"):
-                    self.num_generations_eval = self._eval_group_size
+            if stand_in:
+                self.num_generations, self.num_generations_eval = given
         self._check_group_size()
 
     def _check_fields(self) -> None:
         super()._check_fields()
         owner = type(self).__name__
-        check_number(owner, "cliprange_value", self.cliprange_value, ge=0)
+        check_cliprange_value(owner, self.cliprange_value)
         check_number(owner, "critic_learning_rate", self.critic_learning_rate, ge=0, allow_none=True)
         check_number(owner, "critic_warmup_steps", self.critic_warmup_steps, ge=0, integer=True)
         check_text(owner, "value_model_name_or_path", self.value_model_name_or_path)
