@@ -233,3 +233,11 @@ def test_a_value_model_that_cannot_be_a_one_output_token_classifier_is_refused(t
     args = trl_ext.PPOConfig(output_dir=str(tmp_path), value_model_name_or_path=path, **SETTINGS)
     with pytest.raises(ValueError, match=r"cannot build a value model from '.*bart' \(a token classifier with one"):
         trl_ext.PPOTrainer(model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(8))
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_the_critic_recomputes_activations_when_the_policy_does(checkpointing, tiny_model, tmp_path):
+    trainer = make_trainer(tiny_model, tmp_path, max_steps=1, activation_checkpointing=checkpointing)
+    assert trainer.value_model.is_gradient_checkpointing is checkpointing
+    trainer.train()  # trains either way
+    assert logged(trainer, "vf_loss")
