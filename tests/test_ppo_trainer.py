@@ -116,7 +116,7 @@ def test_each_model_gets_the_gradient_of_its_own_loss(tiny_model, tmp_path):
     metrics = {}
     window = trainer._window_kwargs(batch, "train")
     with torch.no_grad():
-        value_loss = trainer._add_trainer_terms("train", batch, window, torch.zeros(()), metrics)
+        value_loss = trainer._value_loss(batch, window, metrics)
     mask = batch["completion_mask"].bool()
     expected = 0.5 * ((batch["old_values"] - batch["returns"])[mask] ** 2).mean()
     torch.testing.assert_close(value_loss, expected)

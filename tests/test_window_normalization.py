@@ -31,7 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
-ALGORITHMS += ",on_policy_distill,on_policy_distill:dense,multi_step_grpo:turns+seq-mean-token-mean,gigpo,ppo"
+ALGORITHMS += ",on_policy_distill,on_policy_distill:dense,multi_step_grpo:turns+seq-mean-token-mean,gigpo"
+ALGORITHMS += ",ppo:default+shared"
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -61,7 +62,7 @@ def runs(random_tiny_model, tiny_model, tmp_path_factory):
 
 KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "reinforceplusplus/default", "raft/default"]
 KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default", "on_policy_distill/dense"]
-KEYS += ["multi_step_grpo/turns", "multi_step_grpo/seq-mean-token-mean", "gigpo/default", "ppo/default"]
+KEYS += ["multi_step_grpo/turns", "multi_step_grpo/seq-mean-token-mean", "gigpo/default", "ppo/default", "ppo/shared"]
 DISTILL_METRICS = ("kl/mean", "kl/std", "advantages/mean")
 DENSE_METRICS = ("distill/divergence",)
 

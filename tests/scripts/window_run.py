@@ -199,7 +199,9 @@ def main() -> None:
                 extra = {"std_threshold": 0.25, "duplicate_experiences": True}
             if mode == "dense":  # the teacher's top-8 JSD next to the reward term (ZeRO-3: both models partitioned)
                 extra = {"teacher_top_k": 8, "jsd_beta": 0.5}
-            if algorithm == "ppo":  # the critic's AdamW at a small rate: its values stay close across splits
+            if mode == "shared":  # critic PPO's value head on the policy: the policy's update holds the value loss's
+                extra = {"shared_backbone": True, "vf_coef": 0.5}
+            elif algorithm == "ppo":  # the critic's AdamW at a small rate: its values stay close across splits
                 extra["critic_learning_rate"] = 1e-3
             if mode == "turns":  # each model turn a sample of the seq-mean aggregation
                 extra = {"turns_as_samples": True, "loss_agg_mode": "seq-mean-token-mean"}
@@ -266,6 +268,10 @@ def main() -> None:
                 "wrapped": type(trainer.model_wrapped).__name__,
                 "zero_stage": getattr(trainer.model_wrapped, "zero_optimization_stage", lambda: None)(),
             }
+            critic = getattr(trainer, "value_model", None)
+            if critic is not None:  # critic PPO's value model: its own engine beside the policy's
+                engine["critic"] = type(critic).__name__
+                engine["critic_zero_stage"] = getattr(critic, "zero_optimization_stage", lambda: None)()
             results[f"{algorithm}/{mode}"] = {
                 "update": update,
                 "logs": logs,

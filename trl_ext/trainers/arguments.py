@@ -262,6 +262,22 @@ class CriticArguments:
             "the policy's loss is 0 for those steps."
         ),
     )
+    shared_backbone: bool = field(
+        default=False,
+        metadata=_help(
+            "Put the value head on the policy's own backbone instead of training a separate value model: a linear "
+            "head on the policy's last hidden state, one model and one optimizer, and the loss is the policy's terms "
+            "+ vf_coef · the value loss (the backbone gets the gradient of both; the head only the value loss's, the "
+            "LM head only the policy's). Saved beside the policy as value_head.safetensors."
+        ),
+    )
+    vf_coef: float | None = field(
+        default=None,
+        metadata=_help(
+            "Weight of the value loss in the summed loss of `shared_backbone` (default 0.1, TRL's former "
+            "PPOTrainer's). A separate value model has its own optimizer instead (`critic_learning_rate`)."
+        ),
+    )
 
 
 @dataclass

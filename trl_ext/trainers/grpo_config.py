@@ -922,6 +922,9 @@ class DistillFamilyConfig(TeacherArguments, GRPOFamilyConfig):
         return get_advantage_fn(self.reward_advantage_fn)
 
 
+SHARED_BACKBONE_VF_COEF = 0.1  # vf_coef of TRL's former PPOTrainer, whose value head sat on the policy's backbone
+
+
 @dataclass
 class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
     """Base of the critic PPO config: a value model trained beside the policy, whose values make the GAE advantages
@@ -951,6 +954,23 @@ class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
         check_number(owner, "critic_warmup_steps", self.critic_warmup_steps, ge=0, integer=True)
         check_text(owner, "value_model_name_or_path", self.value_model_name_or_path)
         self.value_model_init_kwargs = check_kwargs(owner, "value_model_init_kwargs", self.value_model_init_kwargs)
+        check_bool(owner, "shared_backbone", self.shared_backbone)
+        check_number(owner, "vf_coef", self.vf_coef, ge=0, allow_none=True)
+        if self.shared_backbone:
+            separate = ("value_model_name_or_path", "value_model_init_kwargs", "critic_learning_rate")
+            given = [name for name in separate if getattr(self, name) is not None]
+            if given:
+                raise ValueError(
+                    f"{owner}: {', '.join(given)} configure a separate value model, but shared_backbone=True puts "
+                    "the value head on the policy (one optimizer: weigh the value loss with vf_coef)"
+                )
+            if self.vf_coef is None:
+                self.vf_coef = SHARED_BACKBONE_VF_COEF
+        elif self.vf_coef is not None:
+            raise ValueError(
+                f"{owner}: vf_coef={self.vf_coef} weighs the value loss in the summed loss of shared_backbone=True; "
+                "a separate value model has its own optimizer (set critic_learning_rate instead)"
+            )
 
     def _check_group_size(self) -> None:
         advantage = self.build_advantage_fn()
@@ -968,8 +988,14 @@ class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
 
     def composition(self) -> dict[str, str]:
         parts = super().composition()
+        if self.shared_backbone:
+            critic = f"a value head on the policy's backbone, vf_coef {self.vf_coef:g}"
+        else:
+            critic = (
+                f"value model {self.value_model_name_or_path or 'initialized from the policy'}, learning rate "
+                f"{self.critic_lr:g}"
+            )
         parts["critic"] = (
-            f"value model {self.value_model_name_or_path or 'initialized from the policy'}, cliprange_value "
-            f"{self.cliprange_value:g}, learning rate {self.critic_lr:g}, warm-up {self.critic_warmup_steps} steps"
+            f"{critic}, cliprange_value {self.cliprange_value:g}, warm-up {self.critic_warmup_steps} steps"
         )
         return parts
