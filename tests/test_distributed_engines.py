@@ -10,6 +10,8 @@ configs/accelerate/deepspeed_zero{2,3}_cpu.yaml.
   model and the distillation teacher are partitioned too.
 * The SAPO example trains 3 steps on 2 processes under each engine, shards its optimizer state over both processes,
   logs finite losses and rewards, and saves the model.
+* Critic PPO: its separate critic is a second engine at the policy's stage (the window runs above, and 2 steps of
+  its example resumed from the first step's checkpoint end with the same policy and critic as without the stop).
 
 Not here, FSDP2: accelerate (1.15) never enables FSDP on CPU. `AcceleratorState` sets `DistributedType.FSDP` only
 when the process group's type is a GPU-like one (MULTI_GPU, MULTI_XPU, ...), not MULTI_CPU, so a
@@ -18,7 +20,7 @@ when the process group's type is a GPU-like one (MULTI_GPU, MULTI_XPU, ...), not
 Needs deepspeed (skipped without it): `DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed==0.19.8`, and a C++
 compiler: DeepSpeed builds its CPU shared-memory all-reduce op on first use (~45 s once, cached under
 ~/.cache/torch_extensions; the `deepspeed` fixture builds it before the runs). About 75 s on 2 cores with the op
-built: ~25 s per engine, plus the shared one-process references.
+built: ~25 s per engine, plus the shared one-process references, plus ~25 s per engine for the PPO resume.
 """
 
 from __future__ import annotations
@@ -162,3 +164,37 @@ def test_sapo_example_trains_on_two_processes(deepspeed, toy_cache, tmp_path, en
             assert math.isfinite(entry[name]), (name, entry)
     assert any(entry["grad_norm"] > 0 for entry in logs)
     assert os.path.isfile(os.path.join(str(tmp_path), "model.safetensors"))  # ZeRO-3: gathered (zero3_save_16bit_model)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_ppo_resumes_policy_and_critic_engines(deepspeed, toy_cache, tmp_path, engine, float_tolerance):
+    """Critic PPO's example on 2 processes, 2 steps, checkpointed after each: resumed from checkpoint-1, it ends
+    with the same policy and critic as the uninterrupted run (each engine's checkpoint restores its weights,
+    optimizer and scheduler; under ZeRO-3 both models are partitioned and gathered to be saved)."""
+
+    def run(out: str, *extra: str) -> None:
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", _config(engine)]
+        command += ["--num_processes", "2", "--main_process_port", str(free_port())]
+        command += [os.path.join(ROOT, "examples", "train_ppo.py"), "--output_dir", out, "--max_steps", "2"]
+        command += ["--per_device_train_batch_size", "8", "--num_generations", "4", "--report_to", "none"]
+        command += ["--save_strategy", "steps", "--save_steps", "1", "--seed", "5", *extra]
+        result = subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+    from safetensors.torch import load_file
+
+    full, resumed = str(tmp_path / "full"), str(tmp_path / "resumed")
+    run(full)
+    checkpoint = os.path.join(full, "checkpoint-1")
+    assert os.path.isdir(os.path.join(checkpoint, "critic_engine"))  # the critic engine's own checkpoint
+    run(resumed, "--resume_from_checkpoint", checkpoint)
+    for weights in ("model.safetensors", os.path.join("value_model", "model.safetensors")):
+        a, b = load_file(os.path.join(full, weights)), load_file(os.path.join(resumed, weights))
+        assert a.keys() == b.keys() and a
+        for name in a:
+            tol = float_tolerance(torch.float32, magnitude=a[name].abs().max())
+            torch.testing.assert_close(b[name], a[name], **tol, msg=f"{weights} {name}")
+    # the critic moved (its learning rate is the policy's): resuming restored a trained critic, not a fresh one
+    initial = load_file(os.path.join(checkpoint, "value_model", "model.safetensors"))
+    final = load_file(os.path.join(full, "value_model", "model.safetensors"))
+    assert any(not torch.equal(initial[name], final[name]) for name in initial)
