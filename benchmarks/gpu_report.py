@@ -46,7 +46,11 @@ first):
 * `ppo`: `trl_ext.PPOTrainer` (its defaults: a critic of the policy's shape initialized from it, GAE) against
   trl_ext's `GRPOTrainer` (its defaults) on the same completions, 8 per prompt: what the critic costs (its values
   at generation, its forward and backward in every micro-batch, its optimizer), since TRL has no PPO trainer; the
-  "TRL" columns of this row are trl_ext's GRPO. Not yet broken down into generation / critic / policy.
+  "TRL" columns of this row are trl_ext's GRPO. Below the table, both sides' median step is broken down into
+  generation (the rollouts, rewards and reference log-probs of `_generate_and_score_completions`, without the critic's
+  values), critic (its values at generation, its value-loss forward and backward, its optimizer step) and policy (the
+  rest of the step: the policy's forward, backward and optimizer step), each part timed with CUDA synchronized at its
+  ends (in this row only).
 
 Before the rounds, every trainer runs once untimed on the same batches (Triton compiles its log-prob kernel for each
 new sequence length, cuBLAS and attention pick kernels per shape). Order still matters: on an H100 the first trainer
@@ -224,6 +228,59 @@ class StepMeter(transformers.TrainerCallback):
                 self.peak = torch.cuda.max_memory_allocated() / 2**30
 
 
+PARTS = {  # a part of the step: the trainer methods whose time is its own (a call's nested timed calls excluded)
+    "generation": ("_generate_and_score_completions",),
+    "critic": ("_old_values", "_add_trainer_terms", "_step_critic"),
+}
+PART_ROWS = ("ppo",)  # the rows whose step is broken down into parts (the breakdown adds CUDA synchronizations)
+
+
+class PartMeter:
+    """The time of each part (`PARTS`) in every measured step, and the policy's: the rest of the step."""
+
+    def __init__(self, trainer: Any, meter: StepMeter) -> None:
+        self.meter = meter
+        self.per_step: list[dict[str, float]] = []
+        self.current = dict.fromkeys(PARTS, 0.0)
+        self.nested: list[float] = []  # per open timed call: the time of the timed calls inside it
+        for part, methods in PARTS.items():
+            for name in methods:
+                if hasattr(trainer, name):
+                    setattr(trainer, name, self._timed(part, getattr(trainer, name)))
+        trainer.add_callback(self)
+
+    def _timed(self, part: str, method):
+        def timed(*args, **kwargs):
+            self.meter._sync()
+            start = time.perf_counter()
+            self.nested.append(0.0)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.meter._sync()
+                total = time.perf_counter() - start
+                inside = self.nested.pop()
+                if self.nested:
+                    self.nested[-1] += total
+                if self.meter.measuring:
+                    self.current[part] += total - inside
+
+        return timed
+
+    # the callback's hooks: the meter's callback runs first (it was added first), so its step time is there
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.meter.measuring:
+            parts = dict(self.current)
+            parts["policy"] = self.meter.times[-1] - sum(parts.values())
+            self.per_step.append(parts)
+        self.current = dict.fromkeys(PARTS, 0.0)
+
+    def __getattr__(self, name: str):  # every other TrainerCallback hook: nothing
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+
 def count_tokens(trainer: Any, meter: StepMeter) -> list[torch.Tensor]:
     """Wrap `compute_loss` to add up the tokens (attention mask) of every measured micro-batch."""
     counted: list[torch.Tensor] = []
@@ -367,10 +424,12 @@ def run(row: str, kind: str, paths: dict[str, str], shape: dict[str, Any], args:
     meter = StepMeter(args.warmup, args.device == "cuda")
     trainer.add_callback(meter)
     counted = count_tokens(trainer, meter)
+    parts = PartMeter(trainer, meter) if row in PART_ROWS else None
     start = time.perf_counter()
     trainer.train()
     tokens = torch.stack(counted).sum().item() if counted else 0
     result = {"times": meter.times, "tokens": tokens, "peak": meter.peak, "wall": time.perf_counter() - start}
+    result["parts"] = parts.per_step if parts is not None else []
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     assert all(map(math.isfinite, losses)), f"{row}/{kind}: non-finite loss {losses}"
     del trainer
@@ -445,6 +504,23 @@ def target_lines(results: dict[tuple[str, str], list[dict]], rows: list[str]) ->
     return lines
 
 
+def part_lines(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[str]:
+    """For each row broken down into parts: the median seconds of each part per step, both sides."""
+    lines = []
+    for row in rows:
+        if row not in PART_ROWS:
+            continue
+        ours, theirs = ([p for r in results[row, kind] for p in r["parts"]] for kind in ("trl_ext", "trl"))
+        names = {"ppo": ("critic PPO", "trl_ext GRPO")}.get(row, ("trl_ext", "TRL"))
+        lines += [f"Step parts of `{row}` (median seconds per step):", ""]
+        lines += [f"| part | {names[0]} | {names[1]} | difference |", "|---|---:|---:|---:|"]
+        for part in (*PARTS, "policy"):
+            a, b = (statistics.median(p[part] for p in side) for side in (ours, theirs))
+            lines.append(f"| {part} | {a:.3f} | {b:.3f} | {a - b:+.3f} |")
+        lines.append("")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
@@ -513,7 +589,7 @@ def main() -> None:
         "the same completions (TRL has no PPO): the ratio is what the critic costs.",
         "",
     ]
-    text = "\n".join([*header, *table(results, rows), "", *target_lines(results, rows), ""])
+    text = "\n".join([*header, *table(results, rows), "", *part_lines(results, rows), *target_lines(results, rows), ""])
     print(text)
     with open(args.output, "w") as f:
         f.write(text)

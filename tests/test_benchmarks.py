@@ -47,6 +47,12 @@ def test_gpu_report_ppo_row_measures_the_critic_against_grpo(toy_cache, tmp_path
     (row,) = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ppo")]
     assert 0.5 < float(row[3]) < 5.0
     assert "ppo (critic PPO) runs against trl_ext's GRPO" in text
+    # The step broken down: only critic PPO spends time in a critic, and both sides generate and train a policy.
+    parts = {line.split("|")[1].strip(): [float(x) for x in line.split("|")[2:4]] for line in text.splitlines()
+             if line.startswith(("| generation", "| critic", "| policy"))}  # fmt: skip
+    assert set(parts) == {"generation", "critic", "policy"}
+    assert parts["critic"][0] > 0.0 and parts["critic"][1] < 0.1 * parts["critic"][0]
+    assert all(side > 0 for part in ("generation", "policy") for side in parts[part])
 
 
 def test_multi_turn_comparison_writes_the_plot_and_numbers(toy_cache, tiny_agent, tmp_path):

@@ -382,12 +382,17 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
             self._reduce_head_gradient()
         step_here = self.critic_optimizer is not None and not _is_engine(self.value_model)
         if step_here and self.accelerator.sync_gradients:  # the policy's optimizer steps now: so does the critic
-            if self.args.max_grad_norm:
-                self.accelerator.clip_grad_norm_(self.value_model.parameters(), self.args.max_grad_norm)
-            self.critic_optimizer.step()
-            self.critic_scheduler.step()
-            self.critic_optimizer.zero_grad(set_to_none=True)
+            self._step_critic()
         return loss
+
+    def _step_critic(self) -> None:
+        """The separate critic's optimizer step (an engine steps itself in its backward pass): its gradient clipped
+        at `max_grad_norm`, then its optimizer and scheduler."""
+        if self.args.max_grad_norm:
+            self.accelerator.clip_grad_norm_(self.value_model.parameters(), self.args.max_grad_norm)
+        self.critic_optimizer.step()
+        self.critic_scheduler.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
 
     def _reduce_head_gradient(self) -> None:
         """Under DDP, average the value head's gradient over processes before the optimizer step, as DDP averages
