@@ -168,3 +168,13 @@ def test_a_separate_value_model_is_refused_with_a_shared_backbone(tiny_model, tm
         trl_ext.PPOTrainer(
             model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(8), value_model=tiny_model
         )
+
+
+def test_a_policy_whose_hidden_size_cannot_be_read_is_refused(tiny_model, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model)
+    object.__setattr__(policy.config, "hidden_size", "unknown")  # as a custom config might (validation bypassed)
+    args = trl_ext.PPOConfig(output_dir=str(tmp_path), shared_backbone=True, **SETTINGS)
+    with pytest.raises(ValueError, match=r"shared_backbone=True needs the policy's hidden size \(config.hidden_size\)"):
+        trl_ext.PPOTrainer(model=policy, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(8))
