@@ -1,5 +1,5 @@
-"""The trainers on a CUDA GPU in bf16: every trainer with its reference model, teacher or expert rows, LoRA with the
-reference as the disabled adapter, `teacher_device`, gradient checkpointing, and the loss step's host syncs
+"""The trainers on a CUDA GPU in bf16: every trainer with its reference model, teacher or expert rows, critic PPO with
+either critic, LoRA with the reference as the disabled adapter, `teacher_device`, gradient checkpointing, and the loss step's host syncs
 against TRL's own trainer. Skipped without CUDA (`pytest -m gpu` on a GPU machine)."""
 
 from __future__ import annotations
@@ -240,3 +240,19 @@ def test_multi_turn_agent_on_cuda(algorithm, tmp_path):
         assert values and all(math.isfinite(v) for v in values), (name, values)
     if algorithm == "gigpo":
         assert all(v > 0 for v in logged(trainer, "advantage/gigpo/anchor_groups_size_gt1"))
+
+
+@pytest.mark.parametrize("shared_backbone", [False, True])
+def test_critic_ppo_on_cuda(shared_backbone, tiny_model, tmp_path):
+    """Critic PPO in bf16 on CUDA with either critic: the value model (or the value head) on the GPU in bf16, both
+    losses finite, and the critic moved."""
+    trainer = build("ppo", tiny_model, tmp_path, num_generations=1, shared_backbone=shared_backbone)
+    critic = trainer.value_head if shared_backbone else trainer.value_model
+    parameter = next(critic.parameters())
+    assert parameter.device.type == "cuda" and parameter.dtype == torch.bfloat16
+    before = snapshot(critic)
+    _trains(trainer)
+    assert changed(before, critic), "the critic did not move"
+    for name in ("vf_loss", "critic/explained_variance"):
+        values = logged(trainer, name)
+        assert values and all(math.isfinite(v) for v in values), (name, values)
