@@ -418,8 +418,8 @@ def test_value_loss_bad_input():
             clipped_value_loss(vpreds, values, returns, mask, cliprange_value=bad)
     with pytest.raises(ValueError, match=r"unknown input 'global_valid_tok'.*did you mean 'global_valid_toks'"):
         clipped_value_loss(vpreds, values, returns, mask, 0.2, global_valid_tok=4)
-    with pytest.raises(ValueError, match="loss_agg_mode='token-sum' is not valid"):
-        clipped_value_loss(vpreds, values, returns, mask, 0.2, loss_agg_mode="token-sum")
+    with pytest.raises(ValueError, match="loss_agg_mode='token-median' is not valid"):
+        clipped_value_loss(vpreds, values, returns, mask, 0.2, loss_agg_mode="token-median")
     with pytest.raises(ValueError, match=r"returns has shape \(2, 2\)"):
         clipped_value_loss(vpreds, values, returns[:, :2], mask, 0.2)
     with pytest.raises(ValueError, match="response_mask must be boolean or contain only 0 and 1"):

@@ -90,7 +90,7 @@ BAD_ARGS = [
     ("opmd", {"tau": -1}, r"tau=-1 .*must be >= 0"),
     ("opmd", {"loss_agg_mode": "sum"}, r"loss_agg_mode='sum' .*one of " + VALID_MODES_RE),
     # importance_sampling / sft family
-    ("importance_sampling", {"loss_agg_mode": "token-sum"}, r"loss_agg_mode='token-sum' .*one of " + VALID_MODES_RE),
+    ("importance_sampling", {"loss_agg_mode": "token-median"}, r"loss_agg_mode='token-median' .*one of " + VALID_MODES_RE),
     ("sft", {"loss_agg_mode": None}, r"loss_agg_mode=None .*one of " + VALID_MODES_RE),
     ("sft_is", {"loss_agg_mode": "x"}, r"loss_agg_mode='x' .*one of " + VALID_MODES_RE),
     ("sft_phi", {"cutoff_prob": 0}, r"cutoff_prob=0 .*must be in \(0, 1\]"),

@@ -33,7 +33,7 @@ MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
 ALGORITHMS += ",on_policy_distill,on_policy_distill:dense,multi_step_grpo:turns+seq-mean-token-mean,gigpo"
 ALGORITHMS += ",ppo:default+shared"
-MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
 def _run(out, model, teacher, batch, accumulation, processes=1, *extra):

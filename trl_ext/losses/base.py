@@ -54,11 +54,12 @@ from ..components import SHARE, Argument, Component, Registry
 EPS = 1e-8
 """The ε of every masked mean, as in Trinity-RFT / verl (`masked_mean`)."""
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 LOSS_AGG_HELP = (
     "How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on "
-    "all processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of "
+    "all processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's), "
+    "`seq-mean-token-mean` (mean over sequences of "
     "each sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums), "
     "`seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend "
     "on how the window is split into micro-batches and processes."
@@ -401,6 +402,8 @@ class MaskedBatch:
         if loss_agg_mode == "token-mean":
             count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
             return self.guard(x.sum() / (count + EPS))
+        if loss_agg_mode == "token-sum":
+            return self.guard(x.sum())
         if loss_agg_mode == "seq-mean-token-mean":
             return self.guard(self._seq_mean(self.row_mean(x)))
         if loss_agg_mode == "seq-mean-token-sum":
@@ -453,6 +456,7 @@ def aggregate_loss(
 
     =========================== ==================================================================
     `token-mean`                Σ m·x / (Σ m + ε)
+    `token-sum`                 Σ m·x (verl's, unnormalized: the loss grows with the number of tokens)
     `seq-mean-token-sum`        mean over rows of Σ_t m·x
     `seq-mean-token-mean`       mean over rows of Σ_t m·x / (Σ_t m + ε)
     `seq-mean-token-sum-norm`   Σ m·x / (normalizer + ε), normalizer defaulting to T (Trinity-RFT's
@@ -469,7 +473,7 @@ def aggregate_loss(
     Window normalization (docs/design.md §2.6): pass the optimizer window's counts and the result is this
     micro-batch's *share* of the window aggregate: Σ m·x / (`global_valid_toks` + ε) for
     `token-mean`, Σ over rows / `global_valid_seqs` for the `seq-mean-*` modes (count every row, as
-    the local mean does), and the unchanged Σ m·x / normalizer for `seq-mean-token-sum-norm`. The
+    the local mean does), and the unchanged Σ m·x (/ normalizer) for `token-sum` (`seq-mean-token-sum-norm`). The
     shares of all micro-batches of a window add up to the window's aggregate.
     """
     check_inputs("aggregate_loss", declared_inputs(aggregate_loss), unknown, ignored=())
