@@ -1,6 +1,6 @@
 """The trainers on a CUDA GPU in bf16: every trainer with its reference model, teacher or expert rows, critic PPO with
-either critic, LoRA with the reference as the disabled adapter, `teacher_device`, gradient checkpointing, and the loss step's host syncs
-against TRL's own trainer. Skipped without CUDA (`pytest -m gpu` on a GPU machine)."""
+either critic, LoRA with the reference as the disabled adapter, `teacher_device`, gradient checkpointing, and the loss
+step's host syncs against TRL's own trainer. Skipped without CUDA (`pytest -m gpu` on a GPU machine)."""
 
 from __future__ import annotations
 
