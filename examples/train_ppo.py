@@ -8,9 +8,9 @@ A value model (`--value_model_name_or_path`, default: the policy's checkpoint wi
 the policy with the clipped value loss (`--cliprange_value`) and its own optimizer (`--critic_learning_rate`,
 `--critic_warmup_steps`), or, with `--shared_backbone true`, a value head on the policy's own backbone whose loss
 joins the policy's (`--vf_coef`); GAE (`--gamma`, `--lam`) turns its values and the rewards into whitened per-token
-advantages. DDP and DeepSpeed ZeRO-2/3 accelerate configs work (configs/accelerate/). Every TRL flag works (see `trl_ext/scripts/grpo.py`); the PPO loss's are `--clip_range`,
-`--clip_ratio_c`, `--loss_agg_mode`. Logged: `vf_loss`, `vf_clipfrac`, `vpred`, `critic/returns`,
-`critic/values`, `critic/explained_variance`.
+advantages. DDP and DeepSpeed ZeRO-2/3 accelerate configs work (configs/accelerate/). Every TRL flag works (see
+`trl_ext/scripts/grpo.py`); the PPO loss's are `--clip_range`, `--clip_ratio_c`, `--loss_agg_mode`. Logged:
+`vf_loss`, `vf_clipfrac`, `vpred_mean`, `critic/returns`, `critic/values`, `critic/explained_variance`.
 """
 
 from trl_ext.scripts.grpo import main
