@@ -120,7 +120,7 @@ def diff(a, b) -> float:
         return max(diff(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         assert a.keys() == b.keys(), (a.keys(), b.keys())
-        return max(diff(a[k], b[k]) for k in a)
+        return max((diff(a[k], b[k]) for k in a), default=0.0)  # gpg's metrics are {}
     a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
     return (a - b).abs().max().item() if a.numel() else 0.0
 
@@ -196,6 +196,98 @@ def main() -> int:
             ]
 
         compare(f"policy_loss {name} {mode} [{info_name}]{' +rollout_is' if weighted else ''}", run)
+
+    # gpg / geo_mean / dro, with per-row and per-token advantages (geo_mean takes the sign per token)
+    for name, mode, (info_name, info), weighted, token_adv in itertools.product(
+        ("gpg", "geo_mean", "dro"), ours.AGG_LOSS_MODES, global_infos.items(), (False, True), (False, True)
+    ):
+
+        def run(seed, name=name, mode=mode, info=info, weighted=weighted, token_adv=token_adv):
+            d = random_batch(seed)
+            if token_adv:
+                g = torch.Generator().manual_seed(100 + seed)
+                d["advantages"] = torch.randn(d["advantages"].shape, generator=g, dtype=d["advantages"].dtype)
+                d["advantages"][0, :3] = 0.0
+            config = ActorConfigStub(
+                clip_ratio=0.2, clip_ratio_low=0.15, clip_ratio_high=0.28, global_batch_info=dict(info),
+                policy_loss=ActorConfigStub(dro_beta=0.3),
+            )  # fmt: skip
+            weights = d["rollout_is_weights"] if weighted else None
+            keys = ("old_log_prob", "log_prob", "advantages", "response_mask")
+            return [
+                with_grad(lambda x, m=m: m.get_policy_loss_fn(name)(*(x[k] for k in keys), mode, config, weights), d)
+                for m in (core, ours)
+            ]
+
+        label = f"policy_loss {name} {mode} [{info_name}]{' +rollout_is' if weighted else ''}"
+        compare(label + (" token-adv" if token_adv else ""), run)
+
+    for f_norm, rewards_kind in itertools.product((1.0, 0.5), ("scalar", "token")):
+
+        def run(seed, f_norm=f_norm, rewards_kind=rewards_kind):
+            d = random_batch(seed)
+            g = torch.Generator().manual_seed(200 + seed)
+            batch, length = d["response_mask"].shape
+            scores = torch.randint(0, 3, (batch,), generator=g).to(torch.float64) * 0.5  # some exact zeros
+            if rewards_kind == "token":
+                rewards = torch.randn(batch, length, generator=g, dtype=torch.float64) * (scores > 0).unsqueeze(-1)
+            else:
+                rewards = torch.zeros(batch, length, dtype=torch.float64)
+                rewards[:, -1] = scores
+            index = [0, 0, 0, 1, 1, 2, 3, 3][:batch]  # group 2: a single sample
+            return [
+                m.compute_gpg_outcome_advantage(rewards.clone(), d["response_mask"], index, f_norm=f_norm)
+                for m in (core, ours)
+            ]
+
+        compare(f"gpg_outcome_advantage f_norm={f_norm} {rewards_kind} rewards", run)
+
+    # clip_cov / kl_cov / dppo_tv / dppo_kl; clip_cov's random draw under the same torch.manual_seed on both sides
+    cov_dppo_settings = {
+        "clip_cov": {
+            "verl-defaults": {"policy_loss": ActorConfigStub(clip_cov_ratio=0.0002, clip_cov_lb=1.0, clip_cov_ub=5.0)},
+            "ratio=0.1,lb=0": {"policy_loss": ActorConfigStub(clip_cov_ratio=0.1, clip_cov_lb=0.0, clip_cov_ub=5.0)},
+        },
+        "kl_cov": {
+            "verl-defaults": {"policy_loss": ActorConfigStub(kl_cov_ratio=0.0002, ppo_kl_coef=0.1)},
+            "ratio=0.1,coef=1": {"policy_loss": ActorConfigStub(kl_cov_ratio=0.1, ppo_kl_coef=1.0)},
+        },
+        "dppo_tv": {
+            "delta=0.2,c=20": {"clip_ratio_low": None, "clip_ratio_high": None},  # no clip_ratio_c: verl's 20.0
+            "delta=0.05/0.1,c=3": {"clip_ratio_low": 0.05, "clip_ratio_high": 0.1, "clip_ratio_c": 3.0},
+        },
+        "dppo_kl": {
+            "delta=0.2,c=20": {"clip_ratio_low": None, "clip_ratio_high": None},
+            "delta=0.01/0.02,c=3": {"clip_ratio_low": 0.01, "clip_ratio_high": 0.02, "clip_ratio_c": 3.0},
+        },
+    }
+    cov_dppo_cases = [
+        (name, label, setting) for name, table in cov_dppo_settings.items() for label, setting in table.items()
+    ]
+    for (name, label, setting), mode, (info_name, info), weighted, token_adv in itertools.product(
+        cov_dppo_cases, ours.AGG_LOSS_MODES, global_infos.items(), (False, True), (False, True)
+    ):
+
+        def run(seed, name=name, setting=setting, mode=mode, info=info, weighted=weighted, token_adv=token_adv):
+            d = random_batch(seed)
+            if token_adv:
+                g = torch.Generator().manual_seed(300 + seed)
+                d["advantages"] = torch.randn(d["advantages"].shape, generator=g, dtype=d["advantages"].dtype)
+            config = ActorConfigStub(
+                {"clip_ratio": 0.2, "clip_ratio_low": 0.15, "clip_ratio_high": 0.28, **setting},
+                global_batch_info=dict(info),
+            )
+            weights = d["rollout_is_weights"] if weighted else None
+            keys = ("old_log_prob", "log_prob", "advantages", "response_mask")
+
+            def call(x, m):
+                torch.manual_seed(1000 + seed)  # the same draw on both sides (clip_cov)
+                return m.get_policy_loss_fn(name)(*(x[k] for k in keys), mode, config, weights)
+
+            return [with_grad(lambda x, m=m: call(x, m), d) for m in (core, ours)]
+
+        tags = f"{' +rollout_is' if weighted else ''}{' token-adv' if token_adv else ''}"
+        compare(f"policy_loss {name} {label} {mode} [{info_name}]{tags}", run)
 
     for name in ours.KL_PENALTIES:
 

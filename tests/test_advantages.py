@@ -60,6 +60,7 @@ def test_registry_names():
         "opmd_verl",
         "asymre_verl",
         "ppo",
+        "gpg",
     }
 
 
@@ -89,6 +90,7 @@ DEFAULT_ARGS = {
     "opmd_verl": {"opmd_baseline": "mean", "tau": 1.0},
     "asymre_verl": {"baseline_shift": -0.1},
     "ppo": {"gamma": 1.0, "lam": 1.0},
+    "gpg": {"f_norm": 1.0},
 }
 """Every estimator's arguments with their defaults, in declaration order."""
 

@@ -634,7 +634,7 @@ def test_needed_inputs():
     assert get_advantage_fn("clipv").needed_inputs() == ("response_mask", "logprobs", "entropy", "necs")
     assert get_advantage_fn("remax").needed_inputs() == ("response_mask", "reward_baselines", "completion_mask")
     assert get_advantage_fn("jsd").needed_inputs() == ("teacher_logprob", "old_logprob", "response_mask")
-    for name in ("grpo_verl", "opmd_verl", "asymre_verl"):
+    for name in ("grpo_verl", "opmd_verl", "asymre_verl", "gpg"):
         assert get_advantage_fn(name).needed_inputs() == ("response_mask",)
     for name, cls in ADVANTAGE_FNS.items():
         fn = cls()
@@ -643,7 +643,9 @@ def test_needed_inputs():
 
 def test_token_rewards_flags():
     flagged = {name for name, cls in ADVANTAGE_FNS.items() if cls.token_rewards}
-    assert flagged == {"ppo", "reinforceplusplus", "remax", "grpo_verl", "opmd_verl", "asymre_verl", "clipb", "clipv"}
+    assert flagged == {
+        "ppo", "reinforceplusplus", "remax", "grpo_verl", "opmd_verl", "asymre_verl", "gpg", "clipb", "clipv"
+    }  # fmt: skip
     assert all(ADVANTAGE_FNS[name].token_level for name in flagged)
     assert all(ADVANTAGE_FNS[name].token_level for name in ("jsd", "clipb", "clipv", "remax"))
 

@@ -20,7 +20,9 @@ def _cases() -> list[tuple[str, dict]]:
     cases = []
     for name in SUPPORTED:
         if "loss_agg_mode" in POLICY_LOSSES[name].default_args():
-            cases += [(name, {"loss_agg_mode": mode}) for mode in LOSS_AGG_MODES]
+            # clip_cov: every candidate dropped, so that no random draw makes two calls differ
+            certain = {"clip_cov_ratio": 1.0, "clip_cov_lb": 0.0} if name == "clip_cov" else {}
+            cases += [(name, {"loss_agg_mode": mode, **certain}) for mode in LOSS_AGG_MODES]
         elif name == "rec":  # REC's aggregation follows its clip_mode
             cases += [(name, {"clip_mode": "two-side"}), (name, {"clip_mode": "gspo-one-side"})]
         else:
@@ -30,10 +32,11 @@ def _cases() -> list[tuple[str, dict]]:
 
 CASES = _cases()
 IDS = [f"{name}-{'-'.join(map(str, kwargs.values())) or 'default'}" for name, kwargs in CASES]
-# M2PO's token selection is nonlinear in the batch: it runs over the rows of each call, so micro-batch shares add up
-# to the global batch's loss only where the selections agree (tests/test_m2po.py)
-SPLIT_CASES = [case for case in CASES if case[0] != "m2po"]
-SPLIT_IDS = [i for case, i in zip(CASES, IDS, strict=True) if case[0] != "m2po"]
+# The token selections of M2PO, Clip-Cov and KL-Cov are nonlinear in the batch: they run over the rows of each call,
+# so micro-batch shares add up to the global batch's loss only where the selections agree (tests/test_m2po.py)
+PER_CALL_SELECTION = ("m2po", "clip_cov", "kl_cov")
+SPLIT_CASES = [case for case in CASES if case[0] not in PER_CALL_SELECTION]
+SPLIT_IDS = [i for case, i in zip(CASES, IDS, strict=True) if case[0] not in PER_CALL_SELECTION]
 
 
 def _build(name: str, kwargs: dict, **extra):

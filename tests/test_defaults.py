@@ -91,6 +91,37 @@ EXPECTED_DEFAULTS: dict[str, dict] = {
     },
     "dpo": {"beta": 0.1, "label_smoothing": 0.0},
     "m2po": {"m2_threshold": 0.04, "loss_agg_mode": "token-mean", "log_ratio_clip": 20.0},
+    # verl 0.9.1 (ActorConfig: clip_ratio 0.2, loss_agg_mode token-mean; dro_beta has no verl default)
+    "gpg": {"loss_agg_mode": "token-mean"},
+    "geo_mean": {"clip_range": 0.2, "clip_range_low": None, "clip_range_high": None},
+    "dro": {"dro_beta": 0.05, "loss_agg_mode": "token-mean"},
+    # verl 0.9.1: PolicyLossConfig (clip_cov_*, kl_cov_ratio, ppo_kl_coef) and ActorConfig (clip_ratio 0.2 for both
+    # sides, clip_ratio_c 3.0, loss_agg_mode token-mean)
+    "clip_cov": {
+        "clip_range": 0.2,
+        "clip_range_low": None,
+        "clip_range_high": None,
+        "clip_cov_ratio": 0.0002,
+        "clip_cov_lb": 1.0,
+        "clip_cov_ub": 5.0,
+        "selection_seed": None,
+        "loss_agg_mode": "token-mean",
+    },
+    "kl_cov": {"kl_cov_ratio": 0.0002, "ppo_kl_coef": 0.1, "loss_agg_mode": "token-mean"},
+    "dppo_tv": {
+        "clip_range": 0.2,
+        "clip_range_low": None,
+        "clip_range_high": None,
+        "clip_ratio_c": 3.0,
+        "loss_agg_mode": "token-mean",
+    },
+    "dppo_kl": {
+        "clip_range": 0.2,
+        "clip_range_low": None,
+        "clip_range_high": None,
+        "clip_ratio_c": 3.0,
+        "loss_agg_mode": "token-mean",
+    },
 }
 
 # The reference classes' constructor arguments with their `__init__` defaults, transcribed by hand from
@@ -184,7 +215,7 @@ DOCUMENTED_DEVIATIONS: dict[str, set[str]] = {
 
 def test_policy_loss_names():
     assert set(POLICY_LOSSES) == set(EXPECTED_DEFAULTS)
-    assert len(POLICY_LOSSES) == 16
+    assert len(POLICY_LOSSES) == 23
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_DEFAULTS))
@@ -240,8 +271,12 @@ def test_reference_init_defaults_match_except_documented(name):
             assert ours[arg] == ref_default, f"{name}.{arg}: {ours[arg]!r} != reference {ref_default!r}"
 
 
+VERL_LOSSES = {"gpg", "geo_mean", "dro", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl"}
+"""The losses ported from verl 0.9.1 (not Trinity-RFT classes: their defaults are pinned in EXPECTED_DEFAULTS)."""
+
+
 def test_reference_args_cover_every_reference_class():
-    assert set(REFERENCE_INIT) == set(POLICY_LOSSES) - {"importance_sampling"}
+    assert set(REFERENCE_INIT) == set(POLICY_LOSSES) - {"importance_sampling"} - VERL_LOSSES
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_DEFAULTS))

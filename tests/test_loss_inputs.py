@@ -91,6 +91,14 @@ CASES = [
     ("mix_chord", "mix_chord", {"mu_warmup_steps": 2, "mu_decay_steps": 4, "mu_peak": 0.5}),
     ("dpo", "dpo", {"label_smoothing": 0.1}),
     ("m2po", "m2po", {"m2_threshold": 0.01}),
+    ("gpg", "gpg", {}),
+    ("geo_mean", "geo_mean", {"clip_range_low": 0.1, "clip_range_high": 0.3}),
+    ("dro", "dro", {"dro_beta": 0.5}),
+    # clip_cov's random draw made certain (every candidate is dropped) so that repeated calls agree
+    ("clip_cov", "clip_cov", {"clip_cov_ratio": 1.0, "clip_cov_lb": 0.0}),
+    ("kl_cov", "kl_cov", {"kl_cov_ratio": 0.2}),
+    ("dppo_tv", "dppo_tv", {"clip_range_low": 0.05, "clip_range_high": 0.1}),
+    ("dppo_kl", "dppo_kl", {"clip_range": 0.01}),
 ]
 CASE_IDS = [c[0] for c in CASES]
 CASE_ARGS = [c[1:] for c in CASES]
@@ -136,6 +144,20 @@ EXPECTED_INPUTS = {
     "mix_chord": _MIX,
     "dpo": ("logprob", "ref_logprob", "action_mask", "global_valid_seqs"),
     "m2po": _PG,
+    "gpg": ("logprob", "action_mask", "advantages", "importance_sampling_ratio", *_WINDOW),
+    "geo_mean": (
+        "logprob",
+        "old_logprob",
+        "action_mask",
+        "advantages",
+        "importance_sampling_ratio",
+        "global_valid_seqs",
+    ),
+    "dro": ("logprob", "old_logprob", "action_mask", "advantages", "importance_sampling_ratio", *_WINDOW),
+    **dict.fromkeys(
+        ("clip_cov", "kl_cov", "dppo_tv", "dppo_kl"),
+        ("logprob", "old_logprob", "action_mask", "advantages", "importance_sampling_ratio", *_WINDOW),
+    ),
 }
 
 
@@ -162,7 +184,9 @@ def test_inputs_literal(name):
     cls = POLICY_LOSSES[name]
     assert cls.inputs() == EXPECTED_INPUTS[name]
     assert get_policy_loss(name).inputs() == EXPECTED_INPUTS[name]  # on an instance too
-    assert set(cls.inputs()) <= set(base.BATCH_INPUTS)  # every input is a documented batch key
+    # every input is a documented batch key, or the optional importance-sampling correction, which a trainer hands
+    # only to a loss that declares it (an undeclared one stays an unknown-input error)
+    assert set(cls.inputs()) <= {*base.BATCH_INPUTS, "importance_sampling_ratio"}
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
@@ -387,6 +411,8 @@ def _no_sync(monkeypatch):
 @pytest.mark.parametrize(("name", "kwargs"), CASE_ARGS, ids=CASE_IDS)
 def test_a_bool_mask_costs_no_sync(name, kwargs, monkeypatch):
     """The 0/1 check (one device sync) only runs for a non-bool mask; with a bool mask nothing syncs."""
+    if name == "clip_cov":  # verl's random draw needs the candidate count on the host: one documented sync
+        pytest.skip("clip_cov syncs once per call by design (tested in test_verl_losses_cov_dppo.py)")
     fn = build(name, **kwargs)
     batch = full_batch() if name.startswith("mix") else make_batch()
     batch["logprob"].requires_grad_(True)
@@ -419,6 +445,8 @@ def _mode_cases():
                 cases.append((f"rec-{clip}", "rec", {"clip_mode": clip}, False))
         elif name == "dpo":
             cases += [("dpo", "dpo", {}, False), ("dpo-window", "dpo", {}, True)]
+        elif "loss_agg_mode" not in POLICY_LOSSES[name].default_args():  # geo_mean: its own (sequence) mean
+            cases += [(name, name, {}, False), (f"{name}-window", name, {}, True)]
         else:
             for mode in LOSS_AGG_MODES:
                 cases.append((f"{name}-{mode}", name, {"loss_agg_mode": mode}, False))
@@ -517,7 +545,7 @@ def reads_of(case_id: str, name: str) -> list[str]:
     """The per-token inputs a loss case reads."""
     if name == "dpo":
         return ["logprob", "ref_logprob"]
-    if case_id == "ppo-fallback" or name in ("opmd",):
+    if case_id == "ppo-fallback" or name in ("opmd", "gpg"):
         return ["logprob", "advantages"]
     if name.startswith("sft"):
         return ["logprob"]
@@ -698,6 +726,16 @@ EXPERT_BAD = {
     "complex": EXPERT.to(torch.complex64),
 }
 STEP_BAD = {"none": None, "str": "3", "list": [3], "float": 3.5, "bool": True, "complex": torch.tensor([3j] * B)}
+IS_RATIO_BAD = {  # the optional importance_sampling_ratio: [B, T] or [B, 1], floating point (None: not given)
+    "list": [[1.0] * T] * B,
+    "str": "x",
+    "1d": torch.ones(B, dtype=torch.float64),
+    "3d": torch.ones(B, T, 1, dtype=torch.float64),
+    "shape": torch.ones(B, T + 1, dtype=torch.float64),
+    "rows": torch.ones(B + 1, 1, dtype=torch.float64),
+    "int": torch.ones(B, T, dtype=torch.int64),
+    "bool": torch.ones(B, 1, dtype=torch.bool),
+}
 WINDOW_BAD = {
     "str": "8",
     "list": [8],
@@ -722,6 +760,7 @@ def _fuzz_cases():
             "action_mask": MASK_BAD,
             "expert_mask": EXPERT_BAD,
             "step": STEP_BAD if name == "mix_chord" else {},
+            "importance_sampling_ratio": IS_RATIO_BAD,
             **dict.fromkeys(("global_valid_toks", "global_valid_seqs", "normalizer"), WINDOW_BAD),
             **dict.fromkeys(("expert_valid_toks", "expert_valid_seqs"), WINDOW_BAD),
         }

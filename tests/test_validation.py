@@ -90,7 +90,11 @@ BAD_ARGS = [
     ("opmd", {"tau": -1}, r"tau=-1 .*must be >= 0"),
     ("opmd", {"loss_agg_mode": "sum"}, r"loss_agg_mode='sum' .*one of " + VALID_MODES_RE),
     # importance_sampling / sft family
-    ("importance_sampling", {"loss_agg_mode": "token-median"}, r"loss_agg_mode='token-median' .*one of " + VALID_MODES_RE),
+    (
+        "importance_sampling",
+        {"loss_agg_mode": "token-median"},
+        r"loss_agg_mode='token-median' .*one of " + VALID_MODES_RE,
+    ),
     ("sft", {"loss_agg_mode": None}, r"loss_agg_mode=None .*one of " + VALID_MODES_RE),
     ("sft_is", {"loss_agg_mode": "x"}, r"loss_agg_mode='x' .*one of " + VALID_MODES_RE),
     ("sft_phi", {"cutoff_prob": 0}, r"cutoff_prob=0 .*must be in \(0, 1\]"),
@@ -137,6 +141,31 @@ BAD_ARGS = [
     ("m2po", {"m2_threshold": math.inf}, r"m2_threshold=inf .*must be finite and >= 0"),
     ("m2po", {"log_ratio_clip": 0}, r"m2po: log_ratio_clip=0 is not valid; must be > 0$"),
     ("m2po", {"loss_agg_mode": "mean"}, r"loss_agg_mode='mean' .*one of " + VALID_MODES_RE),
+    # gpg
+    ("gpg", {"loss_agg_mode": "mean"}, r"gpg: loss_agg_mode='mean' is not valid; must be one of " + VALID_MODES_RE),
+    # geo_mean
+    ("geo_mean", {"clip_range": -0.1}, r"geo_mean: clip_range=-0\.1 is not valid; must be >= 0"),
+    ("geo_mean", {"clip_range_high": -1.0}, r"clip_range_high=-1\.0 .*must be >= 0"),
+    ("geo_mean", {"clip_range": None}, r"geo_mean: no clip range given"),
+    ("geo_mean", {"loss_agg_mode": "token-mean"}, r"geo_mean: unknown argument\(s\) 'loss_agg_mode'"),
+    # dro
+    ("dro", {"dro_beta": 0}, r"dro: dro_beta=0 is not valid; must be > 0$"),
+    ("dro", {"dro_beta": -0.05}, r"dro_beta=-0\.05 .*must be > 0"),
+    ("dro", {"dro_beta": None}, r"dro_beta=None .*must be > 0"),
+    # clip_cov / kl_cov
+    ("clip_cov", {"clip_cov_ratio": -0.1}, r"clip_cov: clip_cov_ratio=-0\.1 is not valid; must be in \(0, 1\]$"),
+    ("clip_cov", {"clip_cov_ratio": 0.0}, r"clip_cov: clip_cov_ratio=0\.0 is not valid"),
+    ("clip_cov", {"clip_cov_lb": 6.0}, r"clip_cov: clip_cov_lb=6\.0 is not valid; must be <= clip_cov_ub=5\.0$"),
+    ("clip_cov", {"clip_cov_ub": math.inf}, r"clip_cov: clip_cov_ub=inf is not valid; must be a finite number"),
+    ("clip_cov", {"clip_range_high": -0.2}, r"clip_cov: clip_range_high=-0\.2 is not valid; must be >= 0"),
+    ("clip_cov", {"selection_seed": -1}, r"clip_cov: selection_seed=-1 is not valid; must be an integer >= 0"),
+    ("kl_cov", {"kl_cov_ratio": 1.5}, r"kl_cov: kl_cov_ratio=1\.5 is not valid; must be in \(0, 1\]$"),
+    ("kl_cov", {"ppo_kl_coef": -0.1}, r"kl_cov: ppo_kl_coef=-0\.1 is not valid; must be >= 0$"),
+    # dppo_tv / dppo_kl: the thresholds are divergences (>= 0), c > 0
+    ("dppo_tv", {"clip_range": -0.1}, r"dppo_tv: clip_range=-0\.1 is not valid; must be >= 0"),
+    ("dppo_tv", {"clip_ratio_c": 0.0}, r"dppo_tv: clip_ratio_c=0\.0 is not valid; must be > 0$"),
+    ("dppo_kl", {"clip_range_low": -0.01}, r"dppo_kl: clip_range_low=-0\.01 is not valid; must be >= 0"),
+    ("dppo_kl", {"clip_range": None}, r"dppo_kl: no clip range given"),
 ]
 
 
@@ -339,6 +368,13 @@ CASES = [
     ("dpo", "dpo", {}),
     ("dpo-ls", "dpo", {"beta": 0.5, "label_smoothing": 0.1}),
     ("m2po", "m2po", {"m2_threshold": 0.01}),
+    ("gpg", "gpg", {"loss_agg_mode": "seq-mean-token-mean"}),
+    ("geo_mean", "geo_mean", {"clip_range": 0.1}),
+    ("dro", "dro", {"dro_beta": 0.3, "loss_agg_mode": "seq-mean-token-sum"}),
+    ("clip_cov", "clip_cov", {"clip_cov_ratio": 1.0, "clip_cov_lb": 0.0}),  # every candidate dropped: no chance
+    ("kl_cov", "kl_cov", {"kl_cov_ratio": 0.2, "loss_agg_mode": "seq-mean-token-mean"}),
+    ("dppo_tv", "dppo_tv", {"clip_range": 0.05}),
+    ("dppo_kl", "dppo_kl", {"clip_range_low": 0.01, "clip_range_high": 0.02}),
 ]
 CASE_IDS = [c[0] for c in CASES]
 
@@ -470,7 +506,9 @@ def test_metrics_detached_and_scalar(name, kwargs):
 # --------------------------------------------------------------------------------------------------
 
 USES_OLD = ["ppo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "importance_sampling", "mix", "mix_chord", "m2po"]
-USES_ADVANTAGES = [*USES_OLD, "opmd"]
+USES_OLD += ["geo_mean", "dro"]
+USES_OLD += ["clip_cov", "kl_cov", "dppo_tv", "dppo_kl"]
+USES_ADVANTAGES = [*USES_OLD, "opmd", "gpg"]
 ALL_NAMES = sorted(POLICY_LOSSES)
 ADV_SHAPE_RE = r"advantages has shape \(.*\); expected \[B\], \[B, 1\] or \[B, T\] with B=4, T=5"
 
@@ -524,6 +562,8 @@ def test_per_sequence_advantages_broadcast(name):
     batch = make_batch()
     per_row = torch.tensor([0.5, -1.0, 2.0, -0.25], dtype=torch.float64)
     kwargs = {"mu_warmup_steps": 2} if name == "mix_chord" else {}
+    if name == "clip_cov":  # every candidate dropped: the same tokens on every call (no random draw decides)
+        kwargs = {"clip_cov_ratio": 1.0, "clip_cov_lb": 0.0}
     want, _, _ = run_loss(name, kwargs, batch)
     ref, ref_grad, _ = run_loss(name, kwargs, {**batch, "advantages": per_row.unsqueeze(-1).expand(B, T).clone()})
     for adv in (per_row, per_row.unsqueeze(-1)):

@@ -12,8 +12,8 @@ Registered names (`ADVANTAGE_FNS`): `grpo`, `rloo`, `reinforce`, `opmd`, `asymre
 `step_wise_grpo`, `gigpo` (per-step rows of multi-turn runs), `raft` (RAFT's best-of-group selection) (group
 estimators, `[N]`) and
 `ppo` (GAE from a critic's `values`, with the critic's targets in `AdvantageResult.returns`), `reinforceplusplus`,
-`remax`, `on_policy_distill`, `jsd`, `clipb`, `clipv`, `grpo_verl`, `opmd_verl`, `asymre_verl` (token-level,
-`[N, T]`).
+`remax`, `on_policy_distill`, `jsd`, `clipb`, `clipv`, `grpo_verl`, `opmd_verl`, `asymre_verl`, `gpg` (verl's
+GPG) (token-level, `[N, T]`).
 
 An estimator subclasses `AdvantageFn`, declares its hyperparameters as `arguments` (`Argument` specs, see
 `trl_ext.components`) and is registered with `@register_advantage(name)`.
@@ -30,6 +30,7 @@ from .broadcast import AsymREVerlAdvantage, GRPOVerlAdvantage, OPMDVerlAdvantage
 from .clip import ClipBAdvantage, ClipVAdvantage
 from .gae import GAEAdvantage
 from .gigpo import GiGPOAdvantage
+from .gpg import GPGAdvantage
 from .group import (
     AsymREAdvantage,
     GRPOAdvantage,
@@ -55,6 +56,7 @@ __all__ = [
     "ClipBAdvantage",
     "ClipVAdvantage",
     "GAEAdvantage",
+    "GPGAdvantage",
     "GRPOAdvantage",
     "GRPOVerlAdvantage",
     "GiGPOAdvantage",

@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from .._validation import required_inputs
 from ..losses import WINDOW_INPUTS, PolicyLoss, get_policy_loss
 from ..losses.base import Metrics, check_window_input
 
@@ -169,7 +170,8 @@ def as_loss_function(name: str, *, normalizer: torch.Tensor | float | None = Non
     if name in REFUSED:
         raise ValueError(f"policy loss {name!r} is not available through NeMo-RL's loss protocol: {REFUSED[name]}")
     fn = get_policy_loss(name, **loss_kwargs)
-    missing = [key for key in fn.inputs() if key not in _HANDLED]
+    # an optional input NeMo-RL does not carry (`importance_sampling_ratio`) is simply not given
+    missing = [key for key in required_inputs(fn) if key not in _HANDLED]
     if missing:
         raise ValueError(
             f"policy loss {name!r} is not available through NeMo-RL's loss protocol: it reads "

@@ -15,8 +15,19 @@ Names, signatures, defaults and return shapes are verl 0.9.1's:
   "actor/pg_clipfrac_lower": float})`. `config` is an object or a mapping (verl's `ActorConfig` / `DictConfig`);
   it is read as verl reads it: `clip_ratio`, `clip_ratio_low`, `clip_ratio_high`, `clip_ratio_c` (vanilla),
   `tau_pos` / `tau_neg` (sapo) and `global_batch_info` (the keyword arguments of `agg_loss`).
+* The same registry also holds `gpg` (metrics `{}`), `geo_mean` (GMPO: verl's three metrics; `loss_agg_mode` and
+  `global_batch_info` are ignored, as in verl: the mean over the micro-batch's rows) and `dro` (metrics
+  `{"actor/ppo_kl": float}`; reads `policy_loss.dro_beta`, which must be > 0).
+* And `clip_cov` / `kl_cov` (arXiv 2505.22617; read `policy_loss.clip_cov_ratio`, `clip_cov_lb`, `clip_cov_ub` /
+  `policy_loss.kl_cov_ratio`, `ppo_kl_coef`; metrics `{"actor/pg_clipfrac", "actor/ppo_kl"}` / `{"actor/ppo_kl"}`, the
+  latter the mean |lp − old|; clip_cov's random draw uses torch's global CPU generator, as verl's) and `dppo_tv` /
+  `dppo_kl` (arXiv 2602.04879; `clip_ratio*` are divergence thresholds, `clip_ratio_c` the importance-ratio
+  truncation, default 20.0; verl's three metrics).
 * `kl_penalty(logprob, ref_logprob, kl_penalty)`: `kl`/`k1`, `abs`, `mse`/`k2`, `low_var_kl`/`k3` and their
   straight-through `+` variants (value of the estimator, gradient of k2).
+* `compute_gpg_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, f_norm=1.0, alpha=1.0,
+  config=None) -> (advantages, returns)`: verl's GPG advantage (trl_ext's `gpg` estimator; `epsilon` and `alpha` are
+  unused, as in verl).
 * `compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam) -> (advantages, returns)`:
   verl's GAE (`trl_ext.advantages.gae.gae_advantage_return` with verl's skipping of masked positions, then verl's
   `masked_whiten` at every position: the masked positions hold what verl's do).
@@ -28,7 +39,11 @@ How the policy losses reuse trl_ext's: every verl aggregation is a weighted toke
 the ppo / gspo / sapo / cispo per-token losses are positively homogeneous in the advantage (L(c·A) = c·L(A) for
 c ≥ 0: the clip side and SAPO's τ depend only on the sign of A). So the trl_ext loss is called with advantages
 A·w·rollout_is_weights and summed (`token-mean` over a window whose count + ε is 1), which is verl's aggregate of verl's
-rollout-weighted loss, gradient included. The metrics are computed here with verl's formulas.
+rollout-weighted loss, gradient included. The metrics are computed here with verl's formulas. The losses that are
+not homogeneous in the advantage (dro's ½β·Δ² term, the covariance selection of clip_cov / kl_cov; gpg and
+dppo_tv / dppo_kl for symmetry) take the weights w·rollout_is_weights as their
+`importance_sampling_ratio` under the `token-sum` aggregation instead (`_summed_loss`): Σ w·rollout_is_weights·L again.
+`geo_mean` aggregates per sequence (the rollout weights by their per-row geometric mean), as verl does.
 
 Where the GAE and the value loss differ from verl: NaN / inf at masked positions propagate in verl (multiplied by 0)
 and do not here; a negative `cliprange_value` is a ValueError (verl clips to an empty interval).
@@ -43,6 +58,7 @@ from typing import Any
 import torch
 
 from ..advantages.gae import gae_advantage_return
+from ..advantages.gpg import GPGAdvantage
 from ..losses import EPS, get_kl_fn, get_policy_loss  # EPS = verl's masked_mean / seq-mean-token-mean ε
 from ..losses.value import check_cliprange_value, clipped_value_terms
 
@@ -53,9 +69,17 @@ __all__ = [
     "agg_loss",
     "agg_weights",
     "compute_gae_advantage_return",
+    "compute_gpg_outcome_advantage",
     "compute_policy_loss",
     "compute_policy_loss_cispo",
+    "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_dppo_tv",
+    "compute_policy_loss_dro",
+    "compute_policy_loss_geo_mean",
+    "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
+    "compute_policy_loss_kl_cov",
     "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_value_loss",
@@ -370,6 +394,204 @@ def compute_policy_loss_cispo(
     return pg_loss, metrics
 
 
+def _summed_loss(
+    name: str,
+    loss_args: dict[str, Any],
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    global_batch_info: Mapping[str, Any],
+    rollout_is_weights: torch.Tensor | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """verl's `agg_loss(L · rollout_is_weights, response_mask, loss_agg_mode, **global_batch_info)` with L the
+    per-token loss of the trl_ext loss `name` (one that reads `importance_sampling_ratio`), and that loss's metrics:
+    the loss summed (`token-sum`) with the weights w·rollout_is_weights as its `importance_sampling_ratio` (for losses
+    not proportional to the advantage, where `_weighted_loss` does not apply)."""
+    weights = agg_weights(response_mask, loss_agg_mode, **global_batch_info)
+    if rollout_is_weights is not None:
+        weights = weights * rollout_is_weights
+    loss_fn = get_policy_loss(name, loss_agg_mode="token-sum", **loss_args)
+    return loss_fn(
+        logprob=log_prob,
+        old_logprob=old_log_prob,  # a documented batch key: ignored by a loss that does not read it (gpg)
+        action_mask=response_mask.bool(),
+        advantages=advantages,
+        importance_sampling_ratio=weights.to(log_prob.dtype),
+    )
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GPG (trl_ext `gpg`): L = −A·lp (`old_log_prob` is not read); reads `global_batch_info`. No metrics, as in
+    verl."""
+    pg_loss, _ = _summed_loss(
+        "gpg", {}, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+        _get(config, "global_batch_info", {}), rollout_is_weights,
+    )  # fmt: skip
+    return pg_loss, {}
+
+
+@register_policy_loss("geo_mean")
+def compute_policy_loss_geo_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GMPO (trl_ext `geo_mean`): the mean over the micro-batch's rows (empty ones included) of −Ā·exp(row mean of
+    the sign-clipped log-ratio)·(row geometric mean of `rollout_is_weights`); reads `clip_ratio`, `clip_ratio_low`,
+    `clip_ratio_high` (bounds of the log-ratio). As in verl, `loss_agg_mode` and `global_batch_info` are ignored."""
+    low, high = _clip_ratios(config)
+    loss_fn = get_policy_loss("geo_mean", clip_range_low=low, clip_range_high=high)
+    pg_loss, metrics = loss_fn(
+        logprob=log_prob,
+        old_logprob=old_log_prob,
+        action_mask=response_mask.bool(),
+        advantages=advantages,
+        importance_sampling_ratio=rollout_is_weights,
+    )
+    return pg_loss, _metrics(metrics["pg_clipfrac"], metrics["ppo_kl"], metrics["pg_clipfrac_lower"])
+
+
+@register_policy_loss("dro")
+def compute_policy_loss_dro(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DRO (trl_ext `dro`): L = −(A·lp − ½β·(lp − old)²); reads `policy_loss.dro_beta` (β, required > 0, as in
+    verl) and `global_batch_info`. Metric: `actor/ppo_kl`."""
+    policy_loss = _get(config, "policy_loss", None)
+    beta = None if policy_loss is None else _get(policy_loss, "dro_beta", None)
+    if beta is None or (isinstance(beta, (int, float)) and not isinstance(beta, bool) and beta <= 0):
+        raise ValueError("policy_loss.dro_beta must be a positive value when using DRO")
+    pg_loss, metrics = _summed_loss(
+        "dro", {"dro_beta": beta}, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+        _get(config, "global_batch_info", {}), rollout_is_weights,
+    )  # fmt: skip
+    return pg_loss, {"actor/ppo_kl": metrics["ppo_kl"].item()}
+
+
+def _policy_loss_options(config: Any, name: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The `config.policy_loss` keys of `defaults`, each falling back to its default when None (as verl reads them);
+    `policy_loss` itself is required."""
+    policy_loss = _get(config, "policy_loss", None)
+    if policy_loss is None:
+        raise ValueError(f"{name}: config.policy_loss is required (it holds {', '.join(defaults)})")
+    options = {key: _get(policy_loss, key, None) for key in defaults}
+    return {key: defaults[key] if value is None else value for key, value in options.items()}
+
+
+@register_policy_loss("clip_cov")
+def compute_policy_loss_clip_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clip-Cov (trl_ext `clip_cov`): max(−A·r, −A·clip(r)) with a random few high-covariance tokens dropped; reads
+    `clip_ratio`, `clip_ratio_low`, `clip_ratio_high`, `policy_loss.clip_cov_ratio` / `clip_cov_lb` / `clip_cov_ub`
+    (None: 0.0002 / 1.0 / 5.0, as verl) and `global_batch_info`. The draw uses torch's global CPU generator, as
+    verl's: the same tokens under the same `torch.manual_seed`. Metrics: `actor/pg_clipfrac`, `actor/ppo_kl`."""
+    low, high = _clip_ratios(config)
+    options = _policy_loss_options(
+        config, "clip_cov", {"clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
+    )
+    pg_loss, metrics = _summed_loss(
+        "clip_cov", {"clip_range_low": low, "clip_range_high": high, **options}, old_log_prob, log_prob, advantages,
+        response_mask, loss_agg_mode, _get(config, "global_batch_info", {}), rollout_is_weights,
+    )  # fmt: skip
+    return pg_loss, {"actor/pg_clipfrac": metrics["pg_clipfrac"].item(), "actor/ppo_kl": metrics["ppo_kl"].item()}
+
+
+@register_policy_loss("kl_cov")
+def compute_policy_loss_kl_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """KL-Cov (trl_ext `kl_cov`): −A·r, plus β·|lp − old| on the top tokens by covariance; reads
+    `policy_loss.kl_cov_ratio` / `ppo_kl_coef` (None: 0.0002 / 1.0, as verl's loss) and `global_batch_info`.
+    Metric: `actor/ppo_kl`, the token mean of |lp − old| (verl's)."""
+    options = _policy_loss_options(config, "kl_cov", {"kl_cov_ratio": 0.0002, "ppo_kl_coef": 1.0})
+    pg_loss, metrics = _summed_loss(
+        "kl_cov", options, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+        _get(config, "global_batch_info", {}), rollout_is_weights,
+    )  # fmt: skip
+    return pg_loss, {"actor/ppo_kl": metrics["ppo_kl_abs"].item()}
+
+
+def _dppo(name, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights):
+    """DPPO-Binary-TV / -KL: verl's `clip_ratio*` are the divergence thresholds, `clip_ratio_c` (default 20.0, as
+    verl's `config.get`) the truncation of the importance ratio."""
+    low, high = _clip_ratios(config)
+    loss_args = {"clip_range_low": low, "clip_range_high": high, "clip_ratio_c": _get(config, "clip_ratio_c", 20.0)}
+    pg_loss, metrics = _summed_loss(
+        name, loss_args, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+        _get(config, "global_batch_info", {}), rollout_is_weights,
+    )  # fmt: skip
+    return pg_loss, _metrics(metrics["pg_clipfrac"], metrics["ppo_kl"], metrics["pg_clipfrac_lower"])
+
+
+@register_policy_loss("dppo_tv")
+def compute_policy_loss_dppo_tv(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPPO-Binary-TV (trl_ext `dppo_tv`): −A·sg(min(r, c))·lp on the tokens whose p − p_old stays within the TV
+    thresholds; reads `clip_ratio`, `clip_ratio_low`, `clip_ratio_high` (the thresholds), `clip_ratio_c` (default
+    20.0) and `global_batch_info`. verl's three metrics."""
+    return _dppo(
+        "dppo_tv", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
+    )
+
+
+@register_policy_loss("dppo_kl")
+def compute_policy_loss_dppo_kl(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPPO-Binary-KL (trl_ext `dppo_kl`): as `dppo_tv` with the binary KL as the divergence (thresholds
+    `clip_ratio_low` / `clip_ratio_high`). verl's three metrics."""
+    return _dppo(
+        "dppo_kl", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # KL penalty
 # --------------------------------------------------------------------------------------------------
@@ -415,6 +637,30 @@ def _masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mean = _masked_mean(values, mask)
     var = _masked_mean((values - mean) ** 2, mask) * (count / (count - 1))
     return (values - mean) * torch.rsqrt(var + 1e-8)
+
+
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    alpha: float = 1.0,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's GPG advantage: `(advantages, returns)`, the same `[B, T]` tensor twice, without gradients.
+
+    R = the row's summed token rewards, α = B / max(#{R ≠ 0}, 1) over the batch, A = α·(R − group mean)/`f_norm` (a
+    group of one: mean 0) times `response_mask` (trl_ext's `gpg` estimator). `index` holds the group ids (verl: a
+    numpy array). As in verl, `epsilon`, `alpha` and `config` are accepted and unused. Deviations: non-finite rewards
+    and `f_norm` <= 0 are ValueErrors."""
+    with torch.no_grad():
+        scores = GPGAdvantage(f_norm=f_norm).compute(token_level_rewards, index, response_mask=response_mask)
+        advantages = scores.advantages
+        if response_mask.is_floating_point():  # verl multiplies by the mask: its dtype takes part in the promotion
+            advantages = advantages.to(torch.promote_types(advantages.dtype, response_mask.dtype))
+        return advantages, advantages
 
 
 def compute_gae_advantage_return(

@@ -29,8 +29,13 @@ from .base import (
     register_policy_loss,
 )
 from .cispo import CISPOPolicyLoss
+from .cov import ClipCovPolicyLoss, KLCovPolicyLoss
 from .dpo import DPOLoss, TRLDPOLoss
+from .dppo import DPPOKLPolicyLoss, DPPOTVPolicyLoss
+from .dro import DROPolicyLoss
 from .entropy import ENTROPY_FNS, EntropyFn, get_entropy_fn
+from .gmpo import GMPOPolicyLoss
+from .gpg import GPGPolicyLoss
 from .gspo import GSPOPolicyLoss
 from .importance_sampling import ImportanceSamplingLoss
 from .kl import KL_FNS, KLFn, get_kl_fn
@@ -64,10 +69,17 @@ __all__ = [
     "WINDOW_INPUTS",
     "Argument",
     "CISPOPolicyLoss",
+    "ClipCovPolicyLoss",
     "DPOLoss",
+    "DPPOKLPolicyLoss",
+    "DPPOTVPolicyLoss",
+    "DROPolicyLoss",
     "EntropyFn",
+    "GMPOPolicyLoss",
+    "GPGPolicyLoss",
     "GSPOPolicyLoss",
     "ImportanceSamplingLoss",
+    "KLCovPolicyLoss",
     "KLFn",
     "M2POPolicyLoss",
     "MIXCHORDPolicyLoss",

@@ -321,6 +321,21 @@ class MaskedBatch:
         self.read(column)
         return torch.where(self.row_tok.unsqueeze(-1) > 0, column, 0)
 
+    def token_weights(self, x: Any, name: str = "importance_sampling_ratio") -> torch.Tensor | None:
+        """An optional per-token weight of the loss (the vLLM / rollout importance-sampling correction), `[B, T]` or
+        `[B, 1]` (one weight per sequence), as a `[B, T]` view selected over the mask (0 at masked positions, so NaN /
+        ±inf there never reach the loss); remembered for `guard` (NaN / ±inf at a valid position make the loss NaN).
+        None when not given."""
+        if x is None:
+            return None
+        rows, cols = self.shape
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != rows or x.shape[1] not in (1, cols):
+            raise ValueError(
+                f"{self.owner}: {name} has shape {_shape(x)}; expected [B, T] or [B, 1] with B={rows}, T={cols}"
+            )
+        self.read(check_float(self.owner, name, x))
+        return self.select(x.expand(self.shape), name)
+
     def bound(self, like: torch.Tensor, condition: torch.Tensor, if_true: float, if_false: float) -> torch.Tensor:
         """`where(condition, if_true, if_false)` in `like`'s dtype (python scalars would give float32)."""
         return torch.where(condition, scalar(if_true, like), scalar(if_false, like))
@@ -545,8 +560,7 @@ class PolicyLoss(Component):
 
 
 POLICY_LOSSES = Registry("policy loss", PolicyLoss)
-"""Every policy loss by name: `ppo, gspo, cispo, sapo, topr, sppo, rec, opmd, importance_sampling,
-sft, sft_is, sft_phi, mix, mix_chord, dpo`."""
+"""Every policy loss by name (`list(POLICY_LOSSES)`): each module of this package registers its family's."""
 
 
 register_policy_loss = POLICY_LOSSES.register
