@@ -37,9 +37,23 @@ REFERENCE_FLAGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
 }
 
 
+# verl 0.9's policy losses as algorithms (not rows of Trinity-RFT's table): each trains its loss, on GRPO's group
+# advantage except GPG (verl's `gpg` estimator), with no critic, reference model or KL term.
+VERL_ALGORITHMS = {"gpg": "gpg", "geo_mean": "grpo", "dro": "grpo", "clip_cov": "grpo", "kl_cov": "grpo"}
+VERL_ALGORITHMS |= {"dppo_tv": "grpo", "dppo_kl": "grpo"}
+
+
 def test_table_has_exactly_the_reference_algorithms():
     assert len(REFERENCE_FLAGS) == 21
-    assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS)
+    assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS) | set(VERL_ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", sorted(VERL_ALGORITHMS))
+def test_verl_algorithms_train_their_loss(name):
+    spec = trl_ext.get_algorithm(name)
+    assert (spec.policy_loss_fn, spec.advantage_fn) == (name, VERL_ALGORITHMS[name])
+    assert not spec.use_critic and not spec.use_reference and spec.kl_loss_fn == "none"
+    assert spec.trainer_class.__name__.endswith("Trainer") and spec.paper is not None
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE_FLAGS))
@@ -137,7 +151,7 @@ def test_unhashable_algorithm_name():
 
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
-    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo", "ppo",
+    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo", "ppo", *VERL_ALGORITHMS,
 }  # fmt: skip
 
 

@@ -21,12 +21,26 @@ __all__ = [
     "AsymRETrainer",
     "CISPOConfig",
     "CISPOTrainer",
+    "ClipCovConfig",
+    "ClipCovTrainer",
+    "DPPOKLConfig",
+    "DPPOKLTrainer",
+    "DPPOTVConfig",
+    "DPPOTVTrainer",
+    "DROConfig",
+    "DROTrainer",
+    "GMPOConfig",
+    "GMPOTrainer",
+    "GPGConfig",
+    "GPGTrainer",
     "GRPOConfig",
     "GRPOTrainer",
     "GSPOConfig",
     "GSPOTrainer",
     "GiGPOConfig",
     "GiGPOTrainer",
+    "KLCovConfig",
+    "KLCovTrainer",
     "M2POConfig",
     "M2POTrainer",
     "MIXCHORDConfig",
@@ -97,10 +111,11 @@ class PPOConfig(CriticFamilyConfig):
             −A·c, so a very large ratio cannot blow up the update.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         enable_sequence_masking (`bool`, *optional*, defaults to `False`):
             Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
             `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
@@ -209,10 +224,11 @@ class GRPOConfig(GRPOFamilyConfig):
             −A·c, so a very large ratio cannot blow up the update.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         enable_sequence_masking (`bool`, *optional*, defaults to `False`):
             Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
             `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
@@ -309,10 +325,11 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
             −A·c, so a very large ratio cannot blow up the update.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         enable_sequence_masking (`bool`, *optional*, defaults to `False`):
             Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
             `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
@@ -390,10 +407,11 @@ class RLOOConfig(GRPOFamilyConfig):
             −A·c, so a very large ratio cannot blow up the update.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         enable_sequence_masking (`bool`, *optional*, defaults to `False`):
             Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
             `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
@@ -460,10 +478,11 @@ class OPMDConfig(GRPOFamilyConfig):
             Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         opmd_baseline (`str`, *optional*, defaults to `'mean'`):
             Group baseline: `mean`, or `logavgexp` = τ·(logsumexp(R/τ) − log n).
         advantage_tau (`float`, *optional*, defaults to `1.0`):
@@ -523,10 +542,11 @@ class AsymREConfig(GRPOFamilyConfig):
             Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         baseline_shift (`float`, *optional*, defaults to `-0.1`):
             The baseline is the group mean plus this shift; a negative shift favours positive updates (AsymRE paper §3).
 
@@ -584,10 +604,11 @@ class TOPRConfig(GRPOFamilyConfig):
             truncated ratio clamp(r, 0, 1).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -652,10 +673,11 @@ class CISPOConfig(GRPOFamilyConfig):
             Upper bound of `enable_mask_clip`.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
             ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
             rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
@@ -741,10 +763,11 @@ class GSPOConfig(GRPOFamilyConfig):
             to both sides, as in the reference.
         loss_agg_mode (`str`, *optional*, defaults to `'seq-mean-token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
             ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
             rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
@@ -825,10 +848,11 @@ class SAPOConfig(GRPOFamilyConfig):
             Gate temperature for tokens with A ≤ 0; must be ≥ `tau_pos` (the paper decays negative updates faster, §3).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         detach_gate (`bool`, *optional*, defaults to `False`):
             Reproduce Trinity-RFT ≤ 0.6: −A·sg(gate)·lp, whose gradient weight is 2/τ at r = 1 and grows with r (not the
             paper's objective).
@@ -877,6 +901,598 @@ class SAPOTrainer(GRPOFamilyTrainer):
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = SAPOConfig
+
+
+@dataclass
+class GPGConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`GPGTrainer`]: GPG: group policy gradient, plain −A·lp with a batch-corrected group advantage.
+    Paper: GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning (arXiv 2504.02546). No ratio, no
+    clip, no KL: the loss is −A·lp (verl's `gpg`), and the advantage is the reward minus its group mean scaled by α = N
+    / (number of non-zero rewards), verl's `gpg` estimator.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the gpg algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'gpg'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `gpg`, the gpg algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `gpg`'s arguments configure `gpg`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'gpg'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `gpg`, the gpg
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `gpg`'s arguments configure `gpg`; with another function, one that is set is passed on to it if it
+            takes the argument (else an error).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        f_norm (`float`, *optional*, defaults to `1.0`):
+            Divisor F_norm of the centred scores, A = α·(R − mean)/F_norm (verl's `f_norm`, default 1.0).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "gpg"
+
+    kl_loss_fn: str = algorithm_field("gpg", "kl_loss_fn")
+    num_generations: int = algorithm_field("gpg", "num_generations")
+    policy_loss_fn: str = algorithm_field("gpg", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("gpg", "advantage_fn")
+    loss_agg_mode: str = algorithm_field("gpg", "loss_agg_mode")
+    f_norm: float = algorithm_field("gpg", "f_norm")
+
+
+class GPGTrainer(GRPOFamilyTrainer):
+    """GPG: GPG: group policy gradient, plain −A·lp with a batch-corrected group advantage. (config: `GPGConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = GPGConfig
+
+
+@dataclass
+class GMPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`GMPOTrainer`]: GMPO: the geometric mean of the token ratios, clipped in log space. Paper:
+    Geometric-Mean Policy Optimization (arXiv 2507.20673). verl's `geo_mean`: per sequence, −Ā·exp(mean_t clip(log
+    r_t)), averaged over sequences; the paper clips the log-ratio at ±0.4 (configs/geo_mean.yaml), verl's default is
+    0.2.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the geo_mean algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'geo_mean'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `geo_mean`, the geo_mean
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `geo_mean`'s arguments configure `geo_mean`; with another loss, one
+            that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the
+            geo_mean algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `grpo`'s arguments configure `grpo`; with another function, one that is
+            set is passed on to it if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            Clip ε of the token log-ratio (log π/π_old ∈ [−ε_low, ε_high]), used for both sides unless
+            `clip_range_low`/`_high` are set (verl's `clip_ratio`; the GMPO paper uses 0.4).
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low of the log-ratio, applied where A < 0. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high of the log-ratio, applied where A > 0. Defaults to `clip_range`.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "geo_mean"
+
+    kl_loss_fn: str = algorithm_field("geo_mean", "kl_loss_fn")
+    num_generations: int = algorithm_field("geo_mean", "num_generations")
+    policy_loss_fn: str = algorithm_field("geo_mean", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("geo_mean", "advantage_fn")
+    clip_range: float | None = algorithm_field("geo_mean", "clip_range")
+    clip_range_low: float | None = algorithm_field("geo_mean", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("geo_mean", "clip_range_high")
+    advantage_epsilon: float = algorithm_field("geo_mean", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("geo_mean", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("geo_mean", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("geo_mean", "rank_penalty")
+    std_cal_level: str = algorithm_field("geo_mean", "std_cal_level")
+
+
+class GMPOTrainer(GRPOFamilyTrainer):
+    """GMPO: GMPO: the geometric mean of the token ratios, clipped in log space. (config: `GMPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = GMPOConfig
+
+
+@dataclass
+class DROConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`DROTrainer`]: DRO: policy gradient with a quadratic log-ratio penalty instead of a clip. Paper:
+    Offline Regularised Reinforcement Learning for Large Language Models Alignment (arXiv 2405.19107). verl's `dro`: L =
+    −(A·lp − ½β·(lp − old)²), `dro_beta` 0.05.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the dro algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'dro'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `dro`, the dro algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `dro`'s arguments configure `dro`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the dro
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        dro_beta (`float`, *optional*, defaults to `0.05`):
+            Weight β > 0 of the quadratic log-ratio penalty ½β·(log π/π_old)² (verl's `policy_loss.dro_beta`, which has
+            no default; 0.05 is verl's usage example and Tinker's).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "dro"
+
+    kl_loss_fn: str = algorithm_field("dro", "kl_loss_fn")
+    num_generations: int = algorithm_field("dro", "num_generations")
+    policy_loss_fn: str = algorithm_field("dro", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("dro", "advantage_fn")
+    dro_beta: float = algorithm_field("dro", "dro_beta")
+    loss_agg_mode: str = algorithm_field("dro", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("dro", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("dro", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("dro", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("dro", "rank_penalty")
+    std_cal_level: str = algorithm_field("dro", "std_cal_level")
+
+
+class DROTrainer(GRPOFamilyTrainer):
+    """DRO: DRO: policy gradient with a quadratic log-ratio penalty instead of a clip. (config: `DROConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = DROConfig
+
+
+@dataclass
+class ClipCovConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`ClipCovTrainer`]: Clip-Cov: PPO with a few high-covariance tokens detached (entropy control).
+    Paper: The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models (arXiv 2505.22617). verl's
+    `clip_cov`: among the tokens PPO does not clip, a random `clip_cov_ratio` share of those whose advantage × log-prob
+    covariance lies in (`clip_cov_lb`, `clip_cov_ub`) gets no gradient.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the clip_cov algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'clip_cov'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `clip_cov`, the clip_cov
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `clip_cov`'s arguments configure `clip_cov`; with another loss, one
+            that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the
+            clip_cov algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `grpo`'s arguments configure `grpo`; with another function, one that is
+            set is passed on to it if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set (verl's `clip_ratio`).
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low (verl's `clip_ratio_low`). Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (verl's `clip_ratio_high`). Defaults to `clip_range`.
+        clip_cov_ratio (`float`, *optional*, defaults to `0.0002`):
+            Share ρ of the micro-batch's valid tokens whose gradient is dropped: max(⌊ρ·n⌋, 1) tokens, drawn at random
+            among the candidates (covariance in (clip_cov_lb, clip_cov_ub), not clipped by PPO).
+        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
+            Lower bound (exclusive) of a candidate's covariance.
+        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
+            Upper bound (exclusive) of a candidate's covariance.
+        selection_seed (`int | None`, *optional*, defaults to `None`):
+            Seed of the loss's own CPU generator for the random draw (seeded once, advanced by each call; its draws are
+            verl's after `torch.manual_seed(selection_seed)`). None: torch's global CPU generator, as verl.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "clip_cov"
+
+    kl_loss_fn: str = algorithm_field("clip_cov", "kl_loss_fn")
+    num_generations: int = algorithm_field("clip_cov", "num_generations")
+    policy_loss_fn: str = algorithm_field("clip_cov", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("clip_cov", "advantage_fn")
+    clip_range: float | None = algorithm_field("clip_cov", "clip_range")
+    clip_range_low: float | None = algorithm_field("clip_cov", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("clip_cov", "clip_range_high")
+    clip_cov_ratio: float = algorithm_field("clip_cov", "clip_cov_ratio")
+    clip_cov_lb: float = algorithm_field("clip_cov", "clip_cov_lb")
+    clip_cov_ub: float = algorithm_field("clip_cov", "clip_cov_ub")
+    selection_seed: int | None = algorithm_field("clip_cov", "selection_seed")
+    loss_agg_mode: str = algorithm_field("clip_cov", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("clip_cov", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("clip_cov", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("clip_cov", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("clip_cov", "rank_penalty")
+    std_cal_level: str = algorithm_field("clip_cov", "std_cal_level")
+
+
+class ClipCovTrainer(GRPOFamilyTrainer):
+    """Clip-Cov: Clip-Cov: PPO with a few high-covariance tokens detached (entropy control). (config: `ClipCovConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = ClipCovConfig
+
+
+@dataclass
+class KLCovConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`KLCovTrainer`]: KL-Cov: a |log-ratio| penalty on the highest-covariance tokens (entropy control).
+    Paper: The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models (arXiv 2505.22617). verl's
+    `kl_cov`: −A·r plus `ppo_kl_coef`·|log r| on the top `kl_cov_ratio` share of tokens by advantage × log-prob
+    covariance.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the kl_cov algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'kl_cov'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `kl_cov`, the kl_cov
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `kl_cov`'s arguments configure `kl_cov`; with another loss, one that is
+            set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the kl_cov
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        kl_cov_ratio (`float`, *optional*, defaults to `0.0002`):
+            Share κ of the micro-batch's valid tokens that get the |log-ratio| penalty: the max(⌊κ·n⌋, 1) with the
+            largest covariance.
+        ppo_kl_coef (`float`, *optional*, defaults to `0.1`):
+            Coefficient β of the |lp − old| penalty on the selected tokens (verl's PolicyLossConfig default; verl's loss
+            itself falls back to 1.0 when the config holds None).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "kl_cov"
+
+    kl_loss_fn: str = algorithm_field("kl_cov", "kl_loss_fn")
+    num_generations: int = algorithm_field("kl_cov", "num_generations")
+    policy_loss_fn: str = algorithm_field("kl_cov", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("kl_cov", "advantage_fn")
+    kl_cov_ratio: float = algorithm_field("kl_cov", "kl_cov_ratio")
+    ppo_kl_coef: float = algorithm_field("kl_cov", "ppo_kl_coef")
+    loss_agg_mode: str = algorithm_field("kl_cov", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("kl_cov", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("kl_cov", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("kl_cov", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("kl_cov", "rank_penalty")
+    std_cal_level: str = algorithm_field("kl_cov", "std_cal_level")
+
+
+class KLCovTrainer(GRPOFamilyTrainer):
+    """KL-Cov: KL-Cov: a |log-ratio| penalty on the highest-covariance tokens (entropy control). (config: `KLCovConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = KLCovConfig
+
+
+@dataclass
+class DPPOTVConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`DPPOTVTrainer`]: DPPO-Binary-TV: a trust region on the token probability's total variation.
+    Paper: Rethinking the Trust Region in LLM Reinforcement Learning (arXiv 2602.04879). verl's `dppo_tv`: a token whose
+    probability moved more than δ (`clip_range`, the paper's 0.15 in configs/dppo_tv.yaml) in the advantage's direction
+    is masked; the rest get −A·sg(min(r, c))·lp.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the dppo_tv algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'dppo_tv'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `dppo_tv`, the dppo_tv
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `dppo_tv`'s arguments configure `dppo_tv`; with another loss, one that
+            is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the dppo_tv
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            The TV divergence threshold δ (not a ratio bound: verl's `clip_ratio` reused), for both sides unless
+            `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            The TV divergence threshold δ_low for A ≤ 0 (verl's `clip_ratio_low`). Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            The TV divergence threshold δ_high for A > 0 (verl's `clip_ratio_high`). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Truncation c of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). 3.0 is verl's
+            ActorConfig value (verl's loss falls back to 20.0 when its config has no `clip_ratio_c`; the paper
+            recommends a large c, §5.4).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "dppo_tv"
+
+    kl_loss_fn: str = algorithm_field("dppo_tv", "kl_loss_fn")
+    num_generations: int = algorithm_field("dppo_tv", "num_generations")
+    policy_loss_fn: str = algorithm_field("dppo_tv", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("dppo_tv", "advantage_fn")
+    clip_range: float | None = algorithm_field("dppo_tv", "clip_range")
+    clip_range_low: float | None = algorithm_field("dppo_tv", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("dppo_tv", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("dppo_tv", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("dppo_tv", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("dppo_tv", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("dppo_tv", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("dppo_tv", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("dppo_tv", "rank_penalty")
+    std_cal_level: str = algorithm_field("dppo_tv", "std_cal_level")
+
+
+class DPPOTVTrainer(GRPOFamilyTrainer):
+    """DPPO-Binary-TV: DPPO-Binary-TV: a trust region on the token probability's total variation. (config: `DPPOTVConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = DPPOTVConfig
+
+
+@dataclass
+class DPPOKLConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`DPPOKLTrainer`]: DPPO-Binary-KL: a trust region on the token's binary KL divergence. Paper:
+    Rethinking the Trust Region in LLM Reinforcement Learning (arXiv 2602.04879). verl's `dppo_kl`: as DPPO-Binary-TV
+    with the binary KL of the token's probability (δ `clip_range`, the paper's 0.05 in configs/dppo_kl.yaml).
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the dppo_kl algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'dppo_kl'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `dppo_kl`, the dppo_kl
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `dppo_kl`'s arguments configure `dppo_kl`; with another loss, one that
+            is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the dppo_kl
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            The binary KL divergence threshold δ (not a ratio bound: verl's `clip_ratio` reused), for both sides unless
+            `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            The binary KL divergence threshold δ_low for A ≤ 0 (verl's `clip_ratio_low`). Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            The binary KL divergence threshold δ_high for A > 0 (verl's `clip_ratio_high`). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Truncation c of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). 3.0 is verl's
+            ActorConfig value (verl's loss falls back to 20.0 when its config has no `clip_ratio_c`; the paper
+            recommends a large c, §5.4).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "dppo_kl"
+
+    kl_loss_fn: str = algorithm_field("dppo_kl", "kl_loss_fn")
+    num_generations: int = algorithm_field("dppo_kl", "num_generations")
+    policy_loss_fn: str = algorithm_field("dppo_kl", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("dppo_kl", "advantage_fn")
+    clip_range: float | None = algorithm_field("dppo_kl", "clip_range")
+    clip_range_low: float | None = algorithm_field("dppo_kl", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("dppo_kl", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("dppo_kl", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("dppo_kl", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("dppo_kl", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("dppo_kl", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("dppo_kl", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("dppo_kl", "rank_penalty")
+    std_cal_level: str = algorithm_field("dppo_kl", "std_cal_level")
+
+
+class DPPOKLTrainer(GRPOFamilyTrainer):
+    """DPPO-Binary-KL: DPPO-Binary-KL: a trust region on the token's binary KL divergence. (config: `DPPOKLConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = DPPOKLConfig
 
 
 @dataclass
@@ -936,10 +1552,11 @@ class MIXConfig(MIXFamilyConfig):
             Reference geometry: see `use_dynamic_bsz`.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
             Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
         grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
@@ -1072,10 +1689,11 @@ class MIXCHORDConfig(MIXFamilyConfig):
             Reference geometry: see `use_dynamic_bsz`.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
             Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
         grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
@@ -1175,10 +1793,11 @@ class RAFTConfig(GRPOFamilyConfig):
             it takes the argument (else an error).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         min_reward (`float | None`, *optional*, defaults to `None`):
             Keep a group's best completion only if its reward is at least this value (default: always keep the best).
 
@@ -1234,10 +1853,11 @@ class SPPOConfig(GRPOFamilyConfig):
             Trust region of sPPO: a token contributes only while 1/(1+ε) ≤ r ≤ 1+ε. (the `sppo` loss's `epsilon`)
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
             ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
             rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
@@ -1404,10 +2024,11 @@ class M2POConfig(GRPOFamilyConfig):
             until their mean (log r)² is at most τ; 0.04 is the paper's.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         log_ratio_clip (`float`, *optional*, defaults to `20.0`):
             The loss's value uses exp(clamp(log r, ±log_ratio_clip)), with the gradient of the unclamped log-ratio (a
             straight-through clamp that only keeps the value finite).
@@ -1498,10 +2119,11 @@ class MultiStepGRPOConfig(GRPOFamilyConfig):
             −A·c, so a very large ratio cannot blow up the update.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         enable_sequence_masking (`bool`, *optional*, defaults to `False`):
             Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
             `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
@@ -1590,10 +2212,11 @@ class GiGPOConfig(GRPOFamilyConfig):
             −A·c, so a very large ratio cannot blow up the update.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         enable_sequence_masking (`bool`, *optional*, defaults to `False`):
             Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
             `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
@@ -1683,10 +2306,11 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
             −A·c, so a very large ratio cannot blow up the update.
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
-            processes): `token-mean` (Σ/number of tokens, DAPO), `seq-mean-token-mean` (mean over sequences of each
-            sequence's token mean, GRPO), `seq-mean-token-sum` (mean over sequences of token sums),
-            `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences · max_completion_length)). The result does not depend on
-            how the window is split into micro-batches and processes.
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
         enable_sequence_masking (`bool`, *optional*, defaults to `False`):
             Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
             `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
