@@ -74,7 +74,11 @@ def config_docstring(spec: AlgorithmSpec) -> str:
 def trainer_docstring(spec: AlgorithmSpec) -> str:
     config_name, _ = spec.class_names
     base = spec.family.class_names[1]
-    summary = _paragraph(f"{spec.display_name}: {spec.description} (config: `{config_name}`).")
+    named = spec.description.split(":")[0] in (spec.display_name, spec.name)  # "CISPO: clipped ...": named already
+    text = f"{'' if named else spec.display_name + ': '}{spec.description} (config: `{config_name}`)."
+    opening = '    """'  # the summary's first line follows the quotes
+    wrap = textwrap.TextWrapper(WIDTH, " " * len(opening), "    ", break_long_words=False, break_on_hyphens=False)
+    summary = wrap.wrap(text)
     closing = f"The `{base}` of this algorithm: its constructor takes exactly the TRL trainer's arguments."
     return "\n".join([summary[0].lstrip(), *summary[1:], "", *_paragraph(closing)]) + "\n    "
 

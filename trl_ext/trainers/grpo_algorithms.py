@@ -279,7 +279,7 @@ class GRPOConfig(GRPOFamilyConfig):
 
 
 class GRPOTrainer(GRPOFamilyTrainer):
-    """GRPO: GRPO: group-normalized advantages, dual-clip PPO loss. (config: `GRPOConfig`).
+    """GRPO: group-normalized advantages, dual-clip PPO loss. (config: `GRPOConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -362,7 +362,7 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
 
 
 class ReinforcePlusPlusTrainer(GRPOFamilyTrainer):
-    """REINFORCE++: REINFORCE++: batch-whitened discounted returns, PPO loss. (config: `ReinforcePlusPlusConfig`).
+    """REINFORCE++: batch-whitened discounted returns, PPO loss. (config: `ReinforcePlusPlusConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -440,7 +440,7 @@ class RLOOConfig(GRPOFamilyConfig):
 
 
 class RLOOTrainer(GRPOFamilyTrainer):
-    """RLOO: RLOO: leave-one-out baseline, PPO loss. (config: `RLOOConfig`).
+    """RLOO: leave-one-out baseline, PPO loss. (config: `RLOOConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -565,7 +565,7 @@ class AsymREConfig(GRPOFamilyConfig):
 
 
 class AsymRETrainer(GRPOFamilyTrainer):
-    """AsymRE: AsymRE: REINFORCE with a shifted (asymmetric) group baseline. (config: `AsymREConfig`).
+    """AsymRE: REINFORCE with a shifted (asymmetric) group baseline. (config: `AsymREConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -719,7 +719,7 @@ class CISPOConfig(GRPOFamilyConfig):
 
 
 class CISPOTrainer(GRPOFamilyTrainer):
-    """CISPO: CISPO: clipped, stop-gradient IS weight on a REINFORCE loss. (config: `CISPOConfig`).
+    """CISPO: clipped, stop-gradient IS weight on a REINFORCE loss. (config: `CISPOConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -807,7 +807,7 @@ class GSPOConfig(GRPOFamilyConfig):
 
 
 class GSPOTrainer(GRPOFamilyTrainer):
-    """GSPO: GSPO: sequence-level (length-normalized) importance ratio. (config: `GSPOConfig`).
+    """GSPO: sequence-level (length-normalized) importance ratio. (config: `GSPOConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -895,7 +895,7 @@ class SAPOConfig(GRPOFamilyConfig):
 
 
 class SAPOTrainer(GRPOFamilyTrainer):
-    """SAPO: SAPO: soft, temperature-controlled gate instead of hard clipping. (config: `SAPOConfig`).
+    """SAPO: soft, temperature-controlled gate instead of hard clipping. (config: `SAPOConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -954,7 +954,7 @@ class GPGConfig(GRPOFamilyConfig):
 
 
 class GPGTrainer(GRPOFamilyTrainer):
-    """GPG: GPG: group policy gradient, plain −A·lp with a batch-corrected group advantage. (config: `GPGConfig`).
+    """GPG: group policy gradient, plain −A·lp with a batch-corrected group advantage. (config: `GPGConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1034,7 +1034,7 @@ class GMPOConfig(GRPOFamilyConfig):
 
 
 class GMPOTrainer(GRPOFamilyTrainer):
-    """GMPO: GMPO: the geometric mean of the token ratios, clipped in log space. (config: `GMPOConfig`).
+    """GMPO: the geometric mean of the token ratios, clipped in log space. (config: `GMPOConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1115,7 +1115,7 @@ class DROConfig(GRPOFamilyConfig):
 
 
 class DROTrainer(GRPOFamilyTrainer):
-    """DRO: DRO: policy gradient with a quadratic log-ratio penalty instead of a clip. (config: `DROConfig`).
+    """DRO: policy gradient with a quadratic log-ratio penalty instead of a clip. (config: `DROConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1216,7 +1216,7 @@ class ClipCovConfig(GRPOFamilyConfig):
 
 
 class ClipCovTrainer(GRPOFamilyTrainer):
-    """Clip-Cov: Clip-Cov: PPO with a few high-covariance tokens detached (entropy control). (config: `ClipCovConfig`).
+    """Clip-Cov: PPO with a few high-covariance tokens detached (entropy control). (config: `ClipCovConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1302,7 +1302,7 @@ class KLCovConfig(GRPOFamilyConfig):
 
 
 class KLCovTrainer(GRPOFamilyTrainer):
-    """KL-Cov: KL-Cov: a |log-ratio| penalty on the highest-covariance tokens (entropy control). (config: `KLCovConfig`).
+    """KL-Cov: a |log-ratio| penalty on the highest-covariance tokens (entropy control). (config: `KLCovConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1395,7 +1395,7 @@ class DPPOTVConfig(GRPOFamilyConfig):
 
 
 class DPPOTVTrainer(GRPOFamilyTrainer):
-    """DPPO-Binary-TV: DPPO-Binary-TV: a trust region on the token probability's total variation. (config: `DPPOTVConfig`).
+    """DPPO-Binary-TV: a trust region on the token probability's total variation. (config: `DPPOTVConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1487,7 +1487,7 @@ class DPPOKLConfig(GRPOFamilyConfig):
 
 
 class DPPOKLTrainer(GRPOFamilyTrainer):
-    """DPPO-Binary-KL: DPPO-Binary-KL: a trust region on the token's binary KL divergence. (config: `DPPOKLConfig`).
+    """DPPO-Binary-KL: a trust region on the token's binary KL divergence. (config: `DPPOKLConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1815,7 +1815,7 @@ class RAFTConfig(GRPOFamilyConfig):
 
 
 class RAFTTrainer(GRPOFamilyTrainer):
-    """RAFT: RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning). (config: `RAFTConfig`).
+    """RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning). (config: `RAFTConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1895,7 +1895,7 @@ class SPPOConfig(GRPOFamilyConfig):
 
 
 class SPPOTrainer(GRPOFamilyTrainer):
-    """sPPO: sPPO: policy gradient inside a log-space trust region. (config: `SPPOConfig`).
+    """sPPO: policy gradient inside a log-space trust region. (config: `SPPOConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -1981,7 +1981,7 @@ class RECConfig(GRPOFamilyConfig):
 
 
 class RECTrainer(GRPOFamilyTrainer):
-    """REC: REC: REINFORCE with off-policy clipping / weighting / regularization. (config: `RECConfig`).
+    """REC: REINFORCE with off-policy clipping / weighting / regularization. (config: `RECConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
@@ -2070,7 +2070,7 @@ class M2POConfig(GRPOFamilyConfig):
 
 
 class M2POTrainer(GRPOFamilyTrainer):
-    """M2PO: M2PO: masks the largest log-ratio outliers of stale rollouts (second-moment trust region). (config:
+    """M2PO: masks the largest log-ratio outliers of stale rollouts (second-moment trust region). (config:
     `M2POConfig`).
 
     The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
@@ -2379,8 +2379,7 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
 
 
 class OnPolicyDistillTrainer(DistillFamilyTrainer):
-    """On-policy distillation: On-policy distillation: teacher log-probs as per-token advantages. (config:
-    `OnPolicyDistillConfig`).
+    """On-policy distillation: teacher log-probs as per-token advantages. (config: `OnPolicyDistillConfig`).
 
     The `DistillFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
     """
