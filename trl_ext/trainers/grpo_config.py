@@ -35,6 +35,7 @@ from ..losses.mix import MIXPolicyLoss
 from ..losses.trl_grpo import TRLGRPOLoss
 from ..losses.trl_grpo import aggregation as trl_loss_aggregation
 from ..losses.value import check_cliprange_value
+from ..rollout_correction import RolloutCorrection
 from .arguments import (
     _REWARD_ADVANTAGE_FNS,
     GRPO_KL_ARGUMENTS,
@@ -114,6 +115,13 @@ _GENERIC_HINTS = {
     "dual_clip": "the dual clip is `clip_ratio_c` where the loss has one",
     "trl": _TRL_LOSS_HINT,
 }
+# TRL's own vLLM importance-sampling correction, which `rollout_is` replaces (`_check_rollout_correction`).
+_TRL_IS_FIELDS = (
+    "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_clip_max",
+    "vllm_importance_sampling_clip_min",
+    "vllm_importance_sampling_cap",
+)
 # The advantage functions whose std normalization TRL's `scale_rewards` selects (their `std_cal_level`).
 _SCALE_REWARDS = ("group", "batch", "none")
 
@@ -314,6 +322,53 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
         ),
     )
 
+    # verl 0.9's rollout correction (`trl_ext.rollout_correction`): the same names and values as verl's
+    # `algorithm.rollout_correction`; π_old is the trained policy at generation time, π_rollout the sampler (vLLM).
+    rollout_is: str | None = field(
+        default=None,
+        metadata=_help(
+            "verl's rollout correction, importance sampling: multiply each token's policy loss by w = π_old/π_rollout "
+            "(the trained policy's probability over the sampler's), per `token` or per `sequence` (the product over "
+            "the row), bounded by `rollout_is_threshold`; None (default): no weights. Needs `use_vllm=True` (the "
+            "sampler's log-probs). It replaces TRL's vLLM correction: `vllm_importance_sampling_correction` is turned "
+            "off (setting TRL's mode or clip bounds as well is an error), so no token is weighted twice."
+        ),
+    )
+    rollout_is_threshold: float | str | None = field(
+        default=2.0,
+        metadata=_help(
+            "Bound of the `rollout_is` weights: a number U truncates them at U (TIS; verl's default 2.0); a string "
+            "'L_U' (e.g. '0.5_5.0') sets the weights outside [L, U] to 0 (IcePop)."
+        ),
+    )
+    rollout_is_batch_normalize: bool = field(
+        default=False,
+        metadata=_help(
+            "Divide the `rollout_is` weights by their mean over the generation batch (all processes): over the valid "
+            "tokens for `token`, over the sequences for `sequence`."
+        ),
+    )
+    rollout_rs: str | None = field(
+        default=None,
+        metadata=_help(
+            "verl's rollout correction, rejection: leave out of the loss (and of the window's token count) the tokens "
+            "or whole sequences whose divergence between π_old and π_rollout passes `rollout_rs_threshold`. One of "
+            "token_k1, token_k2, token_k3, seq_sum_k1, seq_sum_k2, seq_sum_k3, seq_mean_k1, seq_mean_k2, seq_mean_k3, "
+            "seq_max_k2, seq_max_k3, or a comma-separated list (all must pass); per token, with ℓ = "
+            "log(π_old/π_rollout), k1 = −ℓ, k2 = ½ℓ², k3 = e^ℓ − 1 − ℓ, judged per token (`token_*`) or by the row's "
+            "sum / mean / max (`seq_*`, rejecting the row). None (default): no rejection. Needs `use_vllm=True`; "
+            "composes with either importance-sampling correction (`rollout_is` or TRL's)."
+        ),
+    )
+    rollout_rs_threshold: float | str | None = field(
+        default=None,
+        metadata=_help(
+            "Thresholds of `rollout_rs`, one per criterion (comma-separated) or one for all: for k1 'L_U' keeps "
+            "π_rollout/π_old in [L, U] (a single U means [1/U, U]); for k2 / k3 an upper bound U > 0. Required with "
+            "`rollout_rs`."
+        ),
+    )
+
     def __post_init__(self) -> None:
         # trl_ext's checks first, each field on its own, so that a bad value is reported by its field's name
         # before TRL's own processing of the other fields.
@@ -325,6 +380,7 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
         if self.use_bias_correction_kl is None:
             self.use_bias_correction_kl = self.uses_trl_loss
         self._check_fields()
+        self._check_rollout_correction()
         owner = type(self).__name__
         self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
         if self.algorithm and not get_algorithm(self.algorithm).use_reference:
@@ -401,6 +457,54 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
                     "family's trainer does not do (its batches hold expert or teacher-scored rows); use a grpo-family "
                     "config (GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)"
                 )
+
+    def build_rollout_correction(self) -> RolloutCorrection:
+        """verl's rollout correction from the `rollout_*` fields (each checked: an error names its field)."""
+        return RolloutCorrection(
+            self.rollout_is,
+            self.rollout_is_threshold,
+            self.rollout_is_batch_normalize,
+            self.rollout_rs,
+            self.rollout_rs_threshold,
+            owner=type(self).__name__,
+        )
+
+    def _check_rollout_correction(self) -> None:
+        """The rollout correction reads the sampler's log-probs (vLLM's), and `rollout_is` replaces TRL's own vLLM
+        correction: `vllm_importance_sampling_correction` is turned off, so that no token is weighted twice."""
+        owner = type(self).__name__
+        correction = self.build_rollout_correction()
+        if not correction.enabled:
+            return
+        name = "rollout_is" if self.rollout_is is not None else "rollout_rs"
+        if not self.use_vllm:
+            raise ValueError(
+                f"{owner}: {name}={getattr(self, name)!r} corrects for the difference between the policy that sampled "
+                "the completions and the trained one, measured with the sampler's per-token log-probs, which TRL has "
+                f"only from vLLM generation; set use_vllm=True or leave {name} unset"
+            )
+        if self.turns_as_samples and any(option.startswith("token_") for option in correction.rs_bounds):
+            raise ValueError(
+                f"{owner}: rollout_rs={self.rollout_rs!r} rejects single tokens, which would split the model turns "
+                "that turns_as_samples=True trains as samples; use sequence criteria (seq_*) or turns_as_samples=False"
+            )
+        if self.rollout_is is None:
+            return  # rejection composes with TRL's weights
+        if self.rollout_is == "sequence" and self.uses_trl_loss and self.loss_type == "vespo":
+            raise ValueError(
+                f"{owner}: rollout_is='sequence' gives one weight per sequence, but loss_type='vespo' folds a "
+                "per-token correction into its sequence weight (TRL allows it only token-level modes); use "
+                "rollout_is='token'"
+            )
+        for field_name in _TRL_IS_FIELDS:
+            value = getattr(self, field_name)
+            if value != _GRPO_DEFAULTS[field_name]:
+                raise ValueError(
+                    f"{owner}: {field_name}={value!r} configures TRL's vLLM importance-sampling correction, which "
+                    f"rollout_is={self.rollout_is!r} replaces by verl's (a token would otherwise be weighted twice); "
+                    f"configure one of them: verl's with rollout_is / rollout_is_threshold, or TRL's without rollout_is"
+                )
+        self.vllm_importance_sampling_correction = False
 
     def _check_composition_fields(self) -> None:
         """`policy_loss_fn` / `advantage_fn` name registered components, the `*_args` fields are dicts (parsed from
@@ -696,6 +800,9 @@ class GRPOFamilyConfig(UnsetTRLFields, CompositionArguments, GRPO_KL_ARGUMENTS, 
             args = {**KL_PENALTY_DEFAULTS, **(self.kl_penalty_fn_args or {})}
             adaptive = f", adaptive towards {args['target_kl']:g}" if args.get("adaptive") else ""
             parts["KL in the reward"] = f"{self.kl_penalty_fn}, coefficient {args['kl_coef']:g}{adaptive}"
+        correction = self.build_rollout_correction()
+        if correction.enabled:
+            parts["rollout correction"] = correction.describe()
         return parts
 
     def _part_text(self, kind: str, name: str | None, own: str | None) -> str:

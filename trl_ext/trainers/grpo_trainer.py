@@ -15,6 +15,10 @@ checkpointing):
   optimizer step, summed over processes), so the gradient does not depend on how the step is split into
   micro-batches and processes.
 
+verl's rollout correction (`rollout_is` / `rollout_rs`, `trl_ext.rollout_correction`) is computed per generation batch
+(`_correct_rollouts`): its weights reach the loss as TRL's vLLM importance-sampling ratio does (in its place), its
+rejections leave the loss mask.
+
 TRL's options around the loss are applied here for every algorithm, as TRL applies them: `top_entropy_quantile`
 and `off_policy_mask_threshold` zero the advantages of the tokens / sequences they drop, `use_bias_correction_kl`
 weighs the per-token KL by π/π_old, and the entropy bonus uses TRL's coefficient control (`use_adaptive_entropy`).
@@ -127,6 +131,7 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
         self.kl_penalty_fn = args.build_kl_penalty_fn()
         self.kl_fn = args.build_kl_fn()
         self.entropy_fn = args.build_entropy_fn()
+        self.rollout_correction = args.build_rollout_correction()
         self.loss_agg_mode = args.aggregation
         self.entropy_loss_agg_mode = args.entropy_aggregation
         self._gathered_rewards: torch.Tensor | None = None
@@ -231,11 +236,55 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
         if token_keep is not None:  # a token filter (clipb): the tokens it drops leave the loss and its counts
             token_keep = token_keep[local, : completion_mask.size(1)]
             output["completion_mask"] = output["completion_mask"] * token_keep.to(completion_mask.dtype)
+        self._correct_rollouts(output, mode)
         # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
         if table.dim() == 2:
             table = table.sum(1) / response_mask.sum(1).clamp(min=1)
         self._show_advantages(table)
         return output
+
+    def _correct_rollouts(self, output: dict[str, Any], mode: str) -> None:
+        """verl's rollout correction (`rollout_is` / `rollout_rs`) on the generation batch, all processes together
+        (verl corrects its whole training batch: the batch normalization and the metrics are over it).
+
+        π_old is TRL's `old_per_token_logps` (computed here when TRL did not, and kept for the loss as TRL keeps them
+        with its own correction), π_rollout the sampler's `sampling_per_token_logps`; a token the sampler could not
+        score (NaN) gets no correction, TRL's rule. The weights become `importance_sampling_ratio` (1 off the loss
+        mask, as TRL's), which `_compute_loss` applies once, as it applies TRL's (the config turned TRL's own
+        correction off). A rejected token leaves `tool_mask`, the loss-only mask (the attention mask is untouched):
+        it leaves the loss and the window's token count, while its row stays in the row count (as in verl, whose
+        sequence means divide by the mini-batch size). The metrics are logged once per generation batch under
+        verl's names (`rollout_corr/...`)."""
+        correction = self.rollout_correction
+        if not correction.enabled:
+            return
+        sampling = output.get("sampling_per_token_logps")
+        if sampling is None:
+            raise ValueError(
+                f"{type(self).__name__}: rollout_is={correction.rollout_is!r} / rollout_rs={correction.rollout_rs!r} "
+                "need the sampler's per-token log-probs, but the generation returned none (TRL has them from vLLM, "
+                "use_vllm=True, or from a rollout_func's 'logprobs')"
+            )
+        old, _ = self._sampling_log_probs(output, entropy=False)
+        output["old_per_token_logps"] = old
+        mask = _loss_mask(output).bool()
+        sampling = torch.where(torch.isnan(sampling), old, sampling)
+        local = torch.stack([old.float(), sampling.float(), mask.float()], dim=1)  # [B, 3, T]
+        old_all, sampling_all, mask_all = self.accelerator.gather(
+            self.accelerator.pad_across_processes(local, dim=2)
+        ).unbind(1)
+        weights, kept, metrics = correction(old_all, sampling_all, mask_all.bool())
+        n_local, width = mask.shape
+        rows = slice(self.accelerator.process_index * n_local, (self.accelerator.process_index + 1) * n_local)
+        if weights is not None:
+            output["importance_sampling_ratio"] = torch.where(mask, weights[rows, :width], 1.0)
+        if correction.rs_bounds:
+            rejected = mask & ~kept[rows, :width]
+            tool_mask = output.get("tool_mask", torch.ones_like(output["completion_mask"]))
+            output["tool_mask"] = tool_mask.masked_fill(rejected, 0)
+        values = torch.stack(list(metrics.values())).tolist()  # one host sync
+        for name, value in zip(metrics, values, strict=True):
+            self._metrics[mode][name].append(value)
 
     def _take_rows(self, output: dict[str, Any], source: torch.Tensor) -> dict[str, Any]:
         """`output` with row i of the generation batch (all processes) replaced by row `source[i]`.
