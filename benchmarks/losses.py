@@ -329,6 +329,118 @@ def plain_kl_loss(logprob, ref_logprob, action_mask, estimator=plain_k2, kl_coef
     return kl_loss * kl_coef, {"kl_loss": kl_loss.item(), "kl_coef": kl_coef}
 
 
+def plain_gpg(logprob, action_mask, advantages, **_):
+    pg_loss = plain_agg(-logprob * advantages.unsqueeze(-1), action_mask)
+    return pg_loss, {"pg_loss": pg_loss.item()}
+
+
+def plain_geo_mean(logprob, old_logprob, action_mask, advantages, clip_low=0.2, clip_high=0.2, **_):
+    adv = advantages.unsqueeze(-1).expand_as(logprob)
+    negative_approx_kl = logprob - old_logprob
+    ppo_kl = masked_mean(-negative_approx_kl, action_mask)
+    sgn = torch.sign(adv)
+    clamped = torch.clamp(negative_approx_kl, -clip_low, clip_high)
+    kl_min = sgn * torch.min(sgn * negative_approx_kl, sgn * clamped)
+    lengths = action_mask.sum(dim=-1)
+    ratio = torch.exp((kl_min * action_mask).sum(dim=-1) / (lengths + EPS))
+    seq_adv = (adv * action_mask).sum(dim=-1) / (lengths + EPS)
+    pg_loss = torch.mean(-seq_adv * ratio)
+    clipped = torch.ne(negative_approx_kl, clamped)
+    metrics = {
+        "pg_loss": pg_loss.item(),
+        "pg_clipfrac": masked_mean((clipped * (adv > 0)).float(), action_mask).item(),
+        "pg_clipfrac_lower": masked_mean((clipped * (adv < 0)).float(), action_mask).item(),
+        "ppo_kl": ppo_kl.item(),
+    }
+    return pg_loss, metrics
+
+
+def plain_dro(logprob, old_logprob, action_mask, advantages, beta=0.05, **_):
+    log_ratio = logprob - old_logprob
+    pg_loss = plain_agg(-(logprob * advantages.unsqueeze(-1) - 0.5 * beta * log_ratio.square()), action_mask)
+    return pg_loss, {"pg_loss": pg_loss.item(), "ppo_kl": masked_mean(-log_ratio, action_mask).item()}
+
+
+def plain_clip_cov(logprob, old_logprob, action_mask, advantages, clip=0.2, ratio=0.0002, lb=1.0, ub=5.0, **_):
+    adv = advantages.unsqueeze(-1).expand_as(logprob)
+    negative_approx_kl = logprob - old_logprob
+    r = torch.exp(negative_approx_kl)
+    ppo_kl = masked_mean(-negative_approx_kl, action_mask)
+    pg_losses1 = -adv * r
+    pg_losses2 = -adv * torch.clamp(r, 1 - clip, 1 + clip)
+    clip_by_origin = (pg_losses2 > pg_losses1) & (action_mask > 0)
+    cov_all = (adv - masked_mean(adv, action_mask)) * (logprob - masked_mean(logprob.detach(), action_mask))
+    cov_all[action_mask == 0] = -torch.inf
+    cov_all[clip_by_origin] = -torch.inf
+    clip_num = max(int(ratio * action_mask.sum().item()), 1)
+    top_k_idx = (cov_all < ub) & (cov_all > lb) & (action_mask > 0)
+    top_k_idx = torch.nonzero(top_k_idx)
+    corr = torch.ones_like(adv)
+    if len(top_k_idx) > 0:
+        perm = torch.randperm(len(top_k_idx))
+        top_k_idx = top_k_idx[perm[: min(clip_num, len(top_k_idx))]]
+        corr[top_k_idx[:, 0], top_k_idx[:, 1]] = 0
+    pg_clipfrac = masked_mean((corr == 0).float(), action_mask)
+    pg_loss = plain_agg(torch.maximum(pg_losses1, pg_losses2) * corr, action_mask)
+    return pg_loss, {"pg_clipfrac": pg_clipfrac.item(), "ppo_kl": ppo_kl.item(), "pg_loss": pg_loss.item()}
+
+
+def plain_kl_cov(logprob, old_logprob, action_mask, advantages, ratio=0.0002, coef=0.1, **_):
+    adv = advantages.unsqueeze(-1).expand_as(logprob)
+    negative_approx_kl = logprob - old_logprob
+    abs_kl = negative_approx_kl.abs()
+    pg_losses = -adv * torch.exp(negative_approx_kl)
+    idx = torch.nonzero(action_mask, as_tuple=True)
+    valid_adv, valid_lp = adv[idx], logprob[idx].detach()
+    k = max(int(ratio * len(valid_adv)), 1)
+    cov = (valid_adv - valid_adv.mean()) * (valid_lp - valid_lp.mean())
+    top = torch.topk(cov, k, largest=True).indices
+    penalized = torch.zeros_like(pg_losses, dtype=torch.bool)
+    penalized[idx[0][top], idx[1][top]] = True
+    pg_losses = torch.where(penalized, pg_losses + coef * abs_kl, pg_losses)
+    pg_loss = plain_agg(pg_losses, action_mask)
+    metrics = {
+        "ppo_kl_abs": masked_mean(abs_kl, action_mask).item(),
+        "kl_cov_frac": masked_mean(penalized.float(), action_mask).item(),
+        "pg_loss": pg_loss.item(),
+    }
+    return pg_loss, metrics
+
+
+def plain_dppo(logprob, old_logprob, action_mask, advantages, divergence="tv", clip=0.2, clip_c=3.0, **_):
+    adv = advantages.unsqueeze(-1).expand_as(logprob)
+    negative_approx_kl = torch.clamp(logprob - old_logprob, -20.0, 20.0)
+    ratio = torch.exp(negative_approx_kl)
+    ppo_kl = masked_mean(-negative_approx_kl, action_mask)
+    truncated = torch.clamp(ratio, max=clip_c).detach()
+    prob, old_prob = torch.exp(logprob), torch.exp(old_logprob)
+    if divergence == "tv":
+        positive, negative = (prob - old_prob) <= clip, (prob - old_prob) >= -clip
+    else:
+        kl = old_prob * (old_logprob - logprob) + (1 - old_prob) * torch.log((1 - old_prob + 1e-8) / (1 - prob + 1e-8))
+        positive, negative = (kl <= clip) | (prob <= old_prob), (kl <= clip) | (prob >= old_prob)
+    valid = torch.where(adv > 0, positive, negative).detach().float()
+    pg_loss = plain_agg(-adv * truncated * logprob * valid, action_mask)
+    metrics = {
+        "pg_clipfrac": masked_mean(1.0 - valid, action_mask).item(),
+        "pg_clipfrac_lower": masked_mean((ratio > clip_c).float() * valid, action_mask).item(),
+        "ppo_kl": ppo_kl.item(),
+        "pg_loss": pg_loss.item(),
+    }
+    return pg_loss, metrics
+
+
+def seeded(fn: Callable) -> Callable:
+    """`fn` after `torch.manual_seed(0)`: clip_cov draws its dropped tokens from torch's global generator, so ours and
+    the plain code (verl's `torch.randperm`) drop the same ones."""
+
+    def call(**batch: Any):
+        torch.manual_seed(0)
+        return fn(**batch)
+
+    return call
+
+
 def plain_entropy(entropy, action_mask, entropy_coef=0.01, **_):
     entropy_loss = masked_mean(entropy, action_mask)
     return entropy_loss * entropy_coef, {"entropy_loss": entropy_loss.item()}
@@ -374,6 +486,13 @@ CASES: dict[str, tuple[Callable[[], Callable], Callable]] = {
     "mix": (partial(ours_loss, "mix"), plain_mix),
     "mix_chord": (partial(ours_loss, "mix_chord"), partial(plain_mix, sft=plain_sft_phi, chord=True)),
     "dpo": (partial(ours_loss, "dpo"), plain_dpo),
+    "gpg": (partial(ours_loss, "gpg"), plain_gpg),
+    "geo_mean": (partial(ours_loss, "geo_mean"), plain_geo_mean),
+    "dro": (partial(ours_loss, "dro"), plain_dro),
+    "clip_cov": (lambda: seeded(ours_loss("clip_cov")), seeded(plain_clip_cov)),
+    "kl_cov": (partial(ours_loss, "kl_cov"), plain_kl_cov),
+    "dppo_tv": (partial(ours_loss, "dppo_tv"), plain_dppo),
+    "dppo_kl": (partial(ours_loss, "dppo_kl"), partial(plain_dppo, divergence="kl")),
     "kl/k2": (partial(ours_kl, "k2"), partial(plain_kl_loss, estimator=plain_k2)),
     "kl/low_var_kl": (partial(ours_kl, "low_var_kl"), partial(plain_kl_loss, estimator=plain_low_var_kl)),
     "entropy": (ours_entropy, plain_entropy),

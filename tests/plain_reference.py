@@ -42,6 +42,8 @@ def agg_weights(mask, mode: str, normalizer: float | None = None) -> dict:
     for b, t in valid(mask):
         if mode == "token-mean":
             weights[b, t] = 1.0 / (n + EPS)
+        elif mode == "token-sum":
+            weights[b, t] = 1.0
         elif mode == "seq-mean-token-mean":
             weights[b, t] = 1.0 / (sum(1 for m in mask[b] if m) + EPS) / rows
         elif mode == "seq-mean-token-sum":

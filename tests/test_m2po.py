@@ -130,6 +130,7 @@ MODES_MASK = [[True, True, True], [True, True, False]]
 MODES_ADV = [1.0, -1.0]  # per row
 MODES_EXPECTED = {  # (loss, gradient)
     "token-mean": (-E(0.1) / 5, [-E(0.1) / 5, -E(0.2) / 5, 0, 0, E(0.2) / 5, 0]),
+    "token-sum": (-E(0.1), [-E(0.1), -E(0.2), 0, 0, E(0.2), 0]),  # Σ
     "seq-mean-token-mean": (
         ((-E(0.1) - E(0.2)) / 3 + E(0.2) / 2) / 2,
         [-E(0.1) / 6, -E(0.2) / 6, 0, 0, E(0.2) / 4, 0],

@@ -26,9 +26,10 @@ Rules every loss (and `aggregate_loss`, the KL and entropy terms) follows:
 5. **Non-finite values propagate, masked ones never do.** NaN or ±inf in an input the loss reads, at a
    *valid* position, makes the loss NaN — even where a clamp (the ±20 log-ratio clamp of ppo, sapo,
    importance_sampling, ...) would otherwise turn it into a finite number. The guard is
-   `Σ_valid (x − x)` over every input read (`MaskedBatch.guard`), detached: exactly 0 for finite inputs
-   (the loss and its gradient are unchanged) and NaN otherwise, with no device sync. At *masked* positions
-   NaN / ±inf reach neither the loss, nor the gradient, nor the metrics.
+   0 · Σ_valid x over every input read (`MaskedBatch.guard`, summed in at least float32 over the selection the
+   loss makes anyway), detached: exactly 0 for finite inputs (the loss and its gradient are unchanged) and NaN
+   otherwise, with no device sync (and as NaN if the finite values' sum overflows float32, |Σ| > 3e38). At
+   *masked* positions NaN / ±inf reach neither the loss, nor the gradient, nor the metrics.
 
 Masked positions never reach the loss or the gradient: a loss first *selects* its inputs with
 `torch.where(mask, x, 0)` (`MaskedBatch.select`) and only then computes. Selecting before any
@@ -282,6 +283,7 @@ class MaskedBatch:
         self.global_valid_seqs = global_valid_seqs
         self.normalizer = normalizer
         self._reads: list[torch.Tensor] = [logprob]  # the inputs `guard` watches (see `read`)
+        self._selected: dict[int, torch.Tensor] = {}  # id of a watched input -> its selection (see `select`)
 
     # ---- input checks and selection ----------------------------------------------------------------
 
@@ -304,8 +306,12 @@ class MaskedBatch:
         return self.read(check_float(self.owner, name, self._check_shape(name, x)))
 
     def select(self, x: torch.Tensor, name: str = "input") -> torch.Tensor:
-        """`x` at valid positions, 0 elsewhere (NaN / inf at masked positions are dropped)."""
-        return torch.where(self.mask, self._check_shape(name, x), 0)
+        """`x` at valid positions, 0 elsewhere (NaN / inf at masked positions are dropped). The selection of a watched
+        input is kept for `guard`, which then needs no pass of its own over that input."""
+        selected = torch.where(self.mask, self._check_shape(name, x), 0)
+        if any(x is seen for seen in self._reads):
+            self._selected[id(x)] = selected
+        return selected
 
     def advantages(self, adv: Any, name: str = "advantages") -> torch.Tensor:
         """Advantages, NaN-safe: a per-token `[B, T]` input is selected (0 at masked positions); a
@@ -368,13 +374,22 @@ class MaskedBatch:
         return bool_mask(self.owner, name, x)
 
     def guard(self, loss: torch.Tensor) -> torch.Tensor:
-        """`loss` + Σ over valid positions of (x − x) for every input read: exactly `loss` (value and gradient)
-        when they are finite there, NaN when any of them is NaN or ±inf at a valid position. Detached, no sync."""
+        """`loss` + 0 · (Σ over valid positions of every input read): exactly `loss` (value and gradient) when they are
+        finite there, NaN when any of them is NaN or ±inf at a valid position. Detached, no sync. The sums run in at
+        least float32 (a float16 input's sum would overflow), over the selection `select` made where there is one
+        (no extra pass over the input)."""
         poison = None
         for x in self._reads:
-            x = x.detach()
-            poison = x - x if poison is None else poison + (x - x)
-        return loss + torch.where(self.mask, poison, 0).sum().to(loss.dtype)
+            selected = self._selected.get(id(x))
+            if selected is None:
+                selected = torch.where(self.mask, x, 0) if x.shape == self.mask.shape else self._row_select(x)
+            total = selected.detach().sum(dtype=torch.promote_types(selected.dtype, torch.float32))
+            poison = total if poison is None else poison + total
+        return loss + (poison * 0).to(loss.dtype)
+
+    def _row_select(self, column: torch.Tensor) -> torch.Tensor:
+        """A per-row `[B, 1]` input at the rows with a valid token (0 elsewhere)."""
+        return torch.where(self.row_tok.unsqueeze(-1) > 0, column, 0)
 
     # ---- counts and means ----------------------------------------------------------------------------
 

@@ -236,8 +236,18 @@ class KLCovPolicyLoss(_CovPolicyLoss):
         """Bool `[B, T]`: the max(⌊κ·n⌋, 1) valid tokens with the largest `cov` (earlier position first among
         ties), none without valid tokens. No host sync."""
         flat = torch.where(b.mask, cov, -math.inf).flatten()
-        order = torch.sort(flat, descending=True, stable=True).indices
-        rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
+        if flat.numel() == 0:
+            return b.mask
         n_valid = torch.count_nonzero(b.mask).to(torch.float64)
-        k = torch.floor(n_valid * self.kl_cov_ratio).clamp(min=1.0)
-        return b.mask & (rank.view(b.shape) < k)
+        k = torch.floor(n_valid * self.kl_cov_ratio).clamp(min=1.0).to(torch.int64)  # <= k_max: n <= B·T
+        # The k-th largest value t from the top k_max (the largest k can be: a static bound, no sync), then every
+        # value above t and, among the values equal to t, the earliest ones in row-major order up to k in all: the
+        # stable order of a full sort at the cost of a partial one.
+        k_max = min(max(math.floor(flat.numel() * self.kl_cov_ratio), 1), flat.numel())
+        top = torch.topk(flat, k_max, sorted=True).values
+        threshold = top.gather(0, (k - 1).reshape(1)).squeeze(0)
+        above = flat > threshold
+        tied = flat == threshold
+        room = k - torch.count_nonzero(above)
+        chosen = above | (tied & (torch.cumsum(tied, 0) <= room))
+        return b.mask & chosen.view(b.shape)
