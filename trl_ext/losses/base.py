@@ -427,20 +427,24 @@ class MaskedBatch:
 
     # ---- aggregation ---------------------------------------------------------------------------------
 
-    def aggregate(self, x: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
-        """Aggregate an `x` that is already 0 at masked positions (see `aggregate_loss`), guarded (`guard`)."""
+    def aggregate(self, x: torch.Tensor, loss_agg_mode: str, guarded: bool = True) -> torch.Tensor:
+        """Aggregate an `x` that is already 0 at masked positions (see `aggregate_loss`), guarded (`guard`). A loss
+        whose per-token value is a plain product of its selected inputs passes `guarded=False`: a NaN / ±inf among
+        them at a valid position makes the sum itself NaN or ±inf (0·inf is NaN), which `loss + 0·loss` turns into
+        NaN without a pass over the inputs."""
+        guard = self.guard if guarded else (lambda loss: loss + loss.detach() * 0)
         if loss_agg_mode == "token-mean":
             count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
-            return self.guard(x.sum() / (count + EPS))
+            return guard(x.sum() / (count + EPS))
         if loss_agg_mode == "token-sum":
-            return self.guard(x.sum())
+            return guard(x.sum())
         if loss_agg_mode == "seq-mean-token-mean":
-            return self.guard(self._seq_mean(self.row_mean(x)))
+            return guard(self._seq_mean(self.row_mean(x)))
         if loss_agg_mode == "seq-mean-token-sum":
-            return self.guard(self._seq_mean(x.sum(-1)))
+            return guard(self._seq_mean(x.sum(-1)))
         if loss_agg_mode == "seq-mean-token-sum-norm":
             normalizer = self.shape[1] if self.normalizer is None else self.normalizer
-            return self.guard(x.sum() / (normalizer + EPS))
+            return guard(x.sum() / (normalizer + EPS))
         check_loss_agg_mode(self.owner, loss_agg_mode)
         raise AssertionError  # unreachable
 

@@ -66,7 +66,7 @@ class DROPolicyLoss(PolicyLoss):
         per_token = -(adv * lp - 0.5 * self.dro_beta * log_ratio.square())
         if weights is not None:
             per_token = per_token * weights
-        loss = b.aggregate(b.select(per_token), self.loss_agg_mode)
+        loss = b.aggregate(per_token, self.loss_agg_mode)  # 0 at masked positions: built from selected inputs
         with torch.no_grad():
             metrics = {"pg_loss": loss.detach(), "ppo_kl": -b.mean(log_ratio.detach())}
         return loss, metrics

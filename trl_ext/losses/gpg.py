@@ -48,5 +48,5 @@ class GPGPolicyLoss(PolicyLoss):
         per_token = -b.advantages(advantages) * b.select(logprob)  # [B, 1] or [B, T] times [B, T]
         if weights is not None:
             per_token = per_token * weights
-        loss = b.aggregate(b.select(per_token), self.loss_agg_mode)
+        loss = b.aggregate(per_token, self.loss_agg_mode, guarded=False)  # a product of selected inputs
         return loss, {"pg_loss": loss.detach()}
