@@ -653,6 +653,12 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--losses", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
+    parser.add_argument(
+        "--masks",
+        default="bool,float",
+        help="the action_mask dtypes to run, comma-separated: bool (what the trainers pass) and / or float (0/1 in the "
+        "values' dtype, what Trinity-style callers pass: ours checks it holds only 0 and 1, one sync)",
+    )
     args = parser.parse_args()
 
     dtype = getattr(torch, args.dtype)
@@ -669,16 +675,23 @@ def main() -> None:
     )
     print(f"# peak memory: {memory}")
     header = ["loss", "ours ms", "plain ms", "time ratio (ours/plain)", "ours peak MiB", "plain peak MiB", "mem ratio"]
-    widths = [20, 9, 9, 23, 13, 14, 9]
+    widths = [28, 9, 9, 23, 13, 14, 9]
     print(" | ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))
     print("-|-".join("-" * w for w in widths))
 
+    masks = [m.strip() for m in args.masks.split(",") if m.strip()]
+    if not masks or set(masks) - {"bool", "float"}:
+        parser.error(f"--masks: choose from bool, float; got {args.masks!r}")
     pairs = {name: (CASES[name][0](), CASES[name][1]) for name in names}
-    for name, (ours, plain) in pairs.items():  # every value check first: a mismatch raises before any timing
-        check_same(name, ours, plain, inputs, dtype)
+    by_mask = {"bool": inputs, "float": {**inputs, "action_mask": inputs["action_mask"].to(dtype)}}
+    for mask in masks:  # every value check first: a mismatch raises before any timing
+        for name, (ours, plain) in pairs.items():
+            check_same(name, ours, plain, by_mask[mask], dtype)
 
     rows = []
-    for name, (ours, plain) in pairs.items():
+    for mask, (name, (ours, plain)) in ((m, pair) for m in masks for pair in pairs.items()):
+        inputs = by_mask[mask]
+        name = f"{name} [{mask}]" if len(masks) > 1 else name
         t_ours, t_plain = time_pair(ours, plain, inputs, args.repeats)
         m_ours, m_plain = peak_mib(ours, inputs), peak_mib(plain, inputs)
         t_ratio, m_ratio = round(t_ours / t_plain, 2), round(m_ours / m_plain, 2)

@@ -220,12 +220,13 @@ def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
         return mask
     if mask.dtype.is_complex:
         raise ValueError(f"{owner}: {name} must be a bool tensor or hold only 0 and 1, got dtype {mask.dtype}")
-    bad = (mask != 0) & (mask != 1)  # NaN included
+    nonzero = mask != 0  # NaN included
+    bad = nonzero & (mask != 1)
     if bool(bad.any()):  # the one sync of a non-bool mask
         position = [int(i) for i in bad.nonzero()[0]]
         value = mask[tuple(position)].item()
         raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1; found {value!r} at {position}")
-    return mask != 0
+    return nonzero
 
 
 # --------------------------------------------------------------------------------------------------
