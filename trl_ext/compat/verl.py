@@ -38,11 +38,11 @@ Names, signatures, defaults and return shapes are verl 0.9.1's:
 How the policy losses reuse trl_ext's: every verl aggregation is a weighted token sum Σ w·L (`agg_weights`), and
 the ppo / gspo / sapo / cispo per-token losses are positively homogeneous in the advantage (L(c·A) = c·L(A) for
 c ≥ 0: the clip side and SAPO's τ depend only on the sign of A). So the trl_ext loss is called with advantages
-A·w·rollout_is_weights and summed (`token-mean` over a window whose count + ε is 1), which is verl's aggregate of verl's
-rollout-weighted loss, gradient included. The metrics are computed here with verl's formulas. The losses that are
-not homogeneous in the advantage (dro's ½β·Δ² term, the covariance selection of clip_cov / kl_cov; gpg and
-dppo_tv / dppo_kl for symmetry) take the weights w·rollout_is_weights as their
-`importance_sampling_ratio` under the `token-sum` aggregation instead (`_summed_loss`): Σ w·rollout_is_weights·L again.
+A·w·rollout_is_weights and summed (`token-sum`), which is verl's aggregate of verl's rollout-weighted loss, gradient
+included; the metrics are computed here with verl's formulas. The losses that are not homogeneous in the advantage
+(dro's ½β·Δ² term, the covariance selection of clip_cov / kl_cov; gpg and dppo_tv / dppo_kl for symmetry) read an
+`importance_sampling_ratio` and take the weights w·rollout_is_weights there instead: Σ w·rollout_is_weights·L again
+(`_summed_loss` chooses by what the loss reads).
 `geo_mean` aggregates per sequence (the rollout weights by their per-row geometric mean), as verl does.
 
 Where the GAE and the value loss differ from verl: NaN / inf at masked positions propagate in verl (multiplied by 0)
@@ -212,7 +212,7 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (torch.where(mask.bool(), values, 0) * mask).sum() / (mask.sum() + EPS)
 
 
-def _weighted_loss(
+def _summed_loss(
     name: str,
     loss_args: dict[str, Any],
     old_log_prob: torch.Tensor,
@@ -222,26 +222,23 @@ def _weighted_loss(
     loss_agg_mode: str,
     global_batch_info: Mapping[str, Any],
     rollout_is_weights: torch.Tensor | None,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """verl's `agg_loss(L · rollout_is_weights, response_mask, loss_agg_mode, **global_batch_info)` with L the
-    per-token loss of the trl_ext loss `name`: that loss summed over advantages A·w·rollout_is_weights (see the
-    module docstring)."""
+    per-token loss of the trl_ext loss `name`, and that loss's metrics: the loss summed (`token-sum`) with the weights
+    w·rollout_is_weights as its `importance_sampling_ratio` where it reads one, else folded into the advantages (the
+    losses positively homogeneous in A, so the weights must be >= 0; see the module docstring)."""
     weights = agg_weights(response_mask, loss_agg_mode, **global_batch_info)
     if rollout_is_weights is not None:
-        if bool((rollout_is_weights < 0).any()):
-            raise ValueError(f"{name}: rollout_is_weights must be >= 0")
         weights = weights * rollout_is_weights
     with warnings.catch_warnings():  # gspo warns about any mode but seq-mean-token-mean
         warnings.simplefilter("ignore")
-        loss_fn = get_policy_loss(name, loss_agg_mode="token-mean", **loss_args)
-    loss, _ = loss_fn(
-        logprob=log_prob,
-        old_logprob=old_log_prob,
-        action_mask=response_mask.bool(),
-        advantages=advantages * weights.to(advantages.dtype),
-        global_valid_toks=1.0 - EPS,  # token-mean divides by (count + ε) = 1: the plain weighted sum
-    )
-    return loss
+        loss_fn = get_policy_loss(name, loss_agg_mode="token-sum", **loss_args)
+    batch = {"logprob": log_prob, "old_logprob": old_log_prob, "action_mask": response_mask.bool()}
+    if "importance_sampling_ratio" in loss_fn.inputs():
+        return loss_fn(**batch, advantages=advantages, importance_sampling_ratio=weights.to(log_prob.dtype))
+    if rollout_is_weights is not None and bool((rollout_is_weights < 0).any()):
+        raise ValueError(f"{name}: rollout_is_weights must be >= 0")
+    return loss_fn(**batch, advantages=advantages * weights.to(advantages.dtype))
 
 
 def _metrics(pg_clipfrac: torch.Tensor, ppo_kl: torch.Tensor, pg_clipfrac_lower: torch.Tensor) -> dict[str, float]:
@@ -260,7 +257,7 @@ def _vanilla(
     if not clip_ratio_c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}")
     loss_args = {"clip_range_low": cliprange_low, "clip_range_high": cliprange_high, "clip_ratio_c": clip_ratio_c}
-    pg_loss = _weighted_loss(
+    pg_loss, _ = _summed_loss(
         "ppo", loss_args, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, global_batch_info,
         rollout_is_weights,
     )  # fmt: skip
@@ -329,7 +326,7 @@ def compute_policy_loss_gspo(
     """GSPO-token (trl_ext `gspo`); reads `clip_ratio`, `clip_ratio_low`, `clip_ratio_high`, `global_batch_info`.
     `pg_clipfrac_lower` is 0, as in verl."""
     low, high = _clip_ratios(config)
-    pg_loss = _weighted_loss(
+    pg_loss, _ = _summed_loss(
         "gspo", {"clip_range_low": low, "clip_range_high": high}, old_log_prob, log_prob, advantages, response_mask,
         loss_agg_mode, _get(config, "global_batch_info", {}), rollout_is_weights,
     )  # fmt: skip
@@ -357,7 +354,7 @@ def compute_policy_loss_sapo(
     """SAPO (trl_ext `sapo`); reads `tau_pos`, `tau_neg`, `global_batch_info`. As in verl, the loss is always
     aggregated `seq-mean-token-mean` (`loss_agg_mode` is ignored) and `pg_clipfrac*` are 0."""
     loss_args = {"tau_pos": _get(config, "tau_pos"), "tau_neg": _get(config, "tau_neg")}
-    pg_loss = _weighted_loss(
+    pg_loss, _ = _summed_loss(
         "sapo", loss_args, old_log_prob, log_prob, advantages, response_mask, "seq-mean-token-mean",
         _get(config, "global_batch_info", {}), rollout_is_weights,
     )  # fmt: skip
@@ -380,7 +377,7 @@ def compute_policy_loss_cispo(
     """CISPO (trl_ext `cispo`): L = −sg(clip(r, 1 − ε_low, 1 + ε_high))·A·lp; reads `clip_ratio`,
     `clip_ratio_low`, `clip_ratio_high`, `global_batch_info`. `pg_clipfrac_lower` is 0, as in verl."""
     low, high = _clip_ratios(config)
-    pg_loss = _weighted_loss(
+    pg_loss, _ = _summed_loss(
         "cispo", {"clip_range_low": low, "clip_range_high": high}, old_log_prob, log_prob, advantages, response_mask,
         loss_agg_mode, _get(config, "global_batch_info", {}), rollout_is_weights,
     )  # fmt: skip
@@ -392,34 +389,6 @@ def compute_policy_loss_cispo(
             _masked_mean(clipped.float(), response_mask), _masked_mean(-log_ratio, response_mask), pg_loss.new_zeros(())
         )
     return pg_loss, metrics
-
-
-def _summed_loss(
-    name: str,
-    loss_args: dict[str, Any],
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str,
-    global_batch_info: Mapping[str, Any],
-    rollout_is_weights: torch.Tensor | None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """verl's `agg_loss(L · rollout_is_weights, response_mask, loss_agg_mode, **global_batch_info)` with L the
-    per-token loss of the trl_ext loss `name` (one that reads `importance_sampling_ratio`), and that loss's metrics:
-    the loss summed (`token-sum`) with the weights w·rollout_is_weights as its `importance_sampling_ratio` (for losses
-    not proportional to the advantage, where `_weighted_loss` does not apply)."""
-    weights = agg_weights(response_mask, loss_agg_mode, **global_batch_info)
-    if rollout_is_weights is not None:
-        weights = weights * rollout_is_weights
-    loss_fn = get_policy_loss(name, loss_agg_mode="token-sum", **loss_args)
-    return loss_fn(
-        logprob=log_prob,
-        old_logprob=old_log_prob,  # a documented batch key: ignored by a loss that does not read it (gpg)
-        action_mask=response_mask.bool(),
-        advantages=advantages,
-        importance_sampling_ratio=weights.to(log_prob.dtype),
-    )
 
 
 @register_policy_loss("gpg")
