@@ -220,13 +220,41 @@ def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
         return mask
     if mask.dtype.is_complex:
         raise ValueError(f"{owner}: {name} must be a bool tensor or hold only 0 and 1, got dtype {mask.dtype}")
-    nonzero = mask != 0  # NaN included
-    bad = nonzero & (mask != 1)
-    if bool(bad.any()):  # the one sync of a non-bool mask
-        position = [int(i) for i in bad.nonzero()[0]]
+    # m − m² is 0 exactly at 0 and 1 and nowhere else: for floats it is nonzero (or NaN / inf) at any other value and
+    # a sum of absolute values is 0 only if every term is; for integers m(m − 1) ≡ 0 mod 2^bits only at 0 and 1
+    # (m and m − 1 are coprime), counted rather than summed (a sum could wrap). One vectorized pass or two.
+    off = torch.addcmul(mask, mask, mask, value=-1)
+    bad = off.abs_().sum() if mask.dtype.is_floating_point else torch.count_nonzero(off)
+    if bool(bad != 0):  # the one sync of a non-bool mask
+        offending = (mask != 0) & (mask != 1)  # NaN included
+        position = [int(i) for i in offending.nonzero()[0]]
         value = mask[tuple(position)].item()
         raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1; found {value!r} at {position}")
-    return nonzero
+    return mask.bool()
+
+
+_SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16}
+_SAME_WIDTH_INT[torch.float16] = torch.int16
+
+
+class _Select(torch.autograd.Function):
+    """`where(mask, x, 0)` and its gradient `where(mask, grad, 0)`, each as one bitwise AND of x's bits with an integer
+    mask of x's width (all ones at valid positions, 0 elsewhere): the same bits (a masked NaN / inf becomes +0), in one
+    vectorized pass where `torch.where` runs a scalar loop on CPU (~3× slower at B·T = 2^19)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(bits)
+        return _and_bits(x, bits)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (bits,) = ctx.saved_tensors
+        return _and_bits(grad, bits), None
+
+
+def _and_bits(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    return torch.bitwise_and(x.view(bits.dtype), bits).view(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -285,6 +313,7 @@ class MaskedBatch:
         self.normalizer = normalizer
         self._reads: list[torch.Tensor] = [logprob]  # the inputs `guard` watches (see `read`)
         self._selected: dict[int, torch.Tensor] = {}  # id of a watched input -> its selection (see `select`)
+        self._bits: dict[torch.dtype, torch.Tensor] = {}  # integer masks of `_select`, by width
 
     # ---- input checks and selection ----------------------------------------------------------------
 
@@ -309,7 +338,7 @@ class MaskedBatch:
     def select(self, x: torch.Tensor, name: str = "input") -> torch.Tensor:
         """`x` at valid positions, 0 elsewhere (NaN / inf at masked positions are dropped). The selection of a watched
         input is kept for `guard`, which then needs no pass of its own over that input."""
-        selected = torch.where(self.mask, self._check_shape(name, x), 0)
+        selected = self._select(self._check_shape(name, x))
         if any(x is seen for seen in self._reads):
             self._selected[id(x)] = selected
         return selected
@@ -323,7 +352,7 @@ class MaskedBatch:
         check_float(self.owner, name, adv)
         if adv.dim() == 2 and adv.shape[1] == self.shape[1] != 1:
             self.read(adv)
-            return torch.where(self.mask, full, 0)
+            return self._select(full)
         column = adv.reshape(-1, 1)
         self.read(column)
         return torch.where(self.row_tok.unsqueeze(-1) > 0, column, 0)
@@ -383,10 +412,20 @@ class MaskedBatch:
         for x in self._reads:
             selected = self._selected.get(id(x))
             if selected is None:
-                selected = torch.where(self.mask, x, 0) if x.shape == self.mask.shape else self._row_select(x)
+                selected = self._select(x) if x.shape == self.shape else self._row_select(x)
             total = selected.detach().sum(dtype=torch.promote_types(selected.dtype, torch.float32))
             poison = total if poison is None else poison + total
         return loss + (poison * 0).to(loss.dtype)
+
+    def _select(self, x: torch.Tensor) -> torch.Tensor:
+        """`where(mask, x, 0)` (gradient included) for a floating-point `[B, T]` x, as a bitwise AND (`_Select`)."""
+        int_dtype = _SAME_WIDTH_INT.get(x.dtype)
+        if int_dtype is None:  # a float dtype without an integer twin (float8): the plain select
+            return torch.where(self.mask, x, 0)
+        bits = self._bits.get(int_dtype)
+        if bits is None:  # all ones (-1) at valid positions, 0 elsewhere; once per width
+            bits = self._bits[int_dtype] = self.mask.view(torch.uint8).to(int_dtype).neg_()
+        return _Select.apply(x, bits)
 
     def _row_select(self, column: torch.Tensor) -> torch.Tensor:
         """A per-row `[B, 1]` input at the rows with a valid token (0 elsewhere)."""
@@ -394,14 +433,19 @@ class MaskedBatch:
 
     # ---- counts and means ----------------------------------------------------------------------------
 
-    # count_nonzero counts a bool tensor in place; .sum() would first copy it to int64 / float.
+    # Counted as sums of the mask in the counts' dtype (exact up to 2^24 tokens in float32), read as uint8: a vectorized
+    # cast and sum, ~3x faster on CPU than count_nonzero of a bool tensor.
+    @cached_property
+    def _count_mask(self) -> torch.Tensor:
+        return self.mask.view(torch.uint8).to(self.count_dtype)
+
     @cached_property
     def n_tok(self) -> torch.Tensor:
-        return torch.count_nonzero(self.mask).to(self.count_dtype)
+        return self._count_mask.sum()
 
     @cached_property
     def row_tok(self) -> torch.Tensor:
-        return torch.count_nonzero(self.mask, dim=-1).to(self.count_dtype)
+        return self._count_mask.sum(-1)
 
     def _window_count(self, count: torch.Tensor | float) -> torch.Tensor | float:
         return count.to(self.count_dtype) if isinstance(count, torch.Tensor) else float(count)
@@ -415,7 +459,7 @@ class MaskedBatch:
         """Token mean over the mask of any `x` (selects first)."""
         if x.dtype == torch.bool:
             return self.mean(x & self.mask)
-        return self.mean(torch.where(self.mask, x, 0))
+        return self.mean(self._select(x))
 
     def row_mean(self, x: torch.Tensor) -> torch.Tensor:
         """Per-row (`[B]`) mean over the mask of an `x` that is already 0 at masked positions."""
