@@ -489,9 +489,11 @@ def test_numeric_mask_equals_bool_mask(name, kwargs):
     batch = make_batch()
     want, grad_want, _ = run_loss(name, kwargs, batch)
     for dtype in (torch.int64, torch.float32):
-        got, grad_got, _ = run_loss(name, kwargs, {**batch, "action_mask": batch["action_mask"].to(dtype)})
+        mask = batch["action_mask"].to(dtype)
+        got, grad_got, _ = run_loss(name, kwargs, {**batch, "action_mask": mask})
         assert torch.equal(got, want)
         assert torch.equal(grad_got, grad_want)
+        assert torch.equal(mask, batch["action_mask"].to(dtype))  # the caller's mask is never written to
 
 
 @pytest.mark.parametrize(("name", "kwargs"), [c[1:] for c in CASES], ids=CASE_IDS)

@@ -213,16 +213,16 @@ def scalar(value: float, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
-def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
-    """A mask as bool. A bool mask is returned as is (no check, no sync); a number mask must hold only 0 and 1,
-    which costs one device sync (pass a bool mask to skip it)."""
+def check_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
+    """`mask` itself, checked: bool (no check, no sync), or numbers that are all 0 or 1, which costs one device sync
+    (pass a bool mask to skip it)."""
     if mask.dtype == torch.bool:
         return mask
     if mask.dtype.is_complex:
         raise ValueError(f"{owner}: {name} must be a bool tensor or hold only 0 and 1, got dtype {mask.dtype}")
     # m − m² is 0 exactly at 0 and 1 and nowhere else: for floats it is nonzero (or NaN / inf) at any other value and
     # a sum of absolute values is 0 only if every term is; for integers m(m − 1) ≡ 0 mod 2^bits only at 0 and 1
-    # (m and m − 1 are coprime), counted rather than summed (a sum could wrap). One vectorized pass or two.
+    # (m and m − 1 are coprime), counted rather than summed (a sum could wrap).
     off = torch.addcmul(mask, mask, mask, value=-1)
     bad = off.abs_().sum() if mask.dtype.is_floating_point else torch.count_nonzero(off)
     if bool(bad != 0):  # the one sync of a non-bool mask
@@ -230,7 +230,12 @@ def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
         position = [int(i) for i in offending.nonzero()[0]]
         value = mask[tuple(position)].item()
         raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1; found {value!r} at {position}")
-    return mask.bool()
+    return mask
+
+
+def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
+    """A mask as bool: a bool mask as is (no check, no sync), a number mask checked (`check_mask`, one sync)."""
+    return check_mask(owner, name, mask).bool()
 
 
 _SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16}
@@ -302,7 +307,7 @@ class MaskedBatch:
         check_float(owner, value_name, logprob)
         self.shape = tuple(logprob.shape)
         self._check_shape(mask_name, action_mask)
-        self.mask = bool_mask(owner, mask_name, action_mask)
+        self._mask_input = check_mask(owner, mask_name, action_mask)
         # Counts in the values' precision (at least float32), so that "+ ε" is not rounded away.
         self.count_dtype = torch.promote_types(logprob.dtype, torch.float32)
         check_window_inputs(
@@ -424,7 +429,8 @@ class MaskedBatch:
             return torch.where(self.mask, x, 0)
         bits = self._bits.get(int_dtype)
         if bits is None:  # all ones (-1) at valid positions, 0 elsewhere; once per width
-            bits = self._bits[int_dtype] = self.mask.view(torch.uint8).to(int_dtype).neg_()
+            # (a copy even when the mask already has that dtype: neg_ must never write to the caller's mask)
+            bits = self._bits[int_dtype] = self._mask_numbers.to(int_dtype, copy=True).neg_()
         return _Select.apply(x, bits)
 
     def _row_select(self, column: torch.Tensor) -> torch.Tensor:
@@ -433,19 +439,26 @@ class MaskedBatch:
 
     # ---- counts and means ----------------------------------------------------------------------------
 
-    # Counted as sums of the mask in the counts' dtype (exact up to 2^24 tokens in float32), read as uint8: a vectorized
-    # cast and sum, ~3x faster on CPU than count_nonzero of a bool tensor.
     @cached_property
-    def _count_mask(self) -> torch.Tensor:
-        return self.mask.view(torch.uint8).to(self.count_dtype)
+    def mask(self) -> torch.Tensor:
+        """The mask as bool."""
+        return self._mask_input.bool()
 
+    @property
+    def _mask_numbers(self) -> torch.Tensor:
+        """The mask as 0/1 numbers without a copy: a bool mask read as uint8, a number mask as it is."""
+        given = self._mask_input
+        return given.view(torch.uint8) if given.dtype == torch.bool else given
+
+    # Counted as sums of the 0/1 numbers in the counts' dtype (exact up to 2^24 tokens in float32): a vectorized pass
+    # with no [B, T] copy, ~1.5x faster on CPU than count_nonzero of a bool tensor.
     @cached_property
     def n_tok(self) -> torch.Tensor:
-        return self._count_mask.sum()
+        return self._mask_numbers.sum(dtype=self.count_dtype)
 
     @cached_property
     def row_tok(self) -> torch.Tensor:
-        return self._count_mask.sum(-1)
+        return self._mask_numbers.sum(-1, dtype=self.count_dtype)
 
     def _window_count(self, count: torch.Tensor | float) -> torch.Tensor | float:
         return count.to(self.count_dtype) if isinstance(count, torch.Tensor) else float(count)

@@ -30,12 +30,14 @@ class _SFTBase(PolicyLoss):
 
     arguments = (loss_agg_mode_argument("token-mean"),)
 
-    def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
+    def weighted_logprob(self, lp: torch.Tensor) -> torch.Tensor:
+        """The per-token log-likelihood term w·lp of the loss L = −w·lp (lp selected: 0 at masked positions)."""
         raise NotImplementedError
 
     def __call__(self, logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        loss = b.aggregate(self.token_losses(b.select(logprob)), self.loss_agg_mode)
+        # The aggregation is linear: −agg(w·lp) = agg(−w·lp), without a [B, T] negation and its backward.
+        loss = -b.aggregate(self.weighted_logprob(b.select(logprob)), self.loss_agg_mode)
         return loss, dict.fromkeys(self.metrics, loss.detach())
 
 
@@ -45,8 +47,8 @@ class SFTLoss(_SFTBase):
 
     metrics: ClassVar[dict[str, str]] = {"sft_loss": SHARE}
 
-    def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
-        return -lp
+    def weighted_logprob(self, lp: torch.Tensor) -> torch.Tensor:
+        return lp
 
 
 @register_policy_loss("sft_is")
@@ -55,8 +57,8 @@ class SFTISLoss(_SFTBase):
 
     metrics: ClassVar[dict[str, str]] = {"sft_is_loss": SHARE}
 
-    def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
-        return lp * torch.exp(lp.detach()).neg_()
+    def weighted_logprob(self, lp: torch.Tensor) -> torch.Tensor:
+        return lp * torch.exp(lp.detach())
 
 
 @register_policy_loss("sft_phi")
@@ -79,10 +81,10 @@ class SFTPhiLoss(_SFTBase):
     )
     metrics: ClassVar[dict[str, str]] = {"sft_phi_loss": SHARE}
 
-    def token_losses(self, lp: torch.Tensor) -> torch.Tensor:
+    def weighted_logprob(self, lp: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             prob = torch.exp(lp)
-            phi = prob * (1.0 - prob)
+            phi = torch.addcmul(prob, prob, prob, value=-1)  # p − p² = p(1 − p), one pass
         if self.cutoff_prob < 1.0:
             lp = lp.clamp(max=math.log(self.cutoff_prob))
-        return lp * phi.neg_()
+        return lp * phi
