@@ -427,6 +427,27 @@ def test_a_bool_mask_costs_no_sync(name, kwargs, monkeypatch):
             fn(**{**batch, "action_mask": MASK.float()})
 
 
+@pytest.mark.parametrize(("name", "kwargs"), CASE_ARGS, ids=CASE_IDS)
+def test_a_number_mask_multiplies_and_selects_only_when_an_input_is_not_finite(name, kwargs, monkeypatch):
+    """With a 0/1 float mask a loss multiplies by it, as the reference does (no bitwise select), and checks that the
+    result is finite; with a NaN at a masked position it recomputes with the select and ignores the NaN."""
+    fn = build(name, **kwargs)
+    batch = full_batch() if name.startswith("mix") else make_batch()
+    want, want_metrics = fn(**batch)
+    selects = []
+    real_select = base._Select.apply
+    monkeypatch.setattr(base._Select, "apply", lambda *a: selects.append(1) or real_select(*a))
+    number = {**batch, "action_mask": batch["action_mask"].to(batch["logprob"].dtype)}
+    got, got_metrics = fn(**number)
+    assert torch.equal(got, want)
+    assert not selects or name.startswith("mix")  # MIX hands its parts bool masks (the rollout and expert rows)
+    dirty = {**number, "logprob": batch["logprob"].clone()}
+    dirty["logprob"][~batch["action_mask"]] = math.nan
+    got, got_metrics = fn(**dirty)
+    assert torch.equal(got, want) and selects
+    assert all(torch.equal(got_metrics[k], v) for k, v in want_metrics.items() if k != "seq_mask/masked_tokens")
+
+
 # ==================================================================================================
 # 4. Empty batches
 # ==================================================================================================

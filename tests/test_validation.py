@@ -415,11 +415,15 @@ def test_clean_batch_baseline(name, kwargs):
     check_metrics(metrics)
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float64], ids=["bool", "float"])
 @pytest.mark.parametrize("fill", ["nan", "inf", "-inf", "mixed"])
 @pytest.mark.parametrize(("name", "kwargs"), [c[1:] for c in CASES], ids=CASE_IDS)
-def test_masked_nan_inf_do_not_leak(name, kwargs, fill):
+def test_masked_nan_inf_do_not_leak(name, kwargs, fill, mask_dtype):
+    """With a float mask the loss first multiplies by the mask, finds the result not finite and recomputes it with the
+    select (`multiplying_number_masks`): the same values as the clean batch's with a bool mask."""
     clean = make_batch()
     dirty = make_batch()
+    dirty["action_mask"] = dirty["action_mask"].to(mask_dtype)
     fills = {"nan": [math.nan], "inf": [math.inf], "-inf": [-math.inf], "mixed": [math.nan, math.inf, -math.inf]}[fill]
     n_masked = int((~MASK).sum())
     poison = torch.tensor([fills[i % len(fills)] for i in range(n_masked)], dtype=torch.float64)

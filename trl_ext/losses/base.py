@@ -39,11 +39,13 @@ into `x`, while `exp(where(m, x, 0))` does not.
 
 from __future__ import annotations
 
+import contextvars
 import difflib
+import functools
 import inspect
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -263,6 +265,54 @@ def _and_bits(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------
+# Number masks: the reference's multiplication, checked once at the end
+# --------------------------------------------------------------------------------------------------
+
+_SAFE = "safe"
+_NUMBER_MASKS: contextvars.ContextVar[list | str | None] = contextvars.ContextVar("trl_ext_number_masks", default=None)
+"""Inside a `multiplying_number_masks` call: the list of the `MaskedBatch`es that multiply by a number mask (or
+`_SAFE` while that call recomputes with the bitwise select); outside one: None (every batch selects)."""
+
+
+def multiplying_number_masks(call: Callable) -> Callable:
+    """Wrap a loss's `__call__` (returning `(loss, metrics)`) so that a number (0/1) mask selects by multiplying, x·m,
+    as the reference does — one vectorized pass, no integer mask to build — instead of the bitwise select.
+
+    x·m equals the select wherever x is finite, but a NaN / ±inf at a masked position would leak through it (0·inf is
+    NaN). So, if any `MaskedBatch` of the call multiplied, the loss and its metrics are checked to be finite (one
+    device sync, besides the mask check's): a finite result proves every input the loss read was finite at every
+    position (each input's x·m is summed into the loss by `guard`), so multiplying changed nothing; otherwise the
+    call runs again with the select, which drops masked NaN / inf and keeps the NaN of a valid position. Bool masks
+    (the trainers') never multiply: no sync, no second run. A call nested in another (MIX's parts) follows the outer
+    one's mode and is checked with it."""
+
+    @functools.wraps(call)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if _NUMBER_MASKS.get() is not None:  # nested: the outer call checks
+            return call(*args, **kwargs)
+        multiplied: list = []
+        token = _NUMBER_MASKS.set(multiplied)
+        try:
+            loss, metrics = call(*args, **kwargs)
+        finally:
+            _NUMBER_MASKS.reset(token)
+        if not multiplied or _all_finite(loss, metrics):
+            return loss, metrics
+        token = _NUMBER_MASKS.set(_SAFE)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _NUMBER_MASKS.reset(token)
+
+    return checked
+
+
+def _all_finite(loss: torch.Tensor, metrics: Mapping[str, Any]) -> bool:
+    values = [v for v in (loss, *metrics.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    return bool(torch.stack([v.detach().reshape(()).float() for v in values]).isfinite().all())
+
+
+# --------------------------------------------------------------------------------------------------
 # The masked batch view
 # --------------------------------------------------------------------------------------------------
 
@@ -308,6 +358,11 @@ class MaskedBatch:
         self.shape = tuple(logprob.shape)
         self._check_shape(mask_name, action_mask)
         self._mask_input = check_mask(owner, mask_name, action_mask)
+        mode = _NUMBER_MASKS.get()
+        self._multiply = isinstance(mode, list) and action_mask.dtype != torch.bool  # see multiplying_number_masks
+        if self._multiply:
+            mode.append(self)
+        self._as_dtype: dict[torch.dtype, torch.Tensor] = {}  # the number mask in the values' dtypes
         # Counts in the values' precision (at least float32), so that "+ ε" is not rounded away.
         self.count_dtype = torch.promote_types(logprob.dtype, torch.float32)
         check_window_inputs(
@@ -423,7 +478,13 @@ class MaskedBatch:
         return loss + (poison * 0).to(loss.dtype)
 
     def _select(self, x: torch.Tensor) -> torch.Tensor:
-        """`where(mask, x, 0)` (gradient included) for a floating-point `[B, T]` x, as a bitwise AND (`_Select`)."""
+        """`where(mask, x, 0)` (gradient included) for a floating-point `[B, T]` x, as a bitwise AND (`_Select`), or
+        x·m for a number mask inside a `multiplying_number_masks` call."""
+        if self._multiply:
+            mask = self._as_dtype.get(x.dtype)
+            if mask is None:
+                mask = self._as_dtype[x.dtype] = self._mask_input.to(x.dtype)
+            return x * mask
         int_dtype = _SAME_WIDTH_INT.get(x.dtype)
         if int_dtype is None:  # a float dtype without an integer twin (float8): the plain select
             return torch.where(self.mask, x, 0)
@@ -605,6 +666,11 @@ class PolicyLoss(Component):
 
     window_inputs: ClassVar[tuple[str, ...]] = WINDOW_INPUTS
     """The keyword-only window inputs the loss reads through `**kwargs` (beyond its named parameters)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__call__" in cls.__dict__:
+            cls.__call__ = multiplying_number_masks(cls.__dict__["__call__"])
 
     def __init__(self, backend: str = "verl", **kwargs: Any) -> None:
         # Trinity-RFT maps batch keys per training backend; here every key has Trinity's name, so

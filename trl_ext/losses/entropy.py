@@ -31,6 +31,7 @@ from .base import (
     check_window_inputs,
     declared_inputs,
     masked_batch,
+    multiplying_number_masks,
     part_windows,
 )
 
@@ -58,6 +59,7 @@ class EntropyFn(Component):
     def owner(self) -> str:
         return f"{self.name} entropy"
 
+    @multiplying_number_masks
     def __call__(
         self,
         entropy: torch.Tensor,

@@ -37,6 +37,7 @@ from .base import (
     check_loss_agg_mode,
     declared_inputs,
     masked_batch,
+    multiplying_number_masks,
     scalar,
 )
 
@@ -96,6 +97,7 @@ class KLFn(Component):
         """The estimator in terms of d = ref − lp (and lp − old for corrected_k3)."""
         raise NotImplementedError
 
+    @multiplying_number_masks
     def calculate_kl_loss(
         self,
         logprob: torch.Tensor,
