@@ -45,6 +45,7 @@ import functools
 import inspect
 import math
 import numbers
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, ClassVar
@@ -215,13 +216,27 @@ def scalar(value: float, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
+_CHECKED_NUMBER_MASKS: dict[int, tuple[weakref.ref, int]] = {}
+"""id of a number mask found to hold only 0 and 1 -> (a weak reference to it, its version counter then)."""
+
+
 def check_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
     """`mask` itself, checked: bool (no check, no sync), or numbers that are all 0 or 1, which costs one device sync
-    (pass a bool mask to skip it)."""
+    (pass a bool mask to skip it).
+
+    A number mask that passed is remembered (weakly) with its version counter, the counter autograd reads to detect a
+    tensor changed in place: the same tensor, unchanged since, is not checked again (a Trinity-style step hands one
+    mask to the policy loss, the KL term and the entropy term). Any in-place change made through torch (its views
+    included) bumps the counter and brings the check back; a change made behind torch's back (through `.data`, a NumPy
+    view or DLPack) is not seen."""
     if mask.dtype == torch.bool:
         return mask
     if mask.dtype.is_complex:
         raise ValueError(f"{owner}: {name} must be a bool tensor or hold only 0 and 1, got dtype {mask.dtype}")
+    version = None if mask.is_inference() else mask._version  # inference tensors have no version counter
+    seen = _CHECKED_NUMBER_MASKS.get(id(mask))
+    if version is not None and seen is not None and seen[0]() is mask and seen[1] == version:
+        return mask
     # m − m² is 0 exactly at 0 and 1 and nowhere else: for floats it is nonzero (or NaN / inf) at any other value and
     # a sum of absolute values is 0 only if every term is; for integers m(m − 1) ≡ 0 mod 2^bits only at 0 and 1
     # (m and m − 1 are coprime), counted rather than summed (a sum could wrap).
@@ -232,6 +247,10 @@ def check_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
         position = [int(i) for i in offending.nonzero()[0]]
         value = mask[tuple(position)].item()
         raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1; found {value!r} at {position}")
+    if version is not None:
+        key = id(mask)
+        forget = lambda _, key=key: _CHECKED_NUMBER_MASKS.pop(key, None)  # noqa: E731 (when the mask is freed)
+        _CHECKED_NUMBER_MASKS[key] = (weakref.ref(mask, forget), version)
     return mask
 
 
@@ -395,12 +414,15 @@ class MaskedBatch:
         """A per-token input `[B, T]` of floating-point values that the loss reads (remembered for `guard`)."""
         return self.read(check_float(self.owner, name, self._check_shape(name, x)))
 
-    def select(self, x: torch.Tensor, name: str = "input") -> torch.Tensor:
+    def select(self, x: torch.Tensor, name: str = "input", covers: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
         """`x` at valid positions, 0 elsewhere (NaN / inf at masked positions are dropped). The selection of a watched
-        input is kept for `guard`, which then needs no pass of its own over that input."""
+        input is kept for `guard`, which then needs no pass of its own over that input; so is the selection of an `x`
+        computed from watched inputs `covers` such that a NaN / ±inf in any of them makes `x` NaN / ±inf there (their
+        difference `logprob − old_logprob`: inf − inf is NaN)."""
         selected = self._select(self._check_shape(name, x))
-        if any(x is seen for seen in self._reads):
-            self._selected[id(x)] = selected
+        for watched in (x, *covers):
+            if any(watched is seen for seen in self._reads):
+                self._selected[id(watched)] = selected
         return selected
 
     def advantages(self, adv: Any, name: str = "advantages") -> torch.Tensor:
@@ -468,11 +490,14 @@ class MaskedBatch:
         finite there, NaN when any of them is NaN or ±inf at a valid position. Detached, no sync. The sums run in at
         least float32 (a float16 input's sum would overflow), over the selection `select` made where there is one
         (no extra pass over the input)."""
-        poison = None
+        poison, summed = None, set()
         for x in self._reads:
             selected = self._selected.get(id(x))
             if selected is None:
                 selected = self._select(x) if x.shape == self.shape else self._row_select(x)
+            elif id(selected) in summed:  # one selection covering several inputs (`select`'s covers)
+                continue
+            summed.add(id(selected))
             total = selected.detach().sum(dtype=torch.promote_types(selected.dtype, torch.float32))
             poison = total if poison is None else poison + total
         return loss + (poison * 0).to(loss.dtype)

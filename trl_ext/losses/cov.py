@@ -72,7 +72,7 @@ class _CovPolicyLoss(PolicyLoss):
         b = self.masked_batch(logprob, action_mask, kwargs)
         adv = b.advantages(advantages)
         weights = b.token_weights(importance_sampling_ratio)
-        delta = b.select(logprob - b.check("old_logprob", old_logprob))
+        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
         with torch.no_grad():
             adv_tok = b.select(adv.expand(b.shape))
             lp = b.select(logprob.detach())

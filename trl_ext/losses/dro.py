@@ -62,7 +62,7 @@ class DROPolicyLoss(PolicyLoss):
         adv = b.advantages(advantages)
         weights = b.token_weights(importance_sampling_ratio)
         lp = b.select(logprob)
-        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
+        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
         per_token = -(adv * lp - 0.5 * self.dro_beta * log_ratio.square())
         if weights is not None:
             per_token = per_token * weights

@@ -101,7 +101,7 @@ class GMPOPolicyLoss(PolicyLoss):
         b = self.masked_batch(logprob, action_mask, kwargs)
         adv = b.advantages(advantages)  # [B, 1] or [B, T], 0 at masked positions / empty rows
         weights = b.token_weights(importance_sampling_ratio)
-        delta = b.select(logprob - b.check("old_logprob", old_logprob))
+        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
         positive, negative = adv > 0, adv < 0
         # sign(A)·min(sign(A)·Δ, sign(A)·clamp(Δ, −ε_low, ε_high)): one clamp per side, 0 where A = 0.
         clipped_delta = torch.where(

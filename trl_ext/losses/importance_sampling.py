@@ -40,7 +40,9 @@ class ImportanceSamplingLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
+        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)).clamp(
+            -20.0, 20.0
+        )
         ratio = torch.exp(delta)
         loss = b.aggregate(b.select(-b.advantages(advantages) * ratio), self.loss_agg_mode)
         with torch.no_grad():

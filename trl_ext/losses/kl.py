@@ -119,10 +119,10 @@ class KLFn(Component):
         ignored. A non-bool `response_mask` must hold only 0 and 1 (checked: one device sync)."""
         check_loss_agg_mode(self.name, loss_agg_mode)
         b = masked_batch(self.name, self.inputs(), logprob, response_mask, window, mask_name="response_mask")
-        d = b.select(b.check("ref_logprob", ref_logprob) - logprob)
+        d = b.select(b.check("ref_logprob", ref_logprob) - logprob, covers=(logprob, ref_logprob))
         log_ratio = None
         if old_logprob is not None and self.uses_old_logprob:
-            log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
+            log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
         kl = self.kl_from_log_ratio(d, log_ratio)
         if token_weights is not None:
             kl = b.select((kl * token_weights).expand(b.shape))

@@ -160,7 +160,7 @@ class M2POPolicyLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
+        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
         adv = b.advantages(advantages)
         keep, stats = m2po_mask(log_ratio, adv, b.mask, self.m2_threshold)
         clamped = log_ratio.detach().clamp(-self.log_ratio_clip, self.log_ratio_clip)

@@ -149,7 +149,7 @@ class RECPolicyLoss(PolicyLoss):
         lp = b.select(logprob)
         with torch.no_grad():
             adv = b.advantages(advantages)
-            delta = b.select(logprob.detach() - old)
+            delta = b.select(logprob.detach() - old, covers=(logprob, old))
             ratio = torch.exp(delta)
             seq_ratio = None
             if self.clip_mode == "gspo-one-side":
@@ -167,7 +167,7 @@ class RECPolicyLoss(PolicyLoss):
         if self.regularizer == "forward-kl":
             pg_losses = pg_losses - self.regularizer_coef * lp
         elif self.regularizer == "k2":
-            pg_losses = pg_losses + self.regularizer_coef * b.select(logprob - old).square()
+            pg_losses = pg_losses + self.regularizer_coef * b.select(logprob - old, covers=(logprob, old)).square()
         loss = b.aggregate(pg_losses, self.loss_agg_mode)
         if clipfrac is None:  # clip_mode "none" keeps every token
             clipfrac = torch.zeros((), dtype=loss.dtype, device=loss.device)

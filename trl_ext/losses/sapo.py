@@ -90,13 +90,13 @@ class SAPOPolicyLoss(PolicyLoss):
         old = b.check("old_logprob", old_logprob)
         if self.detach_gate:
             with torch.no_grad():
-                delta = b.select(logprob.detach() - old).clamp(-20.0, 20.0)
+                delta = b.select(logprob.detach() - old, covers=(logprob, old)).clamp(-20.0, 20.0)
                 ratio = torch.exp(delta)
                 gate = self.soft_gate_function(ratio, adv)
                 coef = -adv * gate
             sapo_losses = coef * b.select(logprob)
         else:
-            delta = b.select(logprob - old).clamp(-20.0, 20.0)
+            delta = b.select(logprob - old, covers=(logprob, old)).clamp(-20.0, 20.0)
             ratio = torch.exp(delta)
             gate = self.soft_gate_function(ratio, adv)
             sapo_losses = b.select(-adv * gate)

@@ -49,7 +49,7 @@ class SPPOPolicyLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        delta = b.select(logprob - b.check("old_logprob", old_logprob))
+        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
         with torch.no_grad():
             ratio = torch.exp(delta)
             outside = (ratio < 1.0 / (1.0 + self.epsilon)) | (ratio > 1.0 + self.epsilon)

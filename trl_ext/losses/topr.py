@@ -52,7 +52,9 @@ class TOPRPolicyLoss(PolicyLoss):
         b = self.masked_batch(logprob, action_mask, kwargs)
         with torch.no_grad():
             adv = b.advantages(advantages)
-            ratio = torch.exp(b.select(logprob.detach() - b.check("old_logprob", old_logprob)))
+            ratio = torch.exp(
+                b.select(logprob.detach() - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
+            )
             alpha = torch.where(adv <= self.advantage_threshold, ratio.clamp(0.0, 1.0), 1.0)
             metrics = {"avg_alpha": b.valid_mean(alpha), "avg_ratio": b.valid_mean(ratio)}
             coef = alpha.mul_(adv).neg_()  # −α·A
