@@ -577,20 +577,40 @@ class MaskedBatch:
         them at a valid position makes the sum itself NaN or ±inf (0·inf is NaN), which `loss + 0·loss` turns into
         NaN without a pass over the inputs."""
         guard = self.guard if guarded else (lambda loss: loss + loss.detach() * 0)
-        if loss_agg_mode == "token-mean":
-            count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
-            return guard(x.sum() / (count + EPS))
-        if loss_agg_mode == "token-sum":
-            return guard(x.sum())
         if loss_agg_mode == "seq-mean-token-mean":
             return guard(self._seq_mean(self.row_mean(x)))
         if loss_agg_mode == "seq-mean-token-sum":
             return guard(self._seq_mean(x.sum(-1)))
+        return guard(self._token_mode(x.sum(), loss_agg_mode))
+
+    def _token_mode(self, total: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+        """A token mode's aggregate from the sum over all valid tokens (ValueError for an unknown mode)."""
+        if loss_agg_mode == "token-mean":
+            count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
+            return total / (count + EPS)
+        if loss_agg_mode == "token-sum":
+            return total
         if loss_agg_mode == "seq-mean-token-sum-norm":
             normalizer = self.shape[1] if self.normalizer is None else self.normalizer
-            return guard(x.sum() / (normalizer + EPS))
+            return total / (normalizer + EPS)
         check_loss_agg_mode(self.owner, loss_agg_mode)
         raise AssertionError  # unreachable
+
+    def aggregate_scaled_rows(self, column: torch.Tensor, x: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+        """`aggregate(column · x, loss_agg_mode, guarded=False)` for a per-row `[B, 1]` column and an `x` already 0 at
+        masked positions, from x's row sums: every mode is a function of the rows' Σ_t column·x = column · Σ_t x, so
+        the `[B, T]` product (and its backward) is never made. For a `[B, T]` column: the product, aggregated. Not
+        guarded: the loss is NaN / ±inf wherever column · x is (a product of selected inputs)."""
+        if column.shape[-1] != 1 or self.shape[1] == 1:
+            return self.aggregate(column * x, loss_agg_mode, guarded=False)
+        rows = column.squeeze(-1) * x.sum(-1)
+        if loss_agg_mode == "seq-mean-token-mean":
+            loss = self._seq_mean(rows / (self.row_tok + EPS))
+        elif loss_agg_mode == "seq-mean-token-sum":
+            loss = self._seq_mean(rows)
+        else:
+            loss = self._token_mode(rows.sum(), loss_agg_mode)
+        return loss + loss.detach() * 0
 
     def _seq_mean(self, rows: torch.Tensor) -> torch.Tensor:
         if self.global_valid_seqs is None:

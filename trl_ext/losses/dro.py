@@ -63,10 +63,12 @@ class DROPolicyLoss(PolicyLoss):
         weights = b.token_weights(importance_sampling_ratio)
         lp = b.select(logprob)
         log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
-        per_token = -(adv * lp - 0.5 * self.dro_beta * log_ratio.square())
+        # −(A·lp − β/2·log_ratio²) in two passes; NaN / ±inf wherever an input is (a square and a product of the
+        # selected inputs), so no separate guard pass.
+        per_token = torch.addcmul(lp * -adv, log_ratio, log_ratio, value=0.5 * self.dro_beta)
         if weights is not None:
             per_token = per_token * weights
-        loss = b.aggregate(per_token, self.loss_agg_mode)  # 0 at masked positions: built from selected inputs
+        loss = b.aggregate(per_token, self.loss_agg_mode, guarded=False)  # 0 at masked positions
         with torch.no_grad():
             metrics = {"pg_loss": loss.detach(), "ppo_kl": -b.mean(log_ratio.detach())}
         return loss, metrics

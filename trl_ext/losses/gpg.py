@@ -45,8 +45,8 @@ class GPGPolicyLoss(PolicyLoss):
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
         weights = b.token_weights(importance_sampling_ratio)
-        per_token = -b.advantages(advantages) * b.select(logprob)  # [B, 1] or [B, T] times [B, T]
+        coef = -b.advantages(advantages)  # [B, 1] or [B, T]
         if weights is not None:
-            per_token = per_token * weights
-        loss = b.aggregate(per_token, self.loss_agg_mode, guarded=False)  # a product of selected inputs
+            coef = coef * weights
+        loss = b.aggregate_scaled_rows(coef, b.select(logprob), self.loss_agg_mode)  # a product of selected inputs
         return loss, {"pg_loss": loss.detach()}

@@ -93,6 +93,10 @@ class KLFn(Component):
         """Per-token KL estimate `[B, T]` (unmasked)."""
         return self.kl_from_log_ratio(ref_logprob - logprob, None if old_logprob is None else logprob - old_logprob)
 
+    clamps: ClassVar[bool] = False
+    """Whether the estimator clamps (`low_var_kl`): a clamp can turn an infinite d into a finite KL, so the loss then
+    sums the inputs to stay NaN (`MaskedBatch.guard`); the others are NaN / ±inf wherever d is."""
+
     def kl_from_log_ratio(self, d: torch.Tensor, log_ratio_old: torch.Tensor | None = None) -> torch.Tensor:
         """The estimator in terms of d = ref − lp (and lp − old for corrected_k3)."""
         raise NotImplementedError
@@ -126,7 +130,7 @@ class KLFn(Component):
         kl = self.kl_from_log_ratio(d, log_ratio)
         if token_weights is not None:
             kl = b.select((kl * token_weights).expand(b.shape))
-        kl_loss = b.aggregate(kl, loss_agg_mode)  # 0 at masked positions
+        kl_loss = b.aggregate(kl, loss_agg_mode, guarded=self.clamps)  # 0 at masked positions
         metrics = {
             "kl_loss": kl_loss.detach(),
             "kl_coef": scalar(self.kl_coef, kl_loss),
@@ -199,7 +203,7 @@ class K1(KLFn):
 @KL_FNS.register("mse")
 class K2(KLFn):
     def kl_from_log_ratio(self, d, log_ratio_old=None):
-        return 0.5 * d.square()
+        return d.square().mul_(0.5)  # in place on the square (its backward reads d, not the square)
 
 
 @KL_FNS.register("k3")
@@ -210,6 +214,8 @@ class K3(KLFn):
 
 @KL_FNS.register("low_var_kl")
 class LowVarKL(KLFn):
+    clamps = True
+
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         d = d.clamp(-20.0, 20.0)
         return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
@@ -224,6 +230,7 @@ class AbsKL(KLFn):
 @KL_FNS.register("corrected_k3")
 class CorrectedK3(KLFn):
     uses_old_logprob = True
+    clamps = True  # the clamped importance weight
 
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         k3 = torch.exp(d) - 1.0 - d
