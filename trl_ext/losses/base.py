@@ -20,7 +20,9 @@ Rules every loss (and `aggregate_loss`, the KL and entropy terms) follows:
    are numbers >= 0 or 0-dim real tensors. Anything else is a ValueError naming the input.
 3. **Masks are masks.** A mask is bool, or a number tensor holding only 0 and 1; any other value (0.5,
    2, NaN) is a ValueError naming the mask and the first offending position. That check costs one device
-   sync, so it only runs for non-bool masks: pass a bool mask (as the trl_ext trainers do) to skip it.
+   sync, so it only runs for non-bool masks (and once per mask tensor until it changes in place: `check_mask`);
+   a number mask then selects by multiplying, and the loss checks its result is finite (one more sync,
+   `multiplying_number_masks`). Pass a bool mask (as the trl_ext trainers do) for no sync at all.
 4. **An empty batch (B = 0 or T = 0) gives a finite 0 loss** with a zero (or empty) gradient and finite
    (0) metrics, under every aggregation mode.
 5. **Non-finite values propagate, masked ones never do.** NaN or ±inf in an input the loss reads, at a
@@ -31,8 +33,8 @@ Rules every loss (and `aggregate_loss`, the KL and entropy terms) follows:
    otherwise, with no device sync (and as NaN if the finite values' sum overflows float32, |Σ| > 3e38). At
    *masked* positions NaN / ±inf reach neither the loss, nor the gradient, nor the metrics.
 
-Masked positions never reach the loss or the gradient: a loss first *selects* its inputs with
-`torch.where(mask, x, 0)` (`MaskedBatch.select`) and only then computes. Selecting before any
+Masked positions never reach the loss or the gradient: a loss first *selects* its inputs,
+`where(mask, x, 0)` (`MaskedBatch.select`, computed as a bitwise AND), and only then computes. Selecting before any
 arithmetic matters for the gradient too: `where(m, exp(x), 0)` still back-propagates `0 * exp(nan)`
 into `x`, while `exp(where(m, x, 0))` does not.
 """
