@@ -859,3 +859,27 @@ def test_fuzz_kl_entropy_aggregate_inputs(what, key, bad):
     kwargs[key] = bad
     with pytest.raises(ValueError, match=re.escape(key)):
         fn(**kwargs)
+
+
+def test_a_number_mask_is_checked_once_until_it_changes_in_place(monkeypatch):
+    """A float mask that passed its 0/1 check is not checked again while unchanged (its version counter); a change in
+    place, directly or through a view, brings the check back and a bad value is refused."""
+    fn = build("ppo")
+    batch = make_batch()
+    mask = batch["action_mask"].to(torch.float64)
+    checks = []
+    real_addcmul = torch.addcmul
+    monkeypatch.setattr(torch, "addcmul", lambda *a, **k: checks.append(1) or real_addcmul(*a, **k))
+    want, _ = fn(**batch)
+    for _ in range(3):
+        got, _ = fn(**{**batch, "action_mask": mask})
+        assert torch.equal(got, want)
+    assert len(checks) == 1
+    mask[0, 0] = 0.5
+    with pytest.raises(ValueError, match=r"action_mask must be boolean or contain only 0 and 1; found 0.5 at \[0, 0\]"):
+        fn(**{**batch, "action_mask": mask})
+    mask[0, 0] = 1.0
+    fn(**{**batch, "action_mask": mask})
+    mask[1:][0, 3] = 2.0  # through a view: the same version counter
+    with pytest.raises(ValueError, match=r"found 2.0 at \[1, 3\]"):
+        fn(**{**batch, "action_mask": mask})
