@@ -92,7 +92,7 @@ def m2po_mask(
         # Sort the trust-region values (the others as +inf, after them); stable, as the reference's sort.
         flat = torch.where(trust, m2, math.inf).reshape(-1)
         positions = torch.arange(flat.numel(), device=flat.device)
-        values, order = _stable_sort(flat, positions)
+        values, order = _stable_sort(flat)
         prefix_means = values.cumsum(0) / (positions + 1).to(dtype)
         keep_count = torch.count_nonzero(prefix_means <= at_most)
         rank = torch.empty_like(order).scatter_(0, order, positions).view(trust.shape)
@@ -110,15 +110,14 @@ def m2po_mask(
     return keep, stats
 
 
-def _stable_sort(flat: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`torch.sort(flat, stable=True)` of values >= 0 (+inf and NaN included). In float32, as one unstable sort of
-    int64 keys (the value's bits, which order as the values do for non-negative floats, then the position: every key
-    is distinct, so the order is the stable one), about 2.5× faster on CPU than a stable float sort."""
-    if flat.dtype != torch.float32 or flat.numel() >= 2**32:
+def _stable_sort(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.sort(flat, stable=True)` of values >= 0 (+inf and NaN included). In float32, as a stable sort of the
+    values' int32 bits, which order as the values do for non-negative floats, +inf and then NaN last (the sign bit
+    cleared: a NaN may carry one): the same order, ~3× faster on CPU than a stable float sort."""
+    if flat.dtype != torch.float32:
         return torch.sort(flat, stable=True)
-    keys = (flat.view(torch.int32).to(torch.int64) << 32) | positions
-    order = torch.sort(keys).values & 0xFFFFFFFF
-    return flat[order], order
+    bits, order = torch.sort(flat.view(torch.int32) & 0x7FFFFFFF, stable=True)
+    return bits.view(torch.float32), order
 
 
 @register_policy_loss("m2po")
