@@ -393,7 +393,9 @@ class MaskedBatch:
         self.global_valid_seqs = global_valid_seqs
         self.normalizer = normalizer
         self._reads: list[torch.Tensor] = [logprob]  # the inputs `guard` watches (see `read`)
-        self._selected: dict[int, torch.Tensor] = {}  # id of a watched input -> its selection (see `select`)
+        self._selected: dict[int, torch.Tensor] = {}  # id of a watched input -> a selection covering it (`select`)
+        self._own_selection: dict[int, torch.Tensor] = {}  # id of a watched input -> its own selection
+        self._row_sums: dict[int, torch.Tensor] = {}  # id of a selection -> its row sums (`row_sums`)
         self._bits: dict[torch.dtype, torch.Tensor] = {}  # integer masks of `_select`, by width
 
     # ---- input checks and selection ----------------------------------------------------------------
@@ -417,15 +419,28 @@ class MaskedBatch:
         return self.read(check_float(self.owner, name, self._check_shape(name, x)))
 
     def select(self, x: torch.Tensor, name: str = "input", covers: tuple[torch.Tensor, ...] = ()) -> torch.Tensor:
-        """`x` at valid positions, 0 elsewhere (NaN / inf at masked positions are dropped). The selection of a watched
-        input is kept for `guard`, which then needs no pass of its own over that input; so is the selection of an `x`
-        computed from watched inputs `covers` such that a NaN / ±inf in any of them makes `x` NaN / ±inf there (their
-        difference `logprob − old_logprob`: inf − inf is NaN)."""
+        """`x` at valid positions, 0 elsewhere (NaN / inf at masked positions are dropped). A watched input is selected
+        once (a second call returns the same tensor) and its selection is kept for `guard`, which then needs no pass of
+        its own over that input; so is the selection of an `x` computed from watched inputs `covers` such that a NaN /
+        ±inf in any of them makes `x` NaN / ±inf there (their difference `logprob − old_logprob`: inf − inf is NaN)."""
+        watched = any(x is seen for seen in self._reads)
+        earlier = self._own_selection.get(id(x)) if watched else None
+        if earlier is not None and (earlier.requires_grad or not (x.requires_grad and torch.is_grad_enabled())):
+            return earlier  # (not one made under no_grad where a gradient is wanted now)
         selected = self._select(self._check_shape(name, x))
-        for watched in (x, *covers):
-            if any(watched is seen for seen in self._reads):
-                self._selected[id(watched)] = selected
+        if watched:
+            self._own_selection[id(x)] = selected
+        for source in (x, *covers):
+            if any(source is seen for seen in self._reads):
+                self._selected[id(source)] = selected
         return selected
+
+    def row_sums(self, selected: torch.Tensor) -> torch.Tensor:
+        """`selected.sum(-1)` of a selection (`select`), remembered: `guard` then sums these `[B]` row sums instead of
+        the `[B, T]` selection."""
+        rows = selected.sum(-1)
+        self._row_sums[id(selected)] = rows
+        return rows
 
     def advantages(self, adv: Any, name: str = "advantages") -> torch.Tensor:
         """Advantages, NaN-safe: a per-token `[B, T]` input is selected (0 at masked positions); a
@@ -500,7 +515,8 @@ class MaskedBatch:
             elif id(selected) in summed:  # one selection covering several inputs (`select`'s covers)
                 continue
             summed.add(id(selected))
-            total = selected.detach().sum(dtype=torch.promote_types(selected.dtype, torch.float32))
+            rows = self._row_sums.get(id(selected), selected)
+            total = rows.detach().sum(dtype=torch.promote_types(rows.dtype, torch.float32))
             poison = total if poison is None else poison + total
         return loss + (poison * 0).to(loss.dtype)
 

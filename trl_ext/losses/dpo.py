@@ -296,7 +296,7 @@ class DPOLoss(PolicyLoss):
         """Per-row sums of `values` (0 at masked positions): plain, or LD-DPO's shared part + α·the tail beyond the
         shorter completion of the pair."""
         if self.ld_alpha is None:
-            return values.sum(-1)
+            return b.row_sums(values)
         position = torch.cumsum(b.mask, dim=-1)  # 1, 2, ... over each row's valid tokens
         lengths = torch.count_nonzero(b.mask, dim=-1)
         shared = torch.minimum(lengths[0::2], lengths[1::2]).repeat_interleave(2).unsqueeze(-1)
