@@ -101,6 +101,19 @@ class KLFn(Component):
         """The estimator in terms of d = ref − lp (and lp − old for corrected_k3)."""
         raise NotImplementedError
 
+    def loss_terms(
+        self, b: MaskedBatch, logprob: torch.Tensor, ref_logprob: torch.Tensor, log_ratio_old: torch.Tensor | None
+    ) -> tuple[torch.Tensor, float]:
+        """The per-token KL of the loss (0 at masked positions) and a factor applied after the (linear) aggregation:
+        `kl_from_log_ratio` of the selected d = ref − lp, and 1."""
+        d = b.select(ref_logprob - logprob, covers=(logprob, ref_logprob))
+        return self.kl_from_log_ratio(d, log_ratio_old), 1.0
+
+    @staticmethod
+    def _selected_gap(b: MaskedBatch, logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+        """The selected lp − ref = −d, for the estimators written in it (no negation in the backward pass)."""
+        return b.select(logprob - ref_logprob, covers=(logprob, ref_logprob))
+
     @multiplying_number_masks
     def calculate_kl_loss(
         self,
@@ -123,14 +136,16 @@ class KLFn(Component):
         ignored. A non-bool `response_mask` must hold only 0 and 1 (checked: one device sync)."""
         check_loss_agg_mode(self.name, loss_agg_mode)
         b = masked_batch(self.name, self.inputs(), logprob, response_mask, window, mask_name="response_mask")
-        d = b.select(b.check("ref_logprob", ref_logprob) - logprob, covers=(logprob, ref_logprob))
+        ref = b.check("ref_logprob", ref_logprob)
         log_ratio = None
         if old_logprob is not None and self.uses_old_logprob:
             log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
-        kl = self.kl_from_log_ratio(d, log_ratio)
+        kl, scale = self.loss_terms(b, logprob, ref, log_ratio)
         if token_weights is not None:
             kl = b.select((kl * token_weights).expand(b.shape))
         kl_loss = b.aggregate(kl, loss_agg_mode, guarded=self.clamps)  # 0 at masked positions
+        if scale != 1.0:
+            kl_loss = kl_loss * scale
         metrics = {
             "kl_loss": kl_loss.detach(),
             "kl_coef": scalar(self.kl_coef, kl_loss),
@@ -198,12 +213,18 @@ class K1(KLFn):
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         return -d
 
+    def loss_terms(self, b, logprob, ref_logprob, log_ratio_old):
+        return self._selected_gap(b, logprob, ref_logprob), 1.0  # −d = lp − ref
+
 
 @KL_FNS.register("k2")
 @KL_FNS.register("mse")
 class K2(KLFn):
     def kl_from_log_ratio(self, d, log_ratio_old=None):
-        return d.square().mul_(0.5)  # in place on the square (its backward reads d, not the square)
+        return 0.5 * d.square()
+
+    def loss_terms(self, b, logprob, ref_logprob, log_ratio_old):
+        return self._selected_gap(b, logprob, ref_logprob).square(), 0.5  # ½·(lp − ref)², the ½ after aggregating
 
 
 @KL_FNS.register("k3")
@@ -225,6 +246,9 @@ class LowVarKL(KLFn):
 class AbsKL(KLFn):
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         return d.abs()
+
+    def loss_terms(self, b, logprob, ref_logprob, log_ratio_old):
+        return self._selected_gap(b, logprob, ref_logprob).abs(), 1.0  # |d| = |lp − ref|
 
 
 @KL_FNS.register("corrected_k3")
