@@ -524,10 +524,7 @@ class MaskedBatch:
         """`where(mask, x, 0)` (gradient included) for a floating-point `[B, T]` x, as a bitwise AND (`_Select`), or
         x·m for a number mask inside a `multiplying_number_masks` call."""
         if self._multiply:
-            mask = self._as_dtype.get(x.dtype)
-            if mask is None:
-                mask = self._as_dtype[x.dtype] = self._mask_input.to(x.dtype)
-            return x * mask
+            return x * self._mask_in(x.dtype)
         int_dtype = _SAME_WIDTH_INT.get(x.dtype)
         if int_dtype is None:  # a float dtype without an integer twin (float8): the plain select
             return torch.where(self.mask, x, 0)
@@ -536,6 +533,13 @@ class MaskedBatch:
             # (a copy even when the mask already has that dtype: neg_ must never write to the caller's mask)
             bits = self._bits[int_dtype] = self._mask_numbers.to(int_dtype, copy=True).neg_()
         return _Select.apply(x, bits)
+
+    def _mask_in(self, dtype: torch.dtype) -> torch.Tensor:
+        """The mask as 0/1 numbers of `dtype` (the input itself when it has that dtype; made once per dtype)."""
+        mask = self._as_dtype.get(dtype)
+        if mask is None:
+            mask = self._as_dtype[dtype] = self._mask_numbers.to(dtype)
+        return mask
 
     def _row_select(self, column: torch.Tensor) -> torch.Tensor:
         """A per-row `[B, 1]` input at the rows with a valid token (0 elsewhere)."""
@@ -577,6 +581,14 @@ class MaskedBatch:
         if x.dtype == torch.bool:
             return self.mean(x & self.mask)
         return self.mean(self._select(x))
+
+    def derived_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Token mean over the mask of a `[B, T]` x computed from selected inputs, hence finite at masked positions (a
+        ratio, a gate: their value at 0): one dot product with the 0/1 mask, no `[B, T]` selection. (Any other x: use
+        `valid_mean`, whose select drops what a masked position holds.)"""
+        if x.dtype not in (torch.float32, torch.float64) or x.shape != self.shape:
+            return self.valid_mean(x)
+        return torch.dot(x.reshape(-1), self._mask_in(x.dtype).reshape(-1)) / (self.n_tok + EPS)
 
     def row_mean(self, x: torch.Tensor) -> torch.Tensor:
         """Per-row (`[B]`) mean over the mask of an `x` that is already 0 at masked positions."""

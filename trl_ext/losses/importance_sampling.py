@@ -43,12 +43,14 @@ class ImportanceSamplingLoss(PolicyLoss):
         delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)).clamp(
             -20.0, 20.0
         )
-        ratio = torch.exp(delta)
-        loss = b.aggregate(b.select(-b.advantages(advantages) * ratio), self.loss_agg_mode)
+        ratio = b.select(torch.exp(delta))  # 1 at masked positions before the select
+        # −A·ratio aggregated from ratio's row sums when A is per sequence (no [B, T] product).
+        loss = b.aggregate_scaled_rows(-b.advantages(advantages), ratio, self.loss_agg_mode)
+        loss = b.guard(loss)  # the ±20 clamp can make an infinite log-ratio finite
         with torch.no_grad():
             metrics = {
                 "pg_loss": loss.detach(),
-                "ratio/mean": b.valid_mean(ratio),
+                "ratio/mean": b.mean(ratio),
                 "approx_kl": -b.mean(delta),
             }
         return loss, metrics

@@ -177,7 +177,7 @@ class M2POPolicyLoss(PolicyLoss):
             metrics = {
                 "pg_loss": loss.detach(),
                 "ppo_kl": -b.mean(clamped),
-                "ratio/mean": b.valid_mean(ratio),
+                "ratio/mean": b.derived_mean(ratio),
                 **{name: value.to(b.count_dtype) for name, value in stats.items()},
             }
         return loss, metrics

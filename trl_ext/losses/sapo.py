@@ -105,8 +105,8 @@ class SAPOPolicyLoss(PolicyLoss):
             metrics = {
                 "sapo_loss": loss.detach(),
                 "ppo_kl": -b.mean(delta.detach()),
-                "avg_soft_gate": b.valid_mean(gate.detach()),
-                "avg_ratio": b.valid_mean(ratio.detach()),
+                "avg_soft_gate": b.derived_mean(gate.detach()),
+                "avg_ratio": b.derived_mean(ratio.detach()),
                 "pos_adv_frac": b.valid_mean(adv > 0),
             }
         return loss, metrics

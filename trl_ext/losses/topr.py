@@ -56,7 +56,7 @@ class TOPRPolicyLoss(PolicyLoss):
                 b.select(logprob.detach() - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
             )
             alpha = torch.where(adv <= self.advantage_threshold, ratio.clamp(0.0, 1.0), 1.0)
-            metrics = {"avg_alpha": b.valid_mean(alpha), "avg_ratio": b.valid_mean(ratio)}
+            metrics = {"avg_alpha": b.derived_mean(alpha), "avg_ratio": b.derived_mean(ratio)}
             coef = alpha.mul_(adv).neg_()  # −α·A
         loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode)
         metrics["topr_loss"] = loss.detach()
