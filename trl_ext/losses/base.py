@@ -329,8 +329,10 @@ def multiplying_number_masks(call: Callable) -> Callable:
 
 
 def _all_finite(loss: torch.Tensor, metrics: Mapping[str, Any]) -> bool:
-    values = [v for v in (loss, *metrics.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()]
-    return bool(torch.stack([v.detach().reshape(()).float() for v in values]).isfinite().all())
+    values = [v.detach() for v in (loss, *metrics.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if any(v.dim() or v.dtype != values[0].dtype for v in values):  # stack needs one shape and dtype
+        values = [v.reshape(()).float() for v in values]
+    return bool(torch.stack(values).isfinite().all())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -606,7 +608,7 @@ class MaskedBatch:
         whose per-token value is a plain product of its selected inputs passes `guarded=False`: a NaN / ±inf among
         them at a valid position makes the sum itself NaN or ±inf (0·inf is NaN), which `loss + 0·loss` turns into
         NaN without a pass over the inputs."""
-        guard = self.guard if guarded else (lambda loss: loss + loss.detach() * 0)
+        guard = self.guard if guarded else self._as_nan
         if loss_agg_mode == "seq-mean-token-mean":
             return guard(self._seq_mean(self.row_mean(x)))
         if loss_agg_mode == "seq-mean-token-sum":
@@ -640,7 +642,12 @@ class MaskedBatch:
             loss = self._seq_mean(rows)
         else:
             loss = self._token_mode(rows.sum(), loss_agg_mode)
-        return loss + loss.detach() * 0
+        return self._as_nan(loss)
+
+    def _as_nan(self, loss: torch.Tensor) -> torch.Tensor:
+        """`loss`, NaN if it is ±inf (an unguarded loss is NaN or ±inf wherever an input is). With a multiplied number
+        mask a non-finite result is recomputed anyway (`multiplying_number_masks`): `loss` as it is."""
+        return loss if self._multiply else loss + loss.detach() * 0
 
     def _seq_mean(self, rows: torch.Tensor) -> torch.Tensor:
         if self.global_valid_seqs is None:
