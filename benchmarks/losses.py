@@ -476,6 +476,8 @@ CASES: dict[str, tuple[Callable[[], Callable], Callable]] = {
     "topr": (partial(ours_loss, "topr"), plain_topr),
     "sppo": (partial(ours_loss, "sppo"), plain_sppo),
     "m2po": (partial(ours_loss, "m2po"), plain_m2po),
+    # a threshold below this batch's M2 (~0.0025): both sides sort and mask (the default's 0.04 masks nothing)
+    "m2po/masking": (partial(ours_loss, "m2po", m2_threshold=0.001), partial(plain_m2po, m2_threshold=0.001)),
     "rec": (partial(ours_loss, "rec"), plain_rec),
     "rec/one-side": (partial(ours_loss, "rec", clip_mode="one-side"), partial(plain_rec, clip_mode="one-side")),
     "opmd": (partial(ours_loss, "opmd"), plain_opmd),

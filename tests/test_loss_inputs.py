@@ -31,6 +31,7 @@ from trl_ext.losses import (
     get_kl_fn,
     get_policy_loss,
 )
+from trl_ext.losses import m2po as m2po_module
 
 VALID_USUAL = (0, 1)  # a valid position of a rollout (non-expert) row
 VALID_EXPERT = (1, 2)  # a valid position of an expert row
@@ -413,6 +414,8 @@ def test_a_bool_mask_costs_no_sync(name, kwargs, monkeypatch):
     """The 0/1 check (one device sync) only runs for a non-bool mask; with a bool mask nothing syncs."""
     if name == "clip_cov":  # verl's random draw needs the candidate count on the host: one documented sync
         pytest.skip("clip_cov syncs once per call by design (tested in test_verl_losses_cov_dppo.py)")
+    if name == "m2po":  # on CPU tensors it reads M2 to skip the sort (no device there); the accelerator path must not
+        monkeypatch.setattr(m2po_module, "_dropped_on_host", m2po_module._dropped_on_device)
     fn = build(name, **kwargs)
     batch = full_batch() if name.startswith("mix") else make_batch()
     batch["logprob"].requires_grad_(True)

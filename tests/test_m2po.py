@@ -17,6 +17,7 @@ from trainer_helpers import cpu_config, logged, toy_trainer
 
 import trl_ext
 from trl_ext.losses import EPS, LOSS_AGG_MODES, M2POPolicyLoss, get_policy_loss, m2po_mask
+from trl_ext.losses import m2po as m2po_module
 
 E = math.exp
 
@@ -348,6 +349,31 @@ def test_ties_mask_the_later_token_first_as_the_reference_sort():
     keep, stats = m2po_mask(lr, torch.ones_like(lr), torch.ones_like(lr, dtype=torch.bool), 0.05)
     assert keep.tolist() == [[True, False, True, False]]
     assert stats["m2po/m2_after"].item() == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_host_path_selects_what_the_sync_free_device_path_selects(dtype, monkeypatch):
+    """On CPU tensors the selection reads M2 (free there) to skip the sort, and sorts only the trust region; the
+    accelerator path sorts every token without a host read. Both mask the same tokens, ties included."""
+    generator = torch.Generator().manual_seed(0)
+    dropped_some = kept_all = 0
+    for case in range(40):
+        rows, cols = 6, 50
+        lr = torch.randn(rows, cols, generator=generator, dtype=dtype) * (0.05 if case % 4 == 0 else 0.4)
+        if case % 3 == 0:  # ties: few distinct values
+            lr = (lr * 4).round() / 4
+        adv = torch.randn(rows, 1, generator=generator, dtype=dtype)
+        mask = torch.rand(rows, cols, generator=generator) > 0.2
+        threshold = [0.04, 0.01, 0.2][case % 3]
+        host, host_stats = m2po_mask(lr, adv, mask, threshold)
+        with monkeypatch.context() as patch:
+            patch.setattr(m2po_module, "_dropped_on_host", m2po_module._dropped_on_device)
+            device, device_stats = m2po_mask(lr, adv, mask, threshold)
+        assert torch.equal(host, device), case
+        assert all(torch.equal(host_stats[k], device_stats[k]) for k in host_stats), case
+        dropped_some += bool((mask & ~host).any())
+        kept_all += bool(torch.equal(host, mask))
+    assert dropped_some >= 10 and kept_all >= 5  # both branches of the host path ran
 
 
 # ==================================================================================================

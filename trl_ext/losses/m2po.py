@@ -67,7 +67,9 @@ def _largest_at_most(value: float, dtype: torch.dtype) -> float:
 def m2po_mask(
     log_ratio: torch.Tensor, advantages: torch.Tensor, action_mask: torch.Tensor, m2_threshold: float
 ) -> tuple[torch.Tensor, Metrics]:
-    """M2PO's token selection (Algorithm 1) over one batch, on the device and without a host sync.
+    """M2PO's token selection (Algorithm 1) over one batch, without a device sync: on an accelerator every token is
+    sorted whether or not any needs masking; on CPU tensors, where reading a value is no sync, the selection reads M2
+    and, as the reference, sorts only the trust region and only when M2 > τ (the same tokens either way).
 
     Args:
         log_ratio: `[B, T]` log(π/π_old), finite at the valid positions of `action_mask` (any value elsewhere).
@@ -89,14 +91,10 @@ def m2po_mask(
         m2 = torch.where(trust, lr.square(), 0)
         n_trust = _count(trust, dtype)
         m2_before = m2.sum() / n_trust.clamp(min=1)
-        # Sort the trust-region values (the others as +inf, after them); stable, as the reference's sort.
-        flat = torch.where(trust, m2, math.inf).reshape(-1)
-        values, order = _stable_sort(flat)
-        prefix_means = values.cumsum(0) / torch.arange(1, flat.numel() + 1, dtype=dtype, device=flat.device)
-        keep_count = torch.count_nonzero(prefix_means <= at_most)
-        ranks = torch.arange(flat.numel(), device=flat.device)
-        beyond = torch.empty_like(flat, dtype=torch.bool).scatter_(0, order, ranks >= keep_count).view(trust.shape)
-        dropped = trust & beyond & (m2_before > at_most)
+        if m2_before.device.type == "cpu":  # reading a CPU tensor is no device sync: as the reference, sort if needed
+            dropped = _dropped_on_host(trust, m2, m2_before, at_most)
+        else:
+            dropped = _dropped_on_device(trust, m2, m2_before, at_most)
         keep = action_mask & ~dropped
         kept_trust = trust & ~dropped
         n_valid = _count(action_mask, dtype)
@@ -108,6 +106,32 @@ def m2po_mask(
             "m2po/trust_region_fraction": n_trust / n_valid.clamp(min=1),
         }
     return keep, stats
+
+
+def _dropped_on_device(trust: torch.Tensor, m2: torch.Tensor, m2_before: torch.Tensor, at_most: float) -> torch.Tensor:
+    """The masked trust-region tokens, without a host sync: every token is sorted (the others as +inf, after the trust
+    region's), whether or not any needs masking."""
+    flat = torch.where(trust, m2, math.inf).reshape(-1)
+    values, order = _stable_sort(flat)
+    prefix_means = values.cumsum(0) / torch.arange(1, flat.numel() + 1, dtype=flat.dtype, device=flat.device)
+    keep_count = torch.count_nonzero(prefix_means <= at_most)
+    ranks = torch.arange(flat.numel(), device=flat.device)
+    beyond = torch.empty_like(flat, dtype=torch.bool).scatter_(0, order, ranks >= keep_count).view(trust.shape)
+    return trust & beyond & (m2_before > at_most)
+
+
+def _dropped_on_host(trust: torch.Tensor, m2: torch.Tensor, m2_before: torch.Tensor, at_most: float) -> torch.Tensor:
+    """The masked trust-region tokens of CPU tensors, as the reference finds them: nothing when M2 ≤ τ, else a sort of
+    the trust-region values alone (the same stable order, prefix means and count as `_dropped_on_device`)."""
+    dropped = torch.zeros_like(trust)
+    if not bool(m2_before > at_most):
+        return dropped
+    where = trust.reshape(-1).nonzero().squeeze(1)  # the trust region's positions, in order
+    values, order = _stable_sort(m2.reshape(-1)[where])
+    prefix_means = values.cumsum(0) / torch.arange(1, values.numel() + 1, dtype=values.dtype)
+    keep_count = int(torch.count_nonzero(prefix_means <= at_most))
+    dropped.view(-1)[where[order[keep_count:]]] = True
+    return dropped
 
 
 def _count(flags: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
