@@ -628,6 +628,17 @@ class MaskedBatch:
         check_loss_agg_mode(self.owner, loss_agg_mode)
         raise AssertionError  # unreachable
 
+    def aggregate_product(
+        self, coef: torch.Tensor, x: torch.Tensor, loss_agg_mode: str, guarded: bool = True
+    ) -> torch.Tensor:
+        """`aggregate(coef · x, loss_agg_mode, guarded)` for `[B, T]` factors, 0 at masked positions: in the token modes
+        one dot product (no `[B, T]` product in the forward pass)."""
+        per_row = loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum")
+        if per_row or coef.shape != x.shape or x.dtype not in (torch.float32, torch.float64):
+            return self.aggregate(coef * x, loss_agg_mode, guarded)
+        total = torch.dot(coef.reshape(-1), x.reshape(-1))
+        return (self.guard if guarded else self._as_nan)(self._token_mode(total, loss_agg_mode))
+
     def aggregate_scaled_rows(self, column: torch.Tensor, x: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
         """`aggregate(column · x, loss_agg_mode, guarded=False)` for a per-row `[B, 1]` column and an `x` already 0 at
         masked positions, from x's row sums: every mode is a function of the rows' Σ_t column·x = column · Σ_t x, so

@@ -54,7 +54,7 @@ class SPPOPolicyLoss(PolicyLoss):
             ratio = torch.exp(delta)
             outside = (ratio < 1.0 / (1.0 + self.epsilon)) | (ratio > 1.0 + self.epsilon)
             coef = torch.where(outside, 0.0, -b.advantages(advantages))
-        loss = b.aggregate(coef * delta, self.loss_agg_mode)
+        loss = b.aggregate_product(coef, delta, self.loss_agg_mode)
         with torch.no_grad():
             metrics = {"pg_clipfrac": b.mean(outside), "pg_loss": loss.detach()}
         return loss, metrics

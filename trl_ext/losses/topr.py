@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, scalar
 
 
 @register_policy_loss("topr")
@@ -55,9 +55,10 @@ class TOPRPolicyLoss(PolicyLoss):
             ratio = torch.exp(
                 b.select(logprob.detach() - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
             )
-            alpha = torch.where(adv <= self.advantage_threshold, ratio.clamp(0.0, 1.0), 1.0)
+            # α = clip(r, 0, 1) where A <= threshold, else 1: one clamp with per-row bounds [0, 1] or [1, 1]
+            alpha = ratio.clamp(b.bound(ratio, adv <= self.advantage_threshold, 0.0, 1.0), scalar(1.0, ratio))
             metrics = {"avg_alpha": b.derived_mean(alpha), "avg_ratio": b.derived_mean(ratio)}
-            coef = alpha.mul_(adv).neg_()  # −α·A
-        loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode)
+            coef = alpha.mul_(-adv)  # −α·A
+        loss = b.aggregate_product(coef, b.select(logprob), self.loss_agg_mode)
         metrics["topr_loss"] = loss.detach()
         return loss, metrics
