@@ -631,29 +631,21 @@ class MaskedBatch:
     def aggregate_product(
         self, coef: torch.Tensor, x: torch.Tensor, loss_agg_mode: str, guarded: bool = True
     ) -> torch.Tensor:
-        """`aggregate(coef · x, loss_agg_mode, guarded)` for `[B, T]` factors, 0 at masked positions: in the token modes
-        one dot product (no `[B, T]` product in the forward pass)."""
+        """`aggregate(coef · x, loss_agg_mode, guarded)` for an x already 0 at masked positions, without the `[B, T]`
+        product where it can: a per-row `[B, 1]` coef scales x's row sums (every mode is a function of the rows'
+        Σ_t coef·x = coef · Σ_t x); a `[B, T]` coef in the token modes is one dot product."""
+        guard = self.guard if guarded else self._as_nan
+        if coef.shape[-1] == 1 and self.shape[1] != 1:
+            rows = coef.squeeze(-1) * x.sum(-1)
+            if loss_agg_mode == "seq-mean-token-mean":
+                return guard(self._seq_mean(rows / (self.row_tok + EPS)))
+            if loss_agg_mode == "seq-mean-token-sum":
+                return guard(self._seq_mean(rows))
+            return guard(self._token_mode(rows.sum(), loss_agg_mode))
         per_row = loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum")
         if per_row or coef.shape != x.shape or x.dtype not in (torch.float32, torch.float64):
             return self.aggregate(coef * x, loss_agg_mode, guarded)
-        total = torch.dot(coef.reshape(-1), x.reshape(-1))
-        return (self.guard if guarded else self._as_nan)(self._token_mode(total, loss_agg_mode))
-
-    def aggregate_scaled_rows(self, column: torch.Tensor, x: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
-        """`aggregate(column · x, loss_agg_mode, guarded=False)` for a per-row `[B, 1]` column and an `x` already 0 at
-        masked positions, from x's row sums: every mode is a function of the rows' Σ_t column·x = column · Σ_t x, so
-        the `[B, T]` product (and its backward) is never made. For a `[B, T]` column: the product, aggregated. Not
-        guarded: the loss is NaN / ±inf wherever column · x is (a product of selected inputs)."""
-        if column.shape[-1] != 1 or self.shape[1] == 1:
-            return self.aggregate(column * x, loss_agg_mode, guarded=False)
-        rows = column.squeeze(-1) * x.sum(-1)
-        if loss_agg_mode == "seq-mean-token-mean":
-            loss = self._seq_mean(rows / (self.row_tok + EPS))
-        elif loss_agg_mode == "seq-mean-token-sum":
-            loss = self._seq_mean(rows)
-        else:
-            loss = self._token_mode(rows.sum(), loss_agg_mode)
-        return self._as_nan(loss)
+        return guard(self._token_mode(torch.dot(coef.reshape(-1), x.reshape(-1)), loss_agg_mode))
 
     def _as_nan(self, loss: torch.Tensor) -> torch.Tensor:
         """`loss`, NaN if it is ±inf (an unguarded loss is NaN or ±inf wherever an input is). With a multiplied number

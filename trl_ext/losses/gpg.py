@@ -48,5 +48,5 @@ class GPGPolicyLoss(PolicyLoss):
         coef = -b.advantages(advantages)  # [B, 1] or [B, T]
         if weights is not None:
             coef = coef * weights
-        loss = b.aggregate_scaled_rows(coef, b.select(logprob), self.loss_agg_mode)  # a product of selected inputs
+        loss = b.aggregate_product(coef, b.select(logprob), self.loss_agg_mode, guarded=False)  # selected inputs
         return loss, {"pg_loss": loss.detach()}

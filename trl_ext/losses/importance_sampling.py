@@ -44,9 +44,8 @@ class ImportanceSamplingLoss(PolicyLoss):
             -20.0, 20.0
         )
         ratio = b.select(torch.exp(delta))  # 1 at masked positions before the select
-        # −A·ratio aggregated from ratio's row sums when A is per sequence (no [B, T] product).
-        loss = b.aggregate_scaled_rows(-b.advantages(advantages), ratio, self.loss_agg_mode)
-        loss = b.guard(loss)  # the ±20 clamp can make an infinite log-ratio finite
+        # −A·ratio, guarded: the ±20 clamp can make an infinite log-ratio finite.
+        loss = b.aggregate_product(-b.advantages(advantages), ratio, self.loss_agg_mode)
         with torch.no_grad():
             metrics = {
                 "pg_loss": loss.detach(),

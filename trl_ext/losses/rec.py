@@ -163,12 +163,13 @@ class RECPolicyLoss(PolicyLoss):
                 adv = adv * torch.exp(adv / self.temp)
             coef = -adv if keep is None else torch.where(keep, -adv, 0.0)
             clipfrac = None if keep is None else b.valid_mean(~keep)
-        pg_losses = coef * lp
         if self.regularizer == "forward-kl":
-            pg_losses = pg_losses - self.regularizer_coef * lp
-        elif self.regularizer == "k2":
-            pg_losses = pg_losses + self.regularizer_coef * b.select(logprob - old, covers=(logprob, old)).square()
-        loss = b.aggregate(pg_losses, self.loss_agg_mode)
+            coef = coef - self.regularizer_coef  # (coef − c)·lp
+        if self.regularizer == "k2":
+            pg_losses = coef * lp + self.regularizer_coef * b.select(logprob - old, covers=(logprob, old)).square()
+            loss = b.aggregate(pg_losses, self.loss_agg_mode)
+        else:
+            loss = b.aggregate_product(coef, lp, self.loss_agg_mode)
         if clipfrac is None:  # clip_mode "none" keeps every token
             clipfrac = torch.zeros((), dtype=loss.dtype, device=loss.device)
         metrics = {"pg_clipfrac": clipfrac, "pg_loss": loss.detach()}
