@@ -368,8 +368,11 @@ def test_none_entropy_is_zero():
     assert metrics == {}
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float64], ids=["bool", "float"])
 @pytest.mark.parametrize("name", ["default", "mix"])
-def test_entropy_masked_garbage_and_all_zero_mask(name):
+def test_entropy_masked_garbage_and_all_zero_mask(name, mask_dtype):
+    """With a float mask the entropy is first a dot product with the mask, not finite here, and is recomputed with the
+    select: the clean value, a finite gradient, 0 at masked positions."""
     kwargs = {"expert_mask": torch.tensor([False, True, False])} if name == "mix" else {}
     fn = get_entropy_fn(name, entropy_coef=0.1)
     mask = torch.tensor(MASK, dtype=torch.bool)
@@ -378,7 +381,7 @@ def test_entropy_masked_garbage_and_all_zero_mask(name):
     dirty[~mask] = math.nan
     dirty[0, 3] = math.inf
     dirty.requires_grad_(True)
-    got, metrics = fn(dirty, mask, **kwargs)
+    got, metrics = fn(dirty, mask.to(mask_dtype), **kwargs)
     assert torch.equal(got.detach(), clean)
     assert torch.isfinite(metrics["entropy_loss"])
     (grad,) = torch.autograd.grad(got, dirty)

@@ -628,6 +628,16 @@ class MaskedBatch:
         check_loss_agg_mode(self.owner, loss_agg_mode)
         raise AssertionError  # unreachable
 
+    def aggregate_input(self, x: torch.Tensor, loss_agg_mode: str, guarded: bool = True) -> torch.Tensor:
+        """`aggregate(select(x), loss_agg_mode, guarded)` of a watched input x: with a multiplied number mask in the
+        token modes, one dot product of x with the mask (no `[B, T]` selection; a masked NaN / inf makes it non-finite,
+        and the call is then recomputed with the select: `multiplying_number_masks`)."""
+        per_row = loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum")
+        if not self._multiply or per_row or x.dtype not in (torch.float32, torch.float64):
+            return self.aggregate(self.select(x), loss_agg_mode, guarded)
+        total = torch.dot(x.reshape(-1), self._mask_in(x.dtype).reshape(-1))
+        return (self.guard if guarded else self._as_nan)(self._token_mode(total, loss_agg_mode))
+
     def aggregate_product(
         self, coef: torch.Tensor, x: torch.Tensor, loss_agg_mode: str, guarded: bool = True
     ) -> torch.Tensor:

@@ -69,7 +69,7 @@ class EntropyFn(Component):
     ) -> tuple[torch.Tensor, Metrics]:
         check_loss_agg_mode(self.name, loss_agg_mode)
         b = masked_batch(self.owner, self.inputs(), entropy, action_mask, kwargs, value_name="entropy")
-        entropy_loss = b.aggregate(b.select(entropy), loss_agg_mode, guarded=False)  # a sum of the input itself
+        entropy_loss = b.aggregate_input(entropy, loss_agg_mode, guarded=False)  # a sum of the input itself
         return entropy_loss * self.entropy_coef, {"entropy_loss": entropy_loss.detach()}
 
 
