@@ -71,7 +71,8 @@ import inspect
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any, ClassVar, NamedTuple
+from functools import cached_property
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -172,17 +173,35 @@ def f_divergence_score(log_ratio: torch.Tensor, f_divergence_type: str, alpha: f
     raise ValueError(f"unknown f_divergence_type {f_divergence_type!r}; valid: {', '.join(F_DIVERGENCES)}")
 
 
-class _Pairs(NamedTuple):
-    """Per-pair quantities (`[P]` each) the loss types are built from (notation of the module docstring)."""
+class _Pairs:
+    """Per-pair quantities (`[P]` each) the loss types are built from (notation of the module docstring); the lengths
+    and margins, which few loss types read, only when read."""
 
-    chosen_logratio: torch.Tensor  # ρ_c
-    rejected_logratio: torch.Tensor  # ρ_r
-    chosen_score: torch.Tensor  # u_c
-    rejected_score: torch.Tensor  # u_r
-    chosen_length: torch.Tensor  # n_c (at least 1)
-    rejected_length: torch.Tensor  # n_r
-    policy_margin: torch.Tensor  # S_c − S_r
-    reference_margin: torch.Tensor  # S_c,ref − S_r,ref
+    def __init__(self, b: MaskedBatch, policy_sum: torch.Tensor, ref_sum: torch.Tensor, score: Any) -> None:
+        log_ratio = policy_sum - ref_sum
+        self._b, self._policy_sum, self._ref_sum = b, policy_sum, ref_sum
+        self.chosen_logratio, self.rejected_logratio = log_ratio[0::2], log_ratio[1::2]  # ρ_c, ρ_r
+        self.chosen_score, self.rejected_score = score(self.chosen_logratio), score(self.rejected_logratio)  # u_c, u_r
+
+    @cached_property
+    def _length(self) -> torch.Tensor:
+        return self._b.row_tok.clamp(min=1)
+
+    @property
+    def chosen_length(self) -> torch.Tensor:  # n_c (at least 1)
+        return self._length[0::2]
+
+    @property
+    def rejected_length(self) -> torch.Tensor:  # n_r
+        return self._length[1::2]
+
+    @property
+    def policy_margin(self) -> torch.Tensor:  # S_c − S_r
+        return self._policy_sum[0::2] - self._policy_sum[1::2]
+
+    @property
+    def reference_margin(self) -> torch.Tensor:  # S_c,ref − S_r,ref
+        return self._ref_sum[0::2] - self._ref_sum[1::2]
 
 
 @register_policy_loss("dpo")
@@ -253,19 +272,13 @@ class DPOLoss(PolicyLoss):
         else:
             ref_sum = self._sequence_sums(b, b.select(b.check("ref_logprob", ref)))
         policy_sum = self._sequence_sums(b, b.select(logprob))
-        log_ratio = policy_sum - ref_sum
-        chosen, rejected = log_ratio[0::2], log_ratio[1::2]
-        length = b.row_tok.clamp(min=1)
         pairs = _Pairs(
-            chosen_logratio=chosen,
-            rejected_logratio=rejected,
-            chosen_score=f_divergence_score(chosen, self.f_divergence_type, self.f_alpha_divergence_coef),
-            rejected_score=f_divergence_score(rejected, self.f_divergence_type, self.f_alpha_divergence_coef),
-            chosen_length=length[0::2],
-            rejected_length=length[1::2],
-            policy_margin=policy_sum[0::2] - policy_sum[1::2],
-            reference_margin=ref_sum[0::2] - ref_sum[1::2],
+            b,
+            policy_sum,
+            ref_sum,
+            lambda ratio: f_divergence_score(ratio, self.f_divergence_type, self.f_alpha_divergence_coef),
         )
+        chosen, rejected = pairs.chosen_logratio, pairs.rejected_logratio
         weights = self._wpo_weights(b, logprob, log_sum_sq_probs) if self.use_weighting else None
 
         loss = None
