@@ -288,7 +288,7 @@ class DPOLoss(PolicyLoss):
             else:
                 per_pair = self._pair_loss(loss_type, pairs)
                 term = self._pair_mean(b, per_pair if weights is None else per_pair * weights)
-            term = term * loss_weight
+            term = term if loss_weight == 1.0 else term * loss_weight
             loss = term if loss is None else loss + term
         loss = b.guard(loss)
         with torch.no_grad():
