@@ -579,8 +579,10 @@ class MaskedBatch:
         return total / (self.n_tok + EPS)
 
     def valid_mean(self, x: torch.Tensor) -> torch.Tensor:
-        """Token mean over the mask of any `x` (selects first)."""
+        """Token mean over the mask of any `x` (selects first); of per-row `[B, 1]` flags, from the rows' counts."""
         if x.dtype == torch.bool:
+            if x.shape == (self.shape[0], 1) and self.shape[1] != 1:
+                return (self.row_tok * x.squeeze(-1)).sum() / (self.n_tok + EPS)
             return self.mean(x & self.mask)
         return self.mean(self._select(x))
 

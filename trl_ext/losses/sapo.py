@@ -93,14 +93,13 @@ class SAPOPolicyLoss(PolicyLoss):
                 delta = b.select(logprob.detach() - old, covers=(logprob, old)).clamp(-20.0, 20.0)
                 ratio = torch.exp(delta)
                 gate = self.soft_gate_function(ratio, adv)
-                coef = -adv * gate
-            sapo_losses = coef * b.select(logprob)
+            loss = b.aggregate_product(-adv * gate, b.select(logprob), self.loss_agg_mode)  # −A·sg(gate)·lp
         else:
             delta = b.select(logprob - old, covers=(logprob, old)).clamp(-20.0, 20.0)
             ratio = torch.exp(delta)
             gate = self.soft_gate_function(ratio, adv)
-            sapo_losses = b.select(-adv * gate)
-        loss = b.aggregate(sapo_losses, self.loss_agg_mode)
+            # −A·gate, from the selected gate's row sums when A is per sequence (no [B, T] product)
+            loss = b.aggregate_product(-adv, b.select(gate), self.loss_agg_mode)
         with torch.no_grad():
             metrics = {
                 "sapo_loss": loss.detach(),
