@@ -176,11 +176,16 @@ def test_aggregate_loss_modes_by_hand():
     assert empty.item() == 0.0
 
 
-@pytest.mark.parametrize("name", ["ppo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "importance_sampling"])
-def test_nan_advantage_of_an_empty_row_does_not_leak(name):
-    """A per-sequence advantage belongs to masked-out positions when its row has no valid token."""
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float64], ids=["bool", "float"])
+@pytest.mark.parametrize(
+    "name", ["ppo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "importance_sampling", "gpg", "m2po"]
+)
+def test_nan_advantage_of_an_empty_row_does_not_leak(name, mask_dtype):
+    """A per-sequence advantage belongs to masked-out positions when its row has no valid token (with a float mask: the
+    multiplied loss is NaN there and is recomputed with the select)."""
     lp, mask, adv = batch(rows=4, cols=5, seed=11)
     mask[2] = False
+    mask = mask.to(mask_dtype)
     old = lp + 0.1
     poisoned = adv.clone()
     poisoned[2] = float("nan")

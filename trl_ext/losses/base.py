@@ -300,10 +300,10 @@ def multiplying_number_masks(call: Callable) -> Callable:
     as the reference does — one vectorized pass, no integer mask to build — instead of the bitwise select.
 
     x·m equals the select wherever x is finite, but a NaN / ±inf at a masked position would leak through it (0·inf is
-    NaN). So, if any `MaskedBatch` of the call multiplied, the loss and its metrics are checked to be finite (one
-    device sync, besides the mask check's): a finite result proves every input the loss read was finite at every
-    position (each input's x·m is summed into the loss by `guard`), so multiplying changed nothing; otherwise the
-    call runs again with the select, which drops masked NaN / inf and keeps the NaN of a valid position. Bool masks
+    NaN). So, if any `MaskedBatch` of the call multiplied, the loss is checked to be finite (one device sync, besides
+    the mask check's): a finite loss proves every input the loss read was finite at every position (each input's x·m
+    enters the loss, as a factor or through `guard`'s sum), so multiplying changed nothing; otherwise the call runs
+    again with the select, which drops masked NaN / inf and keeps the NaN of a valid position. Bool masks
     (the trainers') never multiply: no sync, no second run. A call nested in another (MIX's parts) follows the outer
     one's mode and is checked with it."""
 
@@ -329,10 +329,10 @@ def multiplying_number_masks(call: Callable) -> Callable:
 
 
 def _all_finite(loss: torch.Tensor, metrics: Mapping[str, Any]) -> bool:
-    values = [v.detach() for v in (loss, *metrics.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()]
-    if any(v.dim() or v.dtype != values[0].dtype for v in values):  # stack needs one shape and dtype
-        values = [v.reshape(()).float() for v in values]
-    return bool(torch.stack(values).isfinite().all())
+    """Whether the loss is finite. Its metrics need no check of their own: every input a loss reads enters its value
+    (a product, or the guard's sum of its selection), so a finite loss means every input was finite everywhere and the
+    metrics, computed from the same selections, are what the select would give."""
+    return bool(torch.isfinite(loss.detach()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -456,7 +456,7 @@ class MaskedBatch:
             return self._select(full)
         column = adv.reshape(-1, 1)
         self.read(column)
-        return torch.where(self.row_tok.unsqueeze(-1) > 0, column, 0)
+        return self._row_select(column)
 
     def token_weights(self, x: Any, name: str = "importance_sampling_ratio") -> torch.Tensor | None:
         """An optional per-token weight of the loss (the vLLM / rollout importance-sampling correction), `[B, T]` or
@@ -544,7 +544,11 @@ class MaskedBatch:
         return mask
 
     def _row_select(self, column: torch.Tensor) -> torch.Tensor:
-        """A per-row `[B, 1]` input at the rows with a valid token (0 elsewhere)."""
+        """A per-row `[B, 1]` input at the rows with a valid token (0 elsewhere). With a multiplied number mask, the
+        column as it is: a NaN / inf in a row without tokens makes the loss non-finite there (0·NaN, or the guard's
+        sum), and the call is recomputed with this select (`multiplying_number_masks`)."""
+        if self._multiply:
+            return column
         return torch.where(self.row_tok.unsqueeze(-1) > 0, column, 0)
 
     # ---- counts and means ----------------------------------------------------------------------------
