@@ -239,7 +239,7 @@ class LowVarKL(KLFn):
 
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         d = d.clamp(-20.0, 20.0)
-        return (torch.exp(d) - d - 1.0).clamp(-10.0, 10.0)
+        return (torch.exp(d) - d).sub_(1.0).clamp(-10.0, 10.0)  # − 1 in place (a difference's backward keeps no value)
 
 
 @KL_FNS.register("abs")
