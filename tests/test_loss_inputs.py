@@ -886,3 +886,20 @@ def test_a_number_mask_is_checked_once_until_it_changes_in_place(monkeypatch):
     mask[1:][0, 3] = 2.0  # through a view: the same version counter
     with pytest.raises(ValueError, match=r"found 2.0 at \[1, 3\]"):
         fn(**{**batch, "action_mask": mask})
+
+
+def test_clip_cov_draws_once_with_a_number_mask():
+    """clip_cov draws the tokens it drops at random: with a float mask it selects from the start instead of multiplying
+    and recomputing after a masked NaN, so it draws once, the same tokens as with a bool mask."""
+    fn = build("clip_cov", clip_cov_ratio=0.5, clip_cov_lb=-1e9, clip_cov_ub=1e9)  # some, not all, dropped
+    batch = make_batch()
+    torch.manual_seed(0)
+    want, _ = fn(**batch)
+    after_bool = torch.rand(8)
+    mask = batch["action_mask"].to(batch["logprob"].dtype)
+    dirty = {**batch, "action_mask": mask, "old_logprob": batch["old_logprob"].clone()}
+    dirty["old_logprob"][~batch["action_mask"]] = math.nan  # the draw's candidates stay (they come from lp and A)
+    torch.manual_seed(0)
+    got, _ = fn(**dirty)
+    assert torch.equal(got, want)
+    assert torch.equal(torch.rand(8), after_bool)  # the generator moved as far as with the bool mask

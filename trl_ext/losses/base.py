@@ -305,23 +305,30 @@ def multiplying_number_masks(call: Callable) -> Callable:
     enters the loss, as a factor or through `guard`'s sum), so multiplying changed nothing; otherwise the call runs
     again with the select, which drops masked NaN / inf and keeps the NaN of a valid position. Bool masks
     (the trainers') never multiply: no sync, no second run. A call nested in another (MIX's parts) follows the outer
-    one's mode and is checked with it."""
+    one's mode and is checked with it. A loss whose call draws random numbers (`deterministic = False`: clip_cov)
+    selects from the start, so that it draws once."""
 
     @functools.wraps(call)
-    def checked(*args: Any, **kwargs: Any) -> Any:
+    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _NUMBER_MASKS.get() is not None:  # nested: the outer call checks
-            return call(*args, **kwargs)
+            return call(self, *args, **kwargs)
+        if not getattr(self, "deterministic", True):  # a second run would draw again: select from the start
+            token = _NUMBER_MASKS.set(_SAFE)
+            try:
+                return call(self, *args, **kwargs)
+            finally:
+                _NUMBER_MASKS.reset(token)
         multiplied: list = []
         token = _NUMBER_MASKS.set(multiplied)
         try:
-            loss, metrics = call(*args, **kwargs)
+            loss, metrics = call(self, *args, **kwargs)
         finally:
             _NUMBER_MASKS.reset(token)
         if not multiplied or _all_finite(loss, metrics):
             return loss, metrics
         token = _NUMBER_MASKS.set(_SAFE)
         try:
-            return call(*args, **kwargs)
+            return call(self, *args, **kwargs)
         finally:
             _NUMBER_MASKS.reset(token)
 
@@ -767,6 +774,10 @@ class PolicyLoss(Component):
 
     window_inputs: ClassVar[tuple[str, ...]] = WINDOW_INPUTS
     """The keyword-only window inputs the loss reads through `**kwargs` (beyond its named parameters)."""
+
+    deterministic: ClassVar[bool] = True
+    """False for a loss whose call draws random numbers: a number mask then never takes the multiply-and-recompute path
+    (`multiplying_number_masks`), which would draw twice."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -102,6 +102,8 @@ class ClipCovPolicyLoss(_CovPolicyLoss):
     at a valid position make the loss NaN; at masked positions they are ignored.
     """
 
+    deterministic = False  # the random draw of the tokens to drop
+
     arguments = (
         Argument(
             "clip_range",
