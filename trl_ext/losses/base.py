@@ -261,6 +261,12 @@ def bool_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
     return check_mask(owner, name, mask).bool()
 
 
+_PER_ROW_MODES = ("seq-mean-token-mean", "seq-mean-token-sum")
+"""The aggregation modes computed from per-row sums; the others divide the sum over all tokens."""
+
+_DOT_DTYPES = (torch.float32, torch.float64)
+"""The dtypes whose masked sums are taken as dot products (a half-precision dot accumulates in half precision)."""
+
 _SAME_WIDTH_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16}
 _SAME_WIDTH_INT[torch.float16] = torch.int16
 
@@ -601,9 +607,13 @@ class MaskedBatch:
         """Token mean over the mask of a `[B, T]` x computed from selected inputs, hence finite at masked positions (a
         ratio, a gate: their value at 0): one dot product with the 0/1 mask, no `[B, T]` selection. (Any other x: use
         `valid_mean`, whose select drops what a masked position holds.)"""
-        if x.dtype not in (torch.float32, torch.float64) or x.shape != self.shape:
+        if x.dtype not in _DOT_DTYPES or x.shape != self.shape:
             return self.valid_mean(x)
-        return torch.dot(x.reshape(-1), self._mask_in(x.dtype).reshape(-1)) / (self.n_tok + EPS)
+        return self._dot_with_mask(x) / (self.n_tok + EPS)
+
+    def _dot_with_mask(self, x: torch.Tensor) -> torch.Tensor:
+        """Σ x·m over all positions, one pass without a `[B, T]` product (NaN / inf at a masked position leak)."""
+        return torch.dot(x.reshape(-1), self._mask_in(x.dtype).reshape(-1))
 
     def row_mean(self, x: torch.Tensor) -> torch.Tensor:
         """Per-row (`[B]`) mean over the mask of an `x` that is already 0 at masked positions."""
@@ -621,35 +631,17 @@ class MaskedBatch:
         whose per-token value is a plain product of its selected inputs passes `guarded=False`: a NaN / ±inf among
         them at a valid position makes the sum itself NaN or ±inf (0·inf is NaN), which `loss + 0·loss` turns into
         NaN without a pass over the inputs."""
-        guard = self.guard if guarded else self._as_nan
-        if loss_agg_mode == "seq-mean-token-mean":
-            return guard(self._seq_mean(self.row_mean(x)))
-        if loss_agg_mode == "seq-mean-token-sum":
-            return guard(self._seq_mean(x.sum(-1)))
-        return guard(self._token_mode(x.sum(), loss_agg_mode))
-
-    def _token_mode(self, total: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
-        """A token mode's aggregate from the sum over all valid tokens (ValueError for an unknown mode)."""
-        if loss_agg_mode == "token-mean":
-            count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
-            return total / (count + EPS)
-        if loss_agg_mode == "token-sum":
-            return total
-        if loss_agg_mode == "seq-mean-token-sum-norm":
-            normalizer = self.shape[1] if self.normalizer is None else self.normalizer
-            return total / (normalizer + EPS)
-        check_loss_agg_mode(self.owner, loss_agg_mode)
-        raise AssertionError  # unreachable
+        if loss_agg_mode in _PER_ROW_MODES:
+            return self._finish(loss_agg_mode, guarded, rows=x.sum(-1))
+        return self._finish(loss_agg_mode, guarded, total=x.sum())
 
     def aggregate_input(self, x: torch.Tensor, loss_agg_mode: str, guarded: bool = True) -> torch.Tensor:
         """`aggregate(select(x), loss_agg_mode, guarded)` of a watched input x: with a multiplied number mask in the
         token modes, one dot product of x with the mask (no `[B, T]` selection; a masked NaN / inf makes it non-finite,
         and the call is then recomputed with the select: `multiplying_number_masks`)."""
-        per_row = loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum")
-        if not self._multiply or per_row or x.dtype not in (torch.float32, torch.float64):
+        if not self._multiply or loss_agg_mode in _PER_ROW_MODES or x.dtype not in _DOT_DTYPES:
             return self.aggregate(self.select(x), loss_agg_mode, guarded)
-        total = torch.dot(x.reshape(-1), self._mask_in(x.dtype).reshape(-1))
-        return (self.guard if guarded else self._as_nan)(self._token_mode(total, loss_agg_mode))
+        return self._finish(loss_agg_mode, guarded, total=self._dot_with_mask(x))
 
     def aggregate_product(
         self, coef: torch.Tensor, x: torch.Tensor, loss_agg_mode: str, guarded: bool = True
@@ -657,18 +649,34 @@ class MaskedBatch:
         """`aggregate(coef · x, loss_agg_mode, guarded)` for an x already 0 at masked positions, without the `[B, T]`
         product where it can: a per-row `[B, 1]` coef scales x's row sums (every mode is a function of the rows'
         Σ_t coef·x = coef · Σ_t x); a `[B, T]` coef in the token modes is one dot product."""
-        guard = self.guard if guarded else self._as_nan
         if coef.shape[-1] == 1 and self.shape[1] != 1:
-            rows = coef.squeeze(-1) * x.sum(-1)
-            if loss_agg_mode == "seq-mean-token-mean":
-                return guard(self._seq_mean(rows / (self.row_tok + EPS)))
-            if loss_agg_mode == "seq-mean-token-sum":
-                return guard(self._seq_mean(rows))
-            return guard(self._token_mode(rows.sum(), loss_agg_mode))
-        per_row = loss_agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum")
-        if per_row or coef.shape != x.shape or x.dtype not in (torch.float32, torch.float64):
+            return self._finish(loss_agg_mode, guarded, rows=coef.squeeze(-1) * x.sum(-1))
+        if loss_agg_mode in _PER_ROW_MODES or coef.shape != x.shape or x.dtype not in _DOT_DTYPES:
             return self.aggregate(coef * x, loss_agg_mode, guarded)
-        return guard(self._token_mode(torch.dot(coef.reshape(-1), x.reshape(-1)), loss_agg_mode))
+        return self._finish(loss_agg_mode, guarded, total=torch.dot(coef.reshape(-1), x.reshape(-1)))
+
+    def _finish(
+        self, loss_agg_mode: str, guarded: bool, rows: torch.Tensor | None = None, total: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The aggregate from the per-row sums Σ_t x (`rows`, any mode) or the sum over all tokens (`total`, the token
+        modes), guarded (`guard`) or not (`_as_nan`). ValueError for an unknown mode."""
+        guard = self.guard if guarded else self._as_nan
+        if loss_agg_mode == "seq-mean-token-mean":
+            return guard(self._seq_mean(rows / (self.row_tok + EPS)))
+        if loss_agg_mode == "seq-mean-token-sum":
+            return guard(self._seq_mean(rows))
+        if total is None:
+            total = rows.sum()
+        if loss_agg_mode == "token-mean":
+            count = self.n_tok if self.global_valid_toks is None else self._window_count(self.global_valid_toks)
+            return guard(total / (count + EPS))
+        if loss_agg_mode == "token-sum":
+            return guard(total)
+        if loss_agg_mode == "seq-mean-token-sum-norm":
+            normalizer = self.shape[1] if self.normalizer is None else self.normalizer
+            return guard(total / (normalizer + EPS))
+        check_loss_agg_mode(self.owner, loss_agg_mode)
+        raise AssertionError  # unreachable
 
     def _as_nan(self, loss: torch.Tensor) -> torch.Tensor:
         """`loss`, NaN if it is ±inf (an unguarded loss is NaN or ±inf wherever an input is). With a multiplied number
