@@ -283,6 +283,24 @@ def test_clip_cov_every_candidate_dropped():
     assert grad[3, 1] == 0 and grad[0, 3] == 0  # clipped by PPO (no gradient either way)
 
 
+def test_clip_cov_a_dropped_overflowing_token_is_nan_as_verls():
+    """verl multiplies the loss by (1 − D): a dropped token whose ratio overflows (A < 0, e^Δ = inf: loss +inf) gives
+    inf·0 = NaN, not 0 (which a where() would give); the same token kept gives +inf."""
+    logprob = torch.tensor([[-0.5, -0.6, -0.7]], requires_grad=True)
+    old = torch.tensor([[-100.5, -0.6, -0.7]])  # Δ = 100: e^Δ overflows in float32
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    adv = torch.tensor([-1.0])
+    every = {"clip_cov_lb": -1e9, "clip_cov_ub": 1e9}  # cov = 0 (one row): every unclipped token is a candidate
+    dropped, _ = get_policy_loss("clip_cov", clip_cov_ratio=1.0, **every)(
+        logprob=logprob, old_logprob=old, action_mask=mask, advantages=adv
+    )
+    assert dropped.isnan()
+    kept, _ = get_policy_loss("clip_cov", clip_cov_ratio=1.0, clip_cov_lb=10.0, clip_cov_ub=20.0)(
+        logprob=logprob, old_logprob=old, action_mask=mask, advantages=adv
+    )
+    assert kept == math.inf
+
+
 def test_clip_cov_no_candidate_is_plain_ppo_without_dual_clip():
     loss, grad, metrics = run("clip_cov", clip_cov_lb=10.0, clip_cov_ub=20.0)
     expected, expected_grad, _ = clip_cov_closed_form([])
@@ -351,19 +369,19 @@ def test_clip_cov_selection_seed():
 
 
 def test_clip_cov_syncs_once(monkeypatch):
-    """The draw needs n and |C| on the host: exactly one `.tolist()`, no other host read."""
+    """The draw needs |C| on the host: one `nonzero` (its result's size is the sync), no other host read."""
     calls = []
-    original = torch.Tensor.tolist
+    original = torch.Tensor.nonzero
 
-    def counting(self):
+    def counting(self, *args, **kwargs):
         calls.append(1)
-        return original(self)
+        return original(self, *args, **kwargs)
 
     def refuse(self, *args, **kwargs):
         raise AssertionError("device sync")
 
-    monkeypatch.setattr(torch.Tensor, "tolist", counting)
-    for method in ("__bool__", "item", "__int__", "__float__"):
+    monkeypatch.setattr(torch.Tensor, "nonzero", counting)
+    for method in ("__bool__", "item", "__int__", "__float__", "tolist"):
         monkeypatch.setattr(torch.Tensor, method, refuse)
     logprob, old, mask, adv = tensors()
     loss, _ = get_policy_loss("clip_cov", clip_cov_ratio=0.12, clip_cov_lb=0.3, clip_cov_ub=3.0)(

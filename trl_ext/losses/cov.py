@@ -20,7 +20,8 @@ permutation; no draw when C is empty. By default it uses torch's global CPU gene
 `torch.manual_seed` trl_ext drops the very tokens verl drops; with `selection_seed` the loss draws from its own CPU
 generator, seeded once with that value and advanced by each call: reproducible whatever else uses torch's generator
 (which it leaves alone), and its draws are the ones verl makes right after `torch.manual_seed(selection_seed)`. The
-draw needs n and |C| on the host: one device sync per call (unavoidable for verl's draw).
+draw needs |C| on the host (the size of the candidates' `nonzero`, as verl's): one device sync per call (unavoidable
+for verl's draw).
 
 KL-Cov (`kl_cov`): the plain importance-weighted policy gradient, with a |Δ| penalty on the top tokens by covariance:
 
@@ -43,12 +44,20 @@ mean of −Δ), `pg_loss`; `kl_cov`: `ppo_kl_abs` (token mean of |Δ|: verl logs
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import MaskedBatch, Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .base import (
+    EPS,
+    MaskedBatch,
+    Metrics,
+    PolicyLoss,
+    loss_agg_mode_argument,
+    register_policy_loss,
+    resolve_clip_range,
+)
 
 
 class _CovPolicyLoss(PolicyLoss):
@@ -57,7 +66,8 @@ class _CovPolicyLoss(PolicyLoss):
     def per_token_loss(
         self, b: MaskedBatch, delta: torch.Tensor, adv: torch.Tensor, cov: torch.Tensor, metrics: Metrics
     ) -> torch.Tensor:
-        """The `[B, T]` loss from Δ (selected, with gradient), the advantages and cov (detached, 0 at padding)."""
+        """The `[B, T]` loss from Δ (selected, with gradient), the advantages and cov (detached; any value at
+        padding: read it at valid tokens only)."""
         raise NotImplementedError
 
     def __call__(
@@ -74,9 +84,10 @@ class _CovPolicyLoss(PolicyLoss):
         weights = b.token_weights(importance_sampling_ratio)
         delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
         with torch.no_grad():
-            adv_tok = b.select(adv.expand(b.shape))
+            # (A − mean A)·(lp − mean lp), token by token as verl (the same values, the same means): the per-row
+            # factor times the `[B, T]` one. Only the valid tokens' values are read.
             lp = b.select(logprob.detach())
-            cov = self.centred(b, adv_tok) * self.centred(b, lp)
+            cov = (adv - self.mean(b, b.select(adv.expand(b.shape)))) * (lp - self.mean(b, lp))
         metrics: Metrics = {}
         per_token = self.per_token_loss(b, delta, adv, cov, metrics)
         if weights is not None:
@@ -85,8 +96,8 @@ class _CovPolicyLoss(PolicyLoss):
         metrics["pg_loss"] = loss.detach()
         return loss, metrics
 
-    def centred(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
-        """x − its mean over the valid tokens (x is 0 at padding; so is the result)."""
+    def mean(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
+        """The mean of x (0 at padding) over the valid tokens, as the loss's verl function takes it."""
         raise NotImplementedError
 
 
@@ -163,8 +174,8 @@ class ClipCovPolicyLoss(_CovPolicyLoss):
                 f"clip_cov: clip_cov_lb={self.clip_cov_lb!r} is not valid; must be <= clip_cov_ub={self.clip_cov_ub!r}"
             )
 
-    def centred(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
-        return b.select(x - b.mean(x))  # verl's masked_mean: Σ / (n + 1e-8)
+    def mean(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
+        return b.mean(x)  # verl's masked_mean: Σ / (n + 1e-8)
 
     def per_token_loss(self, b, delta, adv, cov, metrics):
         ratio = torch.exp(delta)
@@ -172,26 +183,51 @@ class ClipCovPolicyLoss(_CovPolicyLoss):
         clipped = -adv * ratio.clamp(1.0 - self.clip_range_low, 1.0 + self.clip_range_high)
         with torch.no_grad():
             candidates = b.mask & (clipped <= unclipped) & (cov > self.clip_cov_lb) & (cov < self.clip_cov_ub)
-            dropped = self.draw(b, candidates)
-            metrics["pg_clipfrac"] = b.mean(dropped)
+            positions, kept, n_dropped = self.draw(b, candidates)
+            metrics["pg_clipfrac"] = n_dropped.to(b.count_dtype) / (b.n_tok + EPS)
             metrics["ppo_kl"] = -b.mean(delta.detach())
+        loss = torch.maximum(unclipped, clipped)
+        if positions.numel() == 0:
+            return loss
         # × (1 − D) rather than where(): as verl, an overflowing (inf) loss at a dropped token stays NaN
-        return torch.maximum(unclipped, clipped) * (~dropped).to(delta.dtype)
+        return _MultiplyAt.apply(loss, positions, kept.to(loss.dtype))
 
-    def draw(self, b: MaskedBatch, candidates: torch.Tensor) -> torch.Tensor:
-        """Bool `[B, T]`: verl's random choice of max(⌊ρ·n⌋, 1) of the `candidates` (all of them if fewer)."""
-        counts = torch.stack([torch.count_nonzero(b.mask), torch.count_nonzero(candidates)])
-        n_valid, n_candidates = counts.tolist()  # the one host sync
+    def draw(self, b: MaskedBatch, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """verl's random choice of k = max(⌊ρ·n⌋, 1) of the `candidates` (all of them if fewer): the candidates'
+        flat positions in row-major order (verl's `nonzero` order), 0 where the i-th is dropped (1 where kept), and
+        the number dropped. The candidates' count is the one host sync (the size of `nonzero`'s result)."""
+        positions = candidates.view(-1).nonzero().squeeze(-1)
+        n_candidates = positions.numel()
+        k = torch.floor(b.n_tok.to(torch.float64) * self.clip_cov_ratio).clamp(min=1.0)  # verl: max(int(ρ·n), 1)
         if n_candidates == 0:
-            return candidates
-        k = min(max(int(self.clip_cov_ratio * n_valid), 1), n_candidates)
-        order = torch.randperm(n_candidates, generator=self._generator)  # on the CPU, as verl's
-        chosen = torch.zeros(n_candidates, dtype=torch.bool)
-        chosen[order[:k]] = True
-        # The i-th candidate in row-major order (verl's `nonzero` order) is dropped if chosen[i].
-        flat = candidates.flatten()
-        ordinal = (torch.cumsum(flat, 0) - 1).clamp(min=0)
-        return (flat & chosen.to(flat.device)[ordinal]).view(b.shape)
+            return positions, positions.new_ones(0), k.new_zeros(())
+        # verl drops the candidates at the first k places of `torch.randperm(|C|)` (drawn on the CPU): candidate i
+        # is dropped if its place in the permutation is below k.
+        order = torch.randperm(n_candidates, generator=self._generator)
+        place = torch.empty_like(order)
+        place[order] = torch.arange(n_candidates)
+        kept = place.to(positions.device) >= k
+        return positions, kept, k.clamp(max=n_candidates)
+
+
+class _MultiplyAt(torch.autograd.Function):
+    """x with x[i] (flat index) multiplied by factor[i] at the given positions, in place; the gradient likewise."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, positions: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(positions, factor)
+        flat = x.view(-1)
+        flat[positions] = flat[positions] * factor
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        positions, factor = ctx.saved_tensors
+        grad = grad.clone(memory_format=torch.contiguous_format)
+        flat = grad.view(-1)
+        flat[positions] = flat[positions] * factor
+        return grad, None, None
 
 
 @register_policy_loss("kl_cov")
@@ -223,8 +259,8 @@ class KLCovPolicyLoss(_CovPolicyLoss):
     )
     metrics: ClassVar[dict[str, str]] = {"ppo_kl_abs": MEAN, "kl_cov_frac": MEAN, "pg_loss": SHARE}
 
-    def centred(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
-        return b.select(x - x.sum() / b.n_tok.clamp(min=1.0))  # the plain mean, as verl's
+    def mean(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
+        return x.sum() / b.n_tok.clamp(min=1.0)  # the plain mean, as verl's
 
     def per_token_loss(self, b, delta, adv, cov, metrics):
         with torch.no_grad():
