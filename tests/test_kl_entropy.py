@@ -103,6 +103,28 @@ def test_low_var_kl_values_explicit():
     assert kl.tolist() == pytest.approx([10.0, 10.0, math.exp(-2.0) + 1.0, 0.0], rel=1e-12, abs=1e-15)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_low_var_kl_gradient_is_autograds_through_the_reference_bit_for_bit(dtype):
+    """low_var_kl computes its gradient itself (a short backward pass): it must be the very bits autograd gives through
+    the reference's operations, at the clamps' edges, past them, near d = 0 (where g·e − g and g·(e − 1) differ) and
+    at NaN / ±inf (gradient 0 there)."""
+    generator = torch.Generator().manual_seed(0)
+    edges = [20.0, -20.0, 2.6, -11.0, 25.0, -25.0, math.nan, 0.0, 1e-9, -1e-9, math.inf, -math.inf]
+    d = torch.cat([torch.randn(4000, generator=generator) * 8, torch.randn(1000, generator=generator) * 1e-3])
+    d = torch.cat([d, torch.tensor(edges)]).to(dtype)
+    grad_out = torch.randn(d.shape, generator=generator).to(dtype)
+    ours, reference = d.clone().requires_grad_(True), d.clone().requires_grad_(True)
+    kl = get_kl_fn("low_var_kl").kl_from_log_ratio(ours)
+    clamped = reference.clamp(-20.0, 20.0)
+    expected = (torch.exp(clamped) - clamped - 1.0).clamp(-10.0, 10.0)
+    kl.backward(grad_out)
+    expected.backward(grad_out)
+    bits = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16}[dtype]
+    assert torch.equal(kl.detach().view(bits), expected.detach().view(bits))
+    assert torch.equal(ours.grad.view(bits), reference.grad.view(bits))
+    assert ours.grad[[-6, -2, -1]].eq(0).all()  # NaN and ±inf: no gradient
+
+
 def test_corrected_k3_without_old_is_k3():
     lp, ref = _t([p[0] for p in POINTS]), _t([p[1] for p in POINTS])
     assert torch.equal(get_kl_fn("corrected_k3").calculate_kl(lp, ref), get_kl_fn("k3").calculate_kl(lp, ref))
