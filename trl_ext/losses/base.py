@@ -345,7 +345,7 @@ def _all_finite(loss: torch.Tensor, metrics: Mapping[str, Any]) -> bool:
     """Whether the loss is finite. Its metrics need no check of their own: every input a loss reads enters its value
     (a product, or the guard's sum of its selection), so a finite loss means every input was finite everywhere and the
     metrics, computed from the same selections, are what the select would give."""
-    return bool(torch.isfinite(loss.detach()))
+    return math.isfinite(loss.detach().item())  # one read (torch.isfinite is four operations more)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -407,10 +407,9 @@ class MaskedBatch:
         self.global_valid_toks = global_valid_toks
         self.global_valid_seqs = global_valid_seqs
         self.normalizer = normalizer
-        self._reads: list[torch.Tensor] = [logprob]  # the inputs `guard` watches (see `read`)
-        self._selected: dict[int, torch.Tensor] = {}  # id of a watched input -> a selection covering it (`select`)
+        self._reads: dict[int, torch.Tensor] = {id(logprob): logprob}  # id -> an input `guard` watches (`read`)
+        self._covers: dict[int, torch.Tensor] = {}  # id of a watched input -> a tensor covering it (`cover`)
         self._own_selection: dict[int, torch.Tensor] = {}  # id of a watched input -> its own selection
-        self._row_sums: dict[int, torch.Tensor] = {}  # id of a selection -> its row sums (`row_sums`)
         self._bits: dict[torch.dtype, torch.Tensor] = {}  # integer masks of `_select`, by width
 
     # ---- input checks and selection ----------------------------------------------------------------
@@ -425,9 +424,11 @@ class MaskedBatch:
 
     def read(self, x: torch.Tensor) -> torch.Tensor:
         """Remember `x` (an input, `[B, T]` or `[B, 1]`) for `guard`; return it."""
-        if not any(x is seen for seen in self._reads):
-            self._reads.append(x)
+        self._reads.setdefault(id(x), x)
         return x
+
+    def _watched(self, x: torch.Tensor) -> bool:
+        return self._reads.get(id(x)) is x
 
     def check(self, name: str, x: Any) -> torch.Tensor:
         """A per-token input `[B, T]` of floating-point values that the loss reads (remembered for `guard`)."""
@@ -438,23 +439,28 @@ class MaskedBatch:
         once (a second call returns the same tensor) and its selection is kept for `guard`, which then needs no pass of
         its own over that input; so is the selection of an `x` computed from watched inputs `covers` such that a NaN /
         ±inf in any of them makes `x` NaN / ±inf there (their difference `logprob − old_logprob`: inf − inf is NaN)."""
-        watched = any(x is seen for seen in self._reads)
+        watched = self._watched(x)
         earlier = self._own_selection.get(id(x)) if watched else None
         if earlier is not None and (earlier.requires_grad or not (x.requires_grad and torch.is_grad_enabled())):
             return earlier  # (not one made under no_grad where a gradient is wanted now)
         selected = self._select(self._check_shape(name, x))
         if watched:
             self._own_selection[id(x)] = selected
-        for source in (x, *covers):
-            if any(source is seen for seen in self._reads):
-                self._selected[id(source)] = selected
+        self.cover(selected, x, *covers)
         return selected
 
-    def row_sums(self, selected: torch.Tensor) -> torch.Tensor:
-        """`selected.sum(-1)` of a selection (`select`), remembered: `guard` then sums these `[B]` row sums instead of
-        the `[B, T]` selection."""
-        rows = selected.sum(-1)
-        self._row_sums[id(selected)] = rows
+    def cover(self, x: torch.Tensor, *inputs: torch.Tensor) -> None:
+        """Record that `x` covers the watched `inputs`: a NaN / ±inf in any of them at a valid position makes x (any
+        shape) NaN / ±inf somewhere, and x is finite where they are, so that `guard` sums x instead of each input."""
+        for source in inputs:
+            if self._watched(source):
+                self._covers[id(source)] = x
+
+    def row_sums(self, x: torch.Tensor, name: str = "input") -> torch.Tensor:
+        """The per-row sums `[B]` of a watched input x over the valid positions, which then cover x (`guard` sums
+        these instead of a `[B, T]` selection). The selection is a temporary: not kept, as `select` keeps it."""
+        rows = self._select(self._check_shape(name, x)).sum(-1)
+        self.cover(rows, x)
         return rows
 
     def advantages(self, adv: Any, name: str = "advantages") -> torch.Tensor:
@@ -520,18 +526,17 @@ class MaskedBatch:
     def guard(self, loss: torch.Tensor) -> torch.Tensor:
         """`loss` + 0 · (Σ over valid positions of every input read): exactly `loss` (value and gradient) when they are
         finite there, NaN when any of them is NaN or ±inf at a valid position. Detached, no sync. The sums run in at
-        least float32 (a float16 input's sum would overflow), over the selection `select` made where there is one
-        (no extra pass over the input)."""
+        least float32 (a float16 input's sum would overflow), over a tensor that covers the input where there is one
+        (its selection, its row sums, or what `cover` recorded: no extra pass over the input)."""
         poison, summed = None, set()
-        for x in self._reads:
-            selected = self._selected.get(id(x))
-            if selected is None:
-                selected = self._select(x) if x.shape == self.shape else self._row_select(x)
-            elif id(selected) in summed:  # one selection covering several inputs (`select`'s covers)
+        for key, x in self._reads.items():
+            covering = self._covers.get(key)
+            if covering is None:
+                covering = self._select(x) if x.shape == self.shape else self._row_select(x)
+            elif id(covering) in summed:  # one tensor covering several inputs (`cover`)
                 continue
-            summed.add(id(selected))
-            rows = self._row_sums.get(id(selected), selected)
-            total = rows.detach().sum(dtype=torch.promote_types(rows.dtype, torch.float32))
+            summed.add(id(covering))
+            total = covering.detach().sum(dtype=torch.promote_types(covering.dtype, torch.float32))
             poison = total if poison is None else poison + total
         return loss + (poison * 0).to(loss.dtype)
 

@@ -178,9 +178,9 @@ class _Pairs:
     and margins, which few loss types read, only when read."""
 
     def __init__(self, b: MaskedBatch, policy_sum: torch.Tensor, ref_sum: torch.Tensor, score: Any) -> None:
-        log_ratio = policy_sum - ref_sum
+        self.log_ratio = policy_sum - ref_sum
         self._b, self._policy_sum, self._ref_sum = b, policy_sum, ref_sum
-        self.chosen_logratio, self.rejected_logratio = log_ratio[0::2], log_ratio[1::2]  # ρ_c, ρ_r
+        self.chosen_logratio, self.rejected_logratio = self.log_ratio[0::2], self.log_ratio[1::2]  # ρ_c, ρ_r
         self.chosen_score, self.rejected_score = score(self.chosen_logratio), score(self.rejected_logratio)  # u_c, u_r
 
     @cached_property
@@ -270,14 +270,15 @@ class DPOLoss(PolicyLoss):
         if isinstance(ref, torch.Tensor) and ref.dim() == 1:
             ref_sum = torch.where(b.row_tok > 0, b.row_values(ref, "ref_logprob"), 0)
         else:
-            ref_sum = self._sequence_sums(b, b.select(b.check("ref_logprob", ref)))
-        policy_sum = self._sequence_sums(b, b.select(logprob))
+            ref_sum = self._sequence_sums(b, b.check("ref_logprob", ref))
+        policy_sum = self._sequence_sums(b, logprob)
         pairs = _Pairs(
             b,
             policy_sum,
             ref_sum,
             lambda ratio: f_divergence_score(ratio, self.f_divergence_type, self.f_alpha_divergence_coef),
         )
+        b.cover(pairs.log_ratio, logprob, ref)  # a NaN / ±inf in either row sum makes their difference NaN / ±inf
         chosen, rejected = pairs.chosen_logratio, pairs.rejected_logratio
         weights = self._wpo_weights(b, logprob, log_sum_sq_probs) if self.use_weighting else None
 
@@ -303,13 +304,14 @@ class DPOLoss(PolicyLoss):
     def sequence_logps(self, logprob: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
         """The summed log-probs S of each row `[N]` of interleaved pairs, `ld_alpha`-weighted (TRL's `logps/*`)."""
         b = MaskedBatch(self.name, logprob, action_mask)
-        return self._sequence_sums(b, b.select(logprob))
+        return self._sequence_sums(b, logprob)
 
-    def _sequence_sums(self, b: MaskedBatch, values: torch.Tensor) -> torch.Tensor:
-        """Per-row sums of `values` (0 at masked positions): plain, or LD-DPO's shared part + α·the tail beyond the
-        shorter completion of the pair."""
+    def _sequence_sums(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
+        """Per-row sums of a watched input x over the valid positions: plain, or LD-DPO's shared part + α·the tail
+        beyond the shorter completion of the pair."""
         if self.ld_alpha is None:
-            return b.row_sums(values)
+            return b.row_sums(x)
+        values = b.select(x)
         position = torch.cumsum(b.mask, dim=-1)  # 1, 2, ... over each row's valid tokens
         lengths = torch.count_nonzero(b.mask, dim=-1)
         shared = torch.minimum(lengths[0::2], lengths[1::2]).repeat_interleave(2).unsqueeze(-1)
