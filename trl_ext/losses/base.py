@@ -318,30 +318,32 @@ def multiplying_number_masks(call: Callable) -> Callable:
     def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _NUMBER_MASKS.get() is not None:  # nested: the outer call checks
             return call(self, *args, **kwargs)
-        if not getattr(self, "deterministic", True):  # a second run would draw again: select from the start
-            token = _NUMBER_MASKS.set(_SAFE)
-            try:
-                return call(self, *args, **kwargs)
-            finally:
-                _NUMBER_MASKS.reset(token)
-        multiplied: list = []
-        token = _NUMBER_MASKS.set(multiplied)
-        try:
-            loss, metrics = call(self, *args, **kwargs)
-        finally:
-            _NUMBER_MASKS.reset(token)
-        if not multiplied or _all_finite(loss, metrics):
-            return loss, metrics
-        token = _NUMBER_MASKS.set(_SAFE)
-        try:
+        if getattr(self, "deterministic", True):  # (a second run of a random draw would draw again: select at once)
+            multiplied: list = []
+            with _NumberMaskMode(multiplied):
+                loss, metrics = call(self, *args, **kwargs)
+            if not multiplied or _is_finite(loss):
+                return loss, metrics
+        with _NumberMaskMode(_SAFE):
             return call(self, *args, **kwargs)
-        finally:
-            _NUMBER_MASKS.reset(token)
 
     return checked
 
 
-def _all_finite(loss: torch.Tensor, metrics: Mapping[str, Any]) -> bool:
+class _NumberMaskMode:
+    """`with _NumberMaskMode(mode)`: `_NUMBER_MASKS` is `mode` inside the block, what it was after it."""
+
+    def __init__(self, mode: list | str) -> None:
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        self.token = _NUMBER_MASKS.set(self.mode)
+
+    def __exit__(self, *exc: Any) -> None:
+        _NUMBER_MASKS.reset(self.token)
+
+
+def _is_finite(loss: torch.Tensor) -> bool:
     """Whether the loss is finite. Its metrics need no check of their own: every input a loss reads enters its value
     (a product, or the guard's sum of its selection), so a finite loss means every input was finite everywhere and the
     metrics, computed from the same selections, are what the select would give."""

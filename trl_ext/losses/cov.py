@@ -217,17 +217,18 @@ class _MultiplyAt(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, positions: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
         ctx.mark_dirty(x)
         ctx.save_for_backward(positions, factor)
-        flat = x.view(-1)
-        flat[positions] = flat[positions] * factor
-        return x
+        return _MultiplyAt.multiply(x, positions, factor)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        positions, factor = ctx.saved_tensors
         grad = grad.clone(memory_format=torch.contiguous_format)
-        flat = grad.view(-1)
+        return _MultiplyAt.multiply(grad, *ctx.saved_tensors), None, None
+
+    @staticmethod
+    def multiply(x: torch.Tensor, positions: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+        flat = x.view(-1)
         flat[positions] = flat[positions] * factor
-        return grad, None, None
+        return x
 
 
 @register_policy_loss("kl_cov")
