@@ -218,36 +218,6 @@ def scalar(value: float, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
-def clamped_exp(x: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(clamp(x, ±bound), exp(clamp(x, ±bound)))`: the clamped log-ratio (detached) and the ratio of the losses that
-    clamp their log-ratio. The gradient, through the ratio, is the one autograd computes through the clamp and the exp,
-    bit for bit, in two passes over x instead of five (`_ClampedExp`)."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _ClampedExp.apply(x, bound)
-    clamped = x.clamp(-bound, bound)
-    return clamped, torch.exp(clamped)
-
-
-class _ClampedExp(torch.autograd.Function):
-    """`clamped_exp`: the gradient g·e^{x'} where the clamp passes it (x inside the closed interval: x' = x, false at
-    NaN) and 0 elsewhere, from e^{x'} and one bool mask; autograd's exp and clamp derivatives take a product, two
-    comparisons, an `and` and a `where`."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, bound: float) -> tuple[torch.Tensor, torch.Tensor]:
-        clamped = x.clamp(-bound, bound)
-        ratio = torch.exp(clamped)
-        ctx.save_for_backward(ratio, clamped == x)
-        ctx.mark_non_differentiable(clamped)
-        return clamped, ratio
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, _: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        ratio, inside = ctx.saved_tensors
-        return torch.where(inside, grad * ratio, 0.0), None
-
-
 _CHECKED_NUMBER_MASKS: dict[int, tuple[weakref.ref, int]] = {}
 """id of a number mask found to hold only 0 and 1 -> (a weak reference to it, its version counter then)."""
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE
-from .base import Metrics, PolicyLoss, clamped_exp, loss_agg_mode_argument, register_policy_loss
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
 
 
 @register_policy_loss("importance_sampling")
@@ -40,10 +40,10 @@ class ImportanceSamplingLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        delta, ratio = clamped_exp(
-            b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)), 20.0
+        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)).clamp(
+            -20.0, 20.0
         )
-        ratio = b.select(ratio)  # 1 at masked positions before the select
+        ratio = b.select(torch.exp(delta))  # 1 at masked positions before the select
         # −A·ratio, guarded: the ±20 clamp can make an infinite log-ratio finite.
         loss = b.aggregate_product(-b.advantages(advantages), ratio, self.loss_agg_mode)
         with torch.no_grad():

@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, clamped_exp, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
 
 SEQUENCE_MASKING_METRICS = {"seq_mask/masked_tokens": MEAN, "seq_mask/mean_sequence_kl": MEAN}
 """The metrics PPO adds with `enable_sequence_masking`."""
@@ -112,11 +112,11 @@ class PPOPolicyLoss(PolicyLoss):
         if self.fallback_to_policy_gradient:
             lp = b.select(logprob)
             delta = lp - lp.detach()
-            ratio = torch.exp(delta)
         else:
-            delta, ratio = clamped_exp(
-                b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)), 20.0
+            delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)).clamp(
+                -20.0, 20.0
             )
+        ratio = torch.exp(delta)
         # Dual-clip PPO in one clamp: for A ≥ 0, max(−A·r, −A·clip(r)) = −A·min(r, 1 + ε_high); for A < 0,
         # min(−A·c, max(−A·r, −A·clip(r))) = −A·clamp(r, 1 − ε_low, c).
         negative = adv < 0

@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, clamped_exp, loss_agg_mode_argument, register_policy_loss, scalar
+from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, scalar
 
 
 @register_policy_loss("sapo")
@@ -90,11 +90,13 @@ class SAPOPolicyLoss(PolicyLoss):
         old = b.check("old_logprob", old_logprob)
         if self.detach_gate:
             with torch.no_grad():
-                delta, ratio = clamped_exp(b.select(logprob.detach() - old, covers=(logprob, old)), 20.0)
+                delta = b.select(logprob.detach() - old, covers=(logprob, old)).clamp(-20.0, 20.0)
+                ratio = torch.exp(delta)
                 gate = self.soft_gate_function(ratio, adv)
             loss = b.aggregate_product(-adv * gate, b.select(logprob), self.loss_agg_mode)  # −A·sg(gate)·lp
         else:
-            delta, ratio = clamped_exp(b.select(logprob - old, covers=(logprob, old)), 20.0)
+            delta = b.select(logprob - old, covers=(logprob, old)).clamp(-20.0, 20.0)
+            ratio = torch.exp(delta)
             gate = self.soft_gate_function(ratio, adv)
             # −A·gate, from the selected gate's row sums when A is per sequence (no [B, T] product)
             loss = b.aggregate_product(-adv, b.select(gate), self.loss_agg_mode)
