@@ -25,7 +25,10 @@ Inputs: logprob = -|randn|·0.5 (a leaf requiring grad), old = logprob + 0.05·r
 
 Time: one measurement = forward + `loss.backward()` (leaf grads reset to None before, outside the timer;
 CUDA synchronized around it). After 3 warm-up rounds the two implementations alternate (ours, plain,
-ours, plain, ...) for `--repeats` rounds; the table shows medians.
+ours, plain, ...) for `--repeats` rounds; the table shows medians. On glibc the script first makes malloc keep freed
+memory in the process (`keep_freed_memory`; `--system-malloc` leaves it as it is): otherwise a freed block of a few
+MiB goes back to the system and the next allocation of that size page-faults or not by chance, which moved a row by
+±0.1 and more between runs, whichever side it hit.
 
 Peak memory (separate runs, after the timing): on CUDA, `torch.cuda.max_memory_allocated` minus the
 memory allocated before the run. On CPU there is no allocator peak counter, so `PeakMemoryTracker` (a
@@ -41,6 +44,7 @@ Ratios are ours / plain; the summary counts rows whose printed (2-decimal) ratio
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import math
 import statistics
@@ -647,6 +651,21 @@ def check_tracker() -> str:
 # ==================================================================================================
 
 
+def keep_freed_memory() -> str:
+    """On glibc, make malloc keep freed memory in the process (as the CUDA caching allocator does) instead of returning
+    blocks of a few MiB to the system, where a later allocation of that size page-faults or not depending on what ran
+    before: that, not the losses, decided much of a CPU row's time from one run to the next. Returns what it did."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        set_option = libc.mallopt
+    except (OSError, AttributeError):
+        return "the system's (not glibc: left as it is)"
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+    if set_option(m_mmap_threshold, 32 * 2**20) != 1 or set_option(m_trim_threshold, 2**30) != 1:
+        return "glibc, as it is (mallopt refused)"
+    return "glibc, freed memory kept in the process (mallopt: mmap threshold 32 MiB, trim threshold 1 GiB)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=64)
@@ -661,7 +680,13 @@ def main() -> None:
         help="the action_mask dtypes to run, comma-separated: bool (what the trainers pass) and / or float (0/1 in the "
         "values' dtype, what Trinity-style callers pass: ours checks it holds only 0 and 1, one sync)",
     )
+    parser.add_argument(
+        "--system-malloc",
+        action="store_true",
+        help="leave glibc's malloc as it is (by default the script makes it keep freed memory, for steady CPU timings)",
+    )
     args = parser.parse_args()
+    allocator = "as it is (--system-malloc)" if args.system_malloc else keep_freed_memory()
 
     dtype = getattr(torch, args.dtype)
     names = [n.strip() for n in args.losses.split(",") if n.strip()]
@@ -676,6 +701,7 @@ def main() -> None:
         f"repeats {args.repeats} (+{WARMUP} warm-up, interleaved, medians) | threads {torch.get_num_threads()}"
     )
     print(f"# peak memory: {memory}")
+    print(f"# malloc: {allocator}")
     header = ["loss", "ours ms", "plain ms", "time ratio (ours/plain)", "ours peak MiB", "plain peak MiB", "mem ratio"]
     widths = [28, 9, 9, 23, 13, 14, 9]
     print(" | ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))))

@@ -138,3 +138,20 @@ def test_distillation_benchmark_prints_held_out_rewards_and_the_gaps(toy_cache, 
         assert points[0][2] == 0 < points[1][2] < points[2][2]  # training seconds grow
     gaps = [line for line in out.splitlines() if " - trl beta=1: from " in line]
     assert [line.split(" - ")[0] for line in gaps] == ["top-k=8", "full"]
+
+
+def test_losses_benchmark_checks_then_prints_ratios_with_a_steady_malloc():
+    """`benchmarks/losses.py` (which the README's loss table quotes): both sides agree before any timing, every row
+    prints two measured times and their ratio, and on glibc the header says malloc keeps freed memory (steady CPU
+    timings) unless `--system-malloc` leaves it alone."""
+    out = _run("losses.py", "--batch", "4", "--seq", "32", "--repeats", "1", "--losses", "ppo,dpo,clip_cov")
+    rows = [line.split("|") for line in out.splitlines() if "[bool]" in line or "[float]" in line]
+    names = ("ppo", "dpo", "clip_cov")
+    assert [row[0].strip() for row in rows] == [f"{n} [{m}]" for m in ("bool", "float") for n in names]
+    for row in rows:
+        ours, plain, ratio = (float(cell) for cell in row[1:4])
+        assert ours > 0 and plain > 0 and 0.1 < ratio < 10  # two measured times (printed rounded) and their ratio
+    if sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION"):
+        assert "# malloc: glibc, freed memory kept in the process" in out
+    out = _run("losses.py", "--batch", "4", "--seq", "32", "--repeats", "1", "--losses", "sft", "--system-malloc")
+    assert "# malloc: as it is (--system-malloc)" in out
