@@ -1,0 +1,330 @@
+"""The documentation's tables, rendered from trl_ext's registries: nothing in the docs lists names by hand.
+
+A page asks for a table with a directive alone on a line, `<!-- registry: NAME ARG... -->`; this MkDocs hook
+(`hooks:` in mkdocs.yml) replaces the directive by the table when the site is built. The README cannot run a hook,
+so its generated tables sit between the directive and `<!-- /registry -->`, and
+
+    python docs/_hooks/registry_tables.py            # rewrites the README's generated blocks
+    python docs/_hooks/registry_tables.py --check    # exit 1 if they are out of date (tests/test_docs.py)
+
+Directives (ARGs are `key=value`):
+
+* `algorithms [family=F] [group=verl|agents|trinity]`: the algorithm table (classes, policy loss, advantage, paper).
+* `algorithms-short`: one line per algorithm, for the README.
+* `policy-losses [group=...]`, `advantages`, `kl-estimators`, `entropy-terms`, `aggregation-modes`: the component
+  registries, each entry with its arguments and defaults.
+* `settings ALGORITHM`: the algorithm's own config fields (name, default, help).
+* `shared-settings FAMILY`: the fields every config of a family adds to its TRL config.
+* `configs`, `trainers`: one API block (mkdocstrings `:::`) per algorithm's config / trainer class.
+* `recipes`: the packaged YAML recipes and accelerate configs.
+* `modules PACKAGE`: one API block per module of `trl_ext.PACKAGE` (`losses`, `advantages`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable
+
+DIRECTIVE = re.compile(r"^<!-- registry: (?P<name>[\w-]+)(?P<args>(?: [^ \n]+)*) -->$", re.MULTILINE)
+END = "<!-- /registry -->"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+README = os.path.join(ROOT, "README.md")
+
+# The site's page of each trainer family (the algorithm tables link their rows to it).
+FAMILY_PAGES = {
+    "grpo": "algorithms/grpo.md",
+    "mix": "algorithms/mix.md",
+    "distill": "algorithms/distillation.md",
+    "critic": "algorithms/ppo.md",
+    "dpo": "algorithms/dpo.md",
+    "sft": "algorithms/sft.md",
+}
+
+
+def _cell(text: object) -> str:
+    """One table cell: on one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _summary(obj: object) -> str:
+    """The first line of the docstring of `obj`'s module (`"SAPO: Soft Adaptive Policy Optimization (...)."`)."""
+    doc = inspect.getdoc(sys.modules[obj.__module__]) or ""
+    return doc.split("\n\n")[0].replace("\n", " ")
+
+
+def _source(obj: object) -> str:
+    """`verl` or `trinity`: the reference a component ports, as its module's first line states it."""
+    first = _summary(obj)
+    return "verl" if "verl `" in first and "Trinity-RFT" not in first else "trinity"
+
+
+def _arguments(component: type) -> str:
+    args = [f"`{a.name}={a.default!r}`" for a in component.arguments]
+    return ", ".join(args) or "none"
+
+
+# ----------------------------------------------------------------------------------------------- algorithms
+
+
+def _algorithms(group: str | None = None, family: str | None = None) -> list:
+    from trl_ext import ALGORITHMS
+    from trl_ext.losses import POLICY_LOSSES
+
+    out = []
+    for spec in ALGORITHMS.values():
+        if family is not None and spec.trainer != family:
+            continue
+        if group == "agents" and not _multi_turn(spec):
+            continue
+        if group in ("verl", "trinity") and (_multi_turn(spec) or _source(POLICY_LOSSES[spec.policy_loss_fn]) != group):
+            continue
+        out.append(spec)
+    return out
+
+
+def _multi_turn(spec) -> bool:
+    from trl_ext.advantages import ADVANTAGE_FNS
+
+    return spec.advantage_fn is not None and "run_ids" in ADVANTAGE_FNS[spec.advantage_fn].inputs()
+
+
+def _paper(spec, link: bool = True) -> str:
+    if spec.paper is None:
+        return "—"
+    if not link:
+        return f"arXiv {spec.paper.arxiv}"
+    return f"[{spec.paper.title}](https://arxiv.org/abs/{spec.paper.arxiv}) ({spec.paper.year})"
+
+
+def algorithms(group: str | None = None, family: str | None = None, base: str = "") -> str:
+    rows = []
+    for spec in _algorithms(group, family):
+        config, trainer = spec.class_names
+        page = FAMILY_PAGES[spec.trainer]
+        rows.append(
+            [
+                f"`{spec.name}`",
+                f"`{trainer}` / `{config}`",
+                f"[{spec.trainer}]({base}{page})",
+                f"`{spec.policy_loss_fn}`",
+                f"`{spec.advantage_fn}`" if spec.advantage_fn else "—",
+                _paper(spec),
+            ]
+        )
+    return _table(["algorithm", "trainer / config", "family", "policy loss", "advantage", "paper"], rows)
+
+
+def algorithms_short() -> str:
+    rows = []
+    for spec in _algorithms():
+        parts = f"`{spec.policy_loss_fn}`" + (f" / `{spec.advantage_fn}`" if spec.advantage_fn else "")
+        rows.append([f"`{spec.name}`", f"`trl_ext.{spec.class_names[1]}`", parts, _paper(spec, link=False)])
+    return _table(["algorithm", "trainer", "policy loss / advantage", "paper"], rows)
+
+
+# ----------------------------------------------------------------------------------------------- components
+
+
+def policy_losses(group: str | None = None) -> str:
+    from trl_ext.losses import POLICY_LOSSES
+
+    rows = []
+    for name, cls in sorted(POLICY_LOSSES.items()):
+        if group is not None and _source(cls) != group:
+            continue
+        metrics = ", ".join(f"`{m}`" for m in cls.metrics) or "—"
+        rows.append([f"`{name}`", f"[`{cls.__name__}`][trl_ext.losses.{cls.__name__}]", _summary(cls),
+                     _arguments(cls), metrics])
+    return _table(["name", "class", "what", "arguments (defaults)", "metrics"], rows)
+
+
+def advantages() -> str:
+    from trl_ext.advantages import ADVANTAGE_FNS
+
+    rows = []
+    for name, cls in sorted(ADVANTAGE_FNS.items()):
+        doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        inputs = ", ".join(f"`{i}`" for i in cls.inputs())
+        rows.append([f"`{name}`", f"`{cls.__module__}.{cls.__name__}`", doc, inputs, _arguments(cls)])
+    return _table(["name", "class", "what", "inputs", "arguments (defaults)"], rows)
+
+
+def _named_components(registry) -> list:
+    """(name, class, aliases) without repeating an alias's class (`kl` = `k1`)."""
+    out = []
+    for name, cls in registry.items():
+        if cls.name != name:
+            continue
+        aliases = [other for other, c in registry.items() if c is cls and other != name]
+        out.append((name, cls, aliases))
+    return out
+
+
+def kl_estimators() -> str:
+    from trl_ext.losses import KL_FNS
+
+    rows = []
+    for name, cls, aliases in _named_components(KL_FNS):
+        rows.append([f"`{name}`", ", ".join(f"`{a}`" for a in aliases) or "—", f"`{cls.__module__}.{cls.__name__}`"])
+    return _table(["kl_loss_fn / kl_penalty_fn", "aliases", "class"], rows)
+
+
+def entropy_terms() -> str:
+    from trl_ext.losses import ENTROPY_FNS
+
+    rows = []
+    for name, cls, _ in _named_components(ENTROPY_FNS):
+        doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        rows.append([f"`{name}`", doc, _arguments(cls)])
+    return _table(["entropy_loss_fn", "what", "arguments (defaults)"], rows)
+
+
+def aggregation_modes() -> str:
+    from trl_ext.losses import LOSS_AGG_MODES
+    from trl_ext.losses.base import LOSS_AGG_HELP
+
+    return f"`loss_agg_mode` is one of {', '.join(f'`{m}`' for m in LOSS_AGG_MODES)}. {LOSS_AGG_HELP}"
+
+
+# ------------------------------------------------------------------------------------------------- settings
+
+
+def _field_rows(fields) -> list[list[object]]:
+    from trl_ext.trainers.model_card import field_default
+
+    return [[f"`{f.name}`", f"`{field_default(f)!r}`", f.metadata.get("help", "")] for f in fields]
+
+
+def settings(algorithm: str) -> str:
+    from trl_ext import get_algorithm
+    from trl_ext.trainers.model_card import algorithm_fields
+
+    spec = get_algorithm(algorithm)
+    return _table(["field", "default", "help"], _field_rows(algorithm_fields(spec.config_class, algorithm)))
+
+
+def shared_settings(family: str) -> str:
+    from trl_ext import get_family
+
+    record = get_family(family)
+    base = record.load(record.settings_base)
+    trl_base = next(c for c in base.__mro__ if c.__module__.startswith("trl."))
+    trl_fields = {f.name for f in dataclasses.fields(trl_base)}
+    own = [f for f in dataclasses.fields(base) if f.name not in trl_fields]
+    return _table(["field", "default", "help"], _field_rows(own))
+
+
+def _api_blocks(which: int) -> str:
+    from trl_ext import ALGORITHMS
+
+    blocks, seen = [], set()
+    for spec in ALGORITHMS.values():
+        cls = (spec.config_class, spec.trainer_class)[which]
+        if cls in seen:
+            continue
+        seen.add(cls)
+        options = "      show_bases: true\n      members: false" if which == 0 else "      members: [__init__]"
+        blocks.append(f"## `{cls.__name__}`\n\n::: {cls.__module__}.{cls.__name__}\n    options:\n{options}\n")
+    return "\n".join(blocks)
+
+
+def modules(package: str) -> str:
+    """One API block (`:::`) per module of `trl_ext.<package>` (its registry's members; `base` is rendered apart)."""
+    import pkgutil
+
+    pkg = importlib.import_module(f"trl_ext.{package}")
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name != "base")
+    return "\n".join(f"::: trl_ext.{package}.{name}\n    options:\n      heading_level: 3\n" for name in names)
+
+
+def recipes() -> str:
+    from trl_ext._packaged import recipe_names
+
+    config_dir = os.path.join(ROOT, "trl_ext", "configs", "accelerate")
+    accelerate = sorted(name[:-5] for name in os.listdir(config_dir) if name.endswith(".yaml"))
+    return _table(
+        ["kind", "names (`--config NAME` / `--accelerate_config NAME`)"],
+        [["recipes", ", ".join(f"`{n}`" for n in recipe_names())], ["accelerate", ", ".join(f"`{n}`" for n in accelerate)]],
+    )
+
+
+RENDERERS: dict[str, Callable[..., str]] = {
+    "algorithms": algorithms,
+    "algorithms-short": algorithms_short,
+    "policy-losses": policy_losses,
+    "advantages": advantages,
+    "kl-estimators": kl_estimators,
+    "entropy-terms": entropy_terms,
+    "aggregation-modes": aggregation_modes,
+    "settings": settings,
+    "shared-settings": shared_settings,
+    "configs": lambda: _api_blocks(0),
+    "trainers": lambda: _api_blocks(1),
+    "recipes": recipes,
+    "modules": modules,
+}
+
+
+def render(name: str, args: str = "", base: str = "") -> str:
+    """The table (Markdown) a directive asks for; an unknown directive is a ValueError naming the known ones."""
+    if name not in RENDERERS:
+        close = difflib.get_close_matches(name, RENDERERS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"unknown registry directive {name!r}{hint}; known: {', '.join(RENDERERS)}")
+    positional = [a for a in args.split() if "=" not in a]
+    keywords = dict(a.split("=", 1) for a in args.split() if "=" in a)
+    if name == "algorithms":
+        keywords["base"] = base
+    return RENDERERS[name](*positional, **keywords)
+
+
+def expand(markdown: str, base: str = "") -> str:
+    """`markdown` with each directive replaced by its table (a README block's old table, up to `END`, dropped)."""
+
+    def table(match: re.Match) -> str:
+        return render(match["name"], match["args"].strip(), base)
+
+    return DIRECTIVE.sub(table, markdown)
+
+
+def refresh_blocks(markdown: str) -> str:
+    """`markdown` (the README) with each block between a directive and `END` regenerated."""
+    pattern = re.compile(DIRECTIVE.pattern + r"\n.*?^" + re.escape(END) + "$", re.MULTILINE | re.DOTALL)
+    return pattern.sub(lambda m: f"{m[0].splitlines()[0]}\n{render(m['name'], m['args'].strip())}\n{END}", markdown)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:  # the MkDocs hook
+    depth = page.file.src_uri.count("/")
+    return expand(markdown, base="../" * depth)
+
+
+def main(argv: list[str]) -> int:
+    with open(README, encoding="utf-8") as f:
+        current = f.read()
+    fresh = refresh_blocks(current)
+    if "--check" in argv:
+        if fresh != current:
+            print("README.md's generated tables are out of date: run python docs/_hooks/registry_tables.py")
+            return 1
+        return 0
+    with open(README, "w", encoding="utf-8") as f:
+        f.write(fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    importlib.import_module("trl_ext")
+    raise SystemExit(main(sys.argv[1:]))
