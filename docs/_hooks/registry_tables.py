@@ -13,10 +13,13 @@ Directives (ARGs are `key=value`):
 * `algorithms-short`: one line per algorithm, for the README.
 * `policy-losses [group=...]`, `advantages`, `kl-estimators`, `entropy-terms`, `aggregation-modes`: the component
   registries, each entry with its arguments and defaults.
+* `about ALGORITHM`: the record in prose (description, notes, paper, classes).
+* `trl-equivalents`: the algorithms whose record names TRL's equivalent settings.
 * `settings ALGORITHM`: the algorithm's own config fields (name, default, help).
 * `shared-settings FAMILY`: the fields every config of a family adds to its TRL config.
 * `configs`, `trainers`: one API block (mkdocstrings `:::`) per algorithm's config / trainer class.
 * `recipes`: the packaged YAML recipes and accelerate configs.
+* `verl-losses`: the names `trl_ext.compat.verl.get_policy_loss_fn` takes.
 * `modules PACKAGE`: one API block per module of `trl_ext.PACKAGE` (`losses`, `advantages`).
 """
 
@@ -83,7 +86,7 @@ def _algorithms(group: str | None = None, family: str | None = None) -> list:
     from trl_ext.losses import POLICY_LOSSES
 
     out = []
-    for spec in ALGORITHMS.values():
+    for spec in _by_family(ALGORITHMS.values()):
         if family is not None and spec.trainer != family:
             continue
         if group == "agents" and not _multi_turn(spec):
@@ -92,6 +95,40 @@ def _algorithms(group: str | None = None, family: str | None = None) -> list:
             continue
         out.append(spec)
     return out
+
+
+def _by_family(specs) -> list:
+    """The records in the order of their families' registration (GRPO first), each family's in record order."""
+    from trl_ext import FAMILIES
+
+    order = {name: i for i, name in enumerate(FAMILIES)}
+    return sorted(specs, key=lambda spec: order.get(spec.trainer, len(order)))
+
+
+def about(algorithm: str) -> str:
+    """An algorithm's record in prose: its description, its notes (`details`), its paper and its classes."""
+    from trl_ext import get_algorithm
+
+    spec = get_algorithm(algorithm)
+    config, trainer = spec.class_names
+    text = f"**{spec.display_name}** (`{spec.name}`): {spec.description}"
+    text += f" {spec.details}" if spec.details else ""
+    if spec.paper is not None:
+        text += f"\n\nPaper: {_paper(spec)}."
+    parts = f"policy loss `{spec.policy_loss_fn}`" + (f", advantage `{spec.advantage_fn}`" if spec.advantage_fn else "")
+    text += f" Trainer [`{trainer}`][{spec.trainer_class.__module__}.{trainer}], config "
+    text += f"[`{config}`][{spec.config_class.__module__}.{config}]; {parts}."
+    return text
+
+
+def trl_equivalents() -> str:
+    """The algorithms whose record names TRL's equivalent settings, with that sentence."""
+    rows = []
+    for spec in _algorithms():
+        sentence = next((s for s in re.split(r"(?<=\.) ", spec.details) if "TRL's equivalent" in s), None)
+        if sentence:
+            rows.append([f"`{spec.name}`", f"`{spec.class_names[1]}`", sentence])
+    return _table(["algorithm", "trainer", "TRL's equivalent"], rows)
 
 
 def _multi_turn(spec) -> bool:
@@ -249,11 +286,18 @@ def modules(package: str) -> str:
     return "\n".join(f"::: trl_ext.{package}.{name}\n    options:\n      heading_level: 3\n" for name in names)
 
 
-def recipes() -> str:
-    from trl_ext._packaged import recipe_names
+def verl_losses() -> str:
+    """`trl_ext.compat.verl`'s registry: each verl loss name and the trl_ext loss behind it."""
+    from trl_ext.compat.verl import POLICY_LOSS_REGISTRY
 
-    config_dir = os.path.join(ROOT, "trl_ext", "configs", "accelerate")
-    accelerate = sorted(name[:-5] for name in os.listdir(config_dir) if name.endswith(".yaml"))
+    rows = [[f"`{name}`", f"`{fn.__module__}.{fn.__name__}`"] for name, fn in POLICY_LOSS_REGISTRY.items()]
+    return _table(["`get_policy_loss_fn(name)`", "function"], rows)
+
+
+def recipes() -> str:
+    from trl_ext._packaged import accelerate_config_names, recipe_names
+
+    accelerate = accelerate_config_names()
     return _table(
         ["kind", "names (`--config NAME` / `--accelerate_config NAME`)"],
         [["recipes", ", ".join(f"`{n}`" for n in recipe_names())], ["accelerate", ", ".join(f"`{n}`" for n in accelerate)]],
@@ -274,6 +318,9 @@ RENDERERS: dict[str, Callable[..., str]] = {
     "trainers": lambda: _api_blocks(1),
     "recipes": recipes,
     "modules": modules,
+    "verl-losses": verl_losses,
+    "about": about,
+    "trl-equivalents": trl_equivalents,
 }
 
 
