@@ -30,7 +30,14 @@ DEFAULT_KL_ESTIMATOR = "k2"
 
 @dataclass(frozen=True)
 class Paper:
-    """An algorithm's paper: the one citation its model cards, `trl-ext list` and the docs use."""
+    """An algorithm's paper: the one citation its model cards, `trl-ext list` and the docs use.
+
+    `str(paper)` is `"<title> (arXiv <arxiv>)"`; `year` is read off the arXiv id (`"2402.03300"` -> 2024).
+
+    Attributes:
+        title: The paper's title.
+        arxiv: Its arXiv id, `YYMM.NNNNN`.
+    """
 
     title: str
     arxiv: str
@@ -40,25 +47,45 @@ class Paper:
 
     @property
     def year(self) -> int:
+        """The year of the arXiv id (its first two digits, 20YY)."""
         return 2000 + int(self.arxiv[:2])
 
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """One algorithm's record.
+    """One algorithm's record (frozen; `register_algorithm` adds one).
 
-    `trainer` is its trainer family (a `trl_ext.families` name), None for a record without a trainer yet (its losses
-    are in `trl_ext.losses`). `class_prefix` names the classes (`SAPO` -> `SAPOConfig`, `SAPOTrainer`; default: the
-    upper-case name) and `display_name` the algorithm in model cards (default: the upper-case name); `details` is
-    appended to the config's docstring (what the description leaves out, e.g. TRL's equivalent settings).
-    `trl_losses`: the config also accepts TRL's own loss selection (`loss_type`, `epsilon`, ...) and then trains
-    TRL's loss (`trl_ext.losses.trl_grpo`): the algorithm that `trl.GRPOTrainer` users swap in.
+    `schema` and `sample_strategy` are the family's. (Trinity-RFT's `compute_advantage_in_trainer` and
+    `can_balance_batch` say where its explorer / trainer split computes advantages and whether its batches may be
+    re-balanced over data-parallel ranks; a TRL trainer computes every advantage after generation, in one process
+    group, so they would mean nothing here and are not recorded.) Its config and trainer classes are
+    `config_class` / `trainer_class` (the trainers' package is imported on first use).
 
-    Trinity-RFT's flags: `use_critic`, `use_reference`, `repeat_times` (see the module docstring); `schema` and
-    `sample_strategy` are the family's. (Trinity-RFT's `compute_advantage_in_trainer` and `can_balance_batch` say
-    where its explorer / trainer split computes advantages and whether its batches may be re-balanced over data-
-    parallel ranks; a TRL trainer computes every advantage after generation, in one process group, so they would mean
-    nothing here and are not recorded.)
+    Attributes:
+        name: The algorithm's name (`get_algorithm`, `trl-ext train --algorithm`).
+        description: One line, shown in `trl-ext list`, the model cards and the config's docstring.
+        paper: Its paper, or None.
+        policy_loss_fn: The default policy loss (a `trl_ext.losses.POLICY_LOSSES` name).
+        advantage_fn: The default advantage estimator (an `ADVANTAGE_FNS` name), None where the family takes none.
+        kl_loss_fn: The default KL-loss estimator (a `KL_FNS` name; `none`: no KL term).
+        entropy_loss_fn: The default entropy term (an `ENTROPY_FNS` name; `none`: no bonus).
+        use_reference: Trinity-RFT's flag: it may have a KL term to a reference model (without it the config refuses
+            a KL coefficient, and no reference model is loaded).
+        repeat_times: Trinity-RFT's default group size (an integer >= 1): the config's `num_generations`.
+        use_critic: Trinity-RFT's flag: it trains a value model (only a family with a critic can take it).
+        kl_penalty_fn: The in-reward KL penalty of the reference's `default_config()` (a `KL_FNS` name; `none`).
+        trainer: Its trainer family (a `trl_ext.families` name), None for a record without a trainer yet (its
+            losses are in `trl_ext.losses`).
+        class_prefix: Names the classes (`SAPO` -> `SAPOConfig`, `SAPOTrainer`); default: the upper-case name.
+        display_name: The algorithm's name in model cards; default: the upper-case name.
+        details: Appended to the config's docstring (what the description leaves out, e.g. TRL's equivalent
+            settings).
+        trl_losses: The config also accepts TRL's own loss selection (`loss_type`, `epsilon`, ...) and then trains
+            TRL's loss (`trl_ext.losses.trl_grpo`): the algorithm that `trl.GRPOTrainer` users swap in.
+
+    Raises:
+        ValueError: An unknown `trainer` family (naming the registered ones), an `advantage_fn` for a family that
+            takes none, `use_critic` for a family without a critic, or `repeat_times` not an integer >= 1.
     """
 
     name: str
@@ -123,6 +150,7 @@ class AlgorithmSpec:
 
     @property
     def has_trainer(self) -> bool:
+        """Whether the record names a trainer family (else its losses are only in `trl_ext.losses`)."""
         return self.trainer is not None
 
     @property
@@ -135,10 +163,12 @@ class AlgorithmSpec:
 
     @property
     def config_class(self) -> type:
+        """The config class (`SAPOConfig`); NotImplementedError for a record without a trainer."""
         return self._classes()[0]
 
     @property
     def trainer_class(self) -> type:
+        """The trainer class (`SAPOTrainer`); NotImplementedError for a record without a trainer."""
         return self._classes()[1]
 
     def _classes(self) -> tuple[type, type]:
@@ -378,7 +408,17 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:
-    """The record of algorithm `name`; an unknown name is a ValueError listing the valid ones."""
+    """The record of algorithm `name`.
+
+    Args:
+        name: A registered algorithm (`ALGORITHMS`).
+
+    Returns:
+        Its record.
+
+    Raises:
+        ValueError: An unknown name (listing the valid ones).
+    """
     try:
         return ALGORITHMS[name]
     except (KeyError, TypeError):
@@ -386,10 +426,23 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 
 
 def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
-    """Add an algorithm record (e.g. one that trains a loss registered outside trl_ext with `register_policy_loss`);
-    its config and trainer classes are then `spec.config_class` / `spec.trainer_class`, also exported as
-    `trl_ext.<class_prefix>Config` / `<class_prefix>Trainer`. Its components must be registered and its name and
-    class names unused."""
+    """Add an algorithm record (e.g. one that trains a loss registered outside trl_ext with `register_policy_loss`).
+
+    Its config and trainer classes are then `spec.config_class` / `spec.trainer_class`, also exported as
+    `trl_ext.<class_prefix>Config` / `<class_prefix>Trainer`.
+
+    Args:
+        spec: The record. Its components must be registered and its name and class names unused.
+
+    Returns:
+        `spec` itself.
+
+    Raises:
+        TypeError: `spec` is not an `AlgorithmSpec`.
+        ValueError: The name is registered already; the class names name another algorithm's classes (set
+            `class_prefix`); the trainer family has one algorithm with its own classes; or a component
+            (`policy_loss_fn`, `advantage_fn`, `kl_loss_fn`, `entropy_loss_fn`) is not registered.
+    """
     from .advantages import ADVANTAGE_FNS
     from .losses import ENTROPY_FNS, KL_FNS, POLICY_LOSSES
 

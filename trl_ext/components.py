@@ -204,7 +204,18 @@ class Registry(dict):
         self.base = base
 
     def register(self, name: str):
-        """Class decorator: store the class under `name` and set its `name` (a duplicate name is an error)."""
+        """Class decorator: store the class under `name` and set its `name` (a duplicate name is an error).
+
+        Args:
+            name: The registry name.
+
+        Returns:
+            (Callable[[type], type]): The decorator, which returns the class itself.
+
+        Raises:
+            TypeError: The decorated class is not a subclass of the registry's `base`.
+            ValueError: `name` is already registered.
+        """
 
         def decorator(cls: type) -> type:
             if not (isinstance(cls, type) and issubclass(cls, self.base)):
@@ -218,7 +229,19 @@ class Registry(dict):
         return decorator
 
     def build(self, name: Any, **kwargs: Any) -> Any:
-        """An instance of the class registered as `name`, built with `kwargs`."""
+        """An instance of the class registered as `name`, built with `kwargs`.
+
+        Args:
+            name: The registry name.
+            **kwargs: The component's arguments (its `arguments`; the others keep their defaults).
+
+        Returns:
+            The component.
+
+        Raises:
+            ValueError: An unknown name (listing the valid ones), an unknown argument (listing the valid ones) or an
+                invalid value (naming the argument and its rule).
+        """
         if not isinstance(name, str) or name not in self:
             raise ValueError(f"unknown {self.kind} {name!r}; valid names: {', '.join(sorted(self))}")
         return self[name](**kwargs)

@@ -49,30 +49,41 @@ def _sequence_length(args: Any) -> str:
 
 @dataclass(frozen=True)
 class TrainerFamily:
-    """One trainer family's record.
+    """One trainer family's record (frozen; `register_family` adds one).
 
-    * `config_base`, `trainer_base`: `module:Class` of the family's config and trainer; `settings_base`: the config
-      class whose fields are not an algorithm's own settings (the model card and the run summary list the others).
-    * `components`: the component kinds (`COMPONENT_KINDS`) an algorithm of the family chooses (its config gets
-      their arguments as fields); a record naming an advantage for a family without one is refused.
-    * `schema`: the data it trains on (`SCHEMAS`); `script`: the module whose `train(algorithm, argv)` runs
-      `trl-ext train --algorithm <name>`.
-    * `per_algorithm_classes`: each algorithm gets its own config and trainer class, built from its record
-      (`SAPOConfig`, ...); otherwise the family has one algorithm, whose classes are the family's hand-written
-      ones (`register_algorithm` refuses a second).
-    * `group_size_field`: the config field whose default is the record's `repeat_times` (`num_generations`), if
-      the family samples groups.
-    * `uses_critic`: whether the trainer trains a value model (a record with `use_critic=True` needs one).
-    * `kl_coef_field`: the config field of the KL term's coefficient (`beta`, DPO's `kl_coef`).
-    * `loss_fields_from_trl`: TRL config fields that are the loss's own arguments (DPO's `beta`), which the model
-      card and the run summary list among the algorithm's settings.
-    * `batch_unit` and `geometry`: the run summary's words for a row (`completions`, `pairs`, `sequences`) and its
-      family-specific line (the generation batch, or the sequence length).
-    * `script_arguments`: `module:Class` of extra argument dataclasses its script parses (MIX's expert data).
-    * `sample_strategy`: Trinity-RFT's name for how a batch is sampled (`mix`: expert rows mixed into the rollouts).
-    * `loss_inputs`, `advantage_inputs`: what the trainer hands a policy loss / an advantage function (a composed
-      part that needs anything else cannot train there: the config says which input and who provides it,
-      `input_source`).
+    Attributes:
+        name: The family's name, which `AlgorithmSpec.trainer` gives.
+        description: One line on what the family trains on and how.
+        config_base: `module:Class` of the family's config.
+        trainer_base: `module:Class` of the family's trainer.
+        settings_base: `module:Class` of the config class whose fields are not an algorithm's own settings (the
+            model card and the run summary list the others).
+        components: The component kinds (`COMPONENT_KINDS`, `policy_loss_fn` included) an algorithm of the family
+            chooses (its config gets their arguments as fields); a record naming an advantage for a family without
+            one is refused.
+        schema: The data it trains on (`SCHEMAS`).
+        script: The module whose `train(algorithm, argv)` runs `trl-ext train --algorithm <name>`.
+        per_algorithm_classes: Each algorithm gets its own config and trainer class, built from its record
+            (`SAPOConfig`, ...); otherwise the family has one algorithm, whose classes are the family's hand-written
+            ones (`register_algorithm` refuses a second).
+        group_size_field: The config field whose default is the record's `repeat_times` (`num_generations`), if the
+            family samples groups.
+        uses_critic: Whether the trainer trains a value model (a record with `use_critic=True` needs one).
+        kl_coef_field: The config field of the KL term's coefficient (`beta`, DPO's `kl_coef`).
+        loss_fields_from_trl: TRL config fields that are the loss's own arguments (DPO's `beta`), which the model
+            card and the run summary list among the algorithm's settings.
+        batch_unit: The run summary's word for a row (`completions`, `pairs`, `sequences`).
+        geometry: The run summary's family-specific line from the config (the generation batch, or the sequence
+            length).
+        script_arguments: `module:Class` of extra argument dataclasses its script parses (MIX's expert data).
+        sample_strategy: Trinity-RFT's name for how a batch is sampled (`mix`: expert rows mixed into the rollouts).
+        loss_inputs: What the trainer hands a policy loss (a composed loss that needs anything else cannot train
+            there: the config says which input and who provides it, `input_source`).
+        advantage_inputs: What the trainer hands an advantage function, likewise.
+
+    Raises:
+        ValueError: A missing part, a `*_base` that is not `module:Class`, `components` without `policy_loss_fn` or
+            naming another kind, or an unknown `schema`.
     """
 
     name: str
@@ -148,7 +159,18 @@ FAMILIES: dict[str, TrainerFamily] = {}
 
 
 def register_family(family: TrainerFamily) -> TrainerFamily:
-    """Add a trainer family; a name registered twice is an error."""
+    """Add a trainer family; a name registered twice is an error.
+
+    Args:
+        family: The record.
+
+    Returns:
+        `family` itself.
+
+    Raises:
+        TypeError: `family` is not a `TrainerFamily`.
+        ValueError: Its name is registered already.
+    """
     if not isinstance(family, TrainerFamily):
         raise TypeError(f"register_family takes a TrainerFamily, got {family!r}")
     if family.name in FAMILIES:
@@ -158,7 +180,17 @@ def register_family(family: TrainerFamily) -> TrainerFamily:
 
 
 def get_family(name: str) -> TrainerFamily:
-    """The record of trainer family `name`; an unknown name is a ValueError listing the registered ones."""
+    """The record of trainer family `name`.
+
+    Args:
+        name: A registered family (`FAMILIES`: `grpo`, `mix`, `distill`, `critic`, `dpo`, `sft`).
+
+    Returns:
+        Its record.
+
+    Raises:
+        ValueError: An unknown name (listing the registered ones).
+    """
     try:
         return FAMILIES[name]
     except (KeyError, TypeError):

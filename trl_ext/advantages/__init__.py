@@ -1,6 +1,6 @@
 """Advantage estimators ported from Trinity-RFT / verl for Hugging Face TRL.
 
-Usage::
+Usage:
 
     from trl_ext.advantages import get_advantage_fn
 

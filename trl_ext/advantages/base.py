@@ -38,33 +38,30 @@ GroupIds = torch.Tensor | Sequence[Hashable]
 class AdvantageResult(NamedTuple):
     """Output of `AdvantageFn.compute`.
 
-    `advantages`: `[N]` (group estimators) or `[N, T]` (token-level estimators), in the rewards'
-    float dtype, one per INPUT sample.  `advantages` holds the raw values even for samples an estimator
-    drops (except REC, whose dropped samples get 0 as in the reference); `AdvantageFn.__call__` zeroes them.
-
-    `keep`: bool `[M]`, one per OUTPUT row; `False` marks rows that must not contribute to the loss.  `M = N`
-    except for GRPO's `duplicate_experiences` with groups of unequal size (see `source`).
-
-    `source`: `None` (the identity, `M = N`) or long `[M]`: output row `i` is a copy of input sample
-    `source[i]`, its data (completion, masks, log-probs) AND its advantage `advantages[source[i]]`.  Only
-    GRPO's `duplicate_experiences` sets it (a skipped group's rows become copies of a valid group's); rows
-    that are not copies have `source[i] = i`.  When a copied group is larger than the group it replaces, its
-    extra copies are appended as rows `N, N + 1, ...` (`M > N`), as the reference's batch grows; when it is
-    smaller, the replaced group's leftover rows get `keep=False`.  A consumer must gather its per-row tensors
-    with `source` (across processes when the batch was gathered), then apply `keep` to the gathered rows.
-
-    `token_keep`: `None` (every token) or bool `[N, T]` (per INPUT sample, like `advantages`): the response
-    tokens the estimator keeps, `False` where a token filter (`clipb`, `clipv`) removes a token from the loss.
-    The reference removes them from its `response_mask`, so a consumer must drop them from the loss mask too
-    (which changes token-mean denominators), not only zero their advantages (`AdvantageFn.__call__` does that).
-
-    `metrics`: `None` or the estimator's metrics by the reference's names (`frac_clipped`, `jsd/mean`, ...),
-    as Python floats.
-
-    `returns`: `None`, or for the estimators that compute value targets (`ppo`'s GAE) `[N, T]` in the
-    advantages' dtype, one row per INPUT sample like `advantages`: the critic's regression targets
-    R = A + V, A being the advantages BEFORE whitening (the reference's `returns`), 0 outside `response_mask`.
-    `AdvantageFn.__call__` does not return them; read them off `compute`'s result.
+    Attributes:
+        advantages: `[N]` (group estimators) or `[N, T]` (token-level estimators), in the rewards' float dtype, one
+            per INPUT sample. It holds the raw values even for samples an estimator drops (except REC, whose dropped
+            samples get 0 as in the reference); `AdvantageFn.__call__` zeroes them.
+        keep: bool `[M]`, one per OUTPUT row; `False` marks rows that must not contribute to the loss. `M = N`
+            except for GRPO's `duplicate_experiences` with groups of unequal size (see `source`).
+        source: `None` (the identity, `M = N`) or long `[M]`: output row `i` is a copy of input sample `source[i]`,
+            its data (completion, masks, log-probs) AND its advantage `advantages[source[i]]`. Only GRPO's
+            `duplicate_experiences` sets it (a skipped group's rows become copies of a valid group's); rows that are
+            not copies have `source[i] = i`. When a copied group is larger than the group it replaces, its extra
+            copies are appended as rows `N, N + 1, ...` (`M > N`), as the reference's batch grows; when it is
+            smaller, the replaced group's leftover rows get `keep=False`. A consumer must gather its per-row tensors
+            with `source` (across processes when the batch was gathered), then apply `keep` to the gathered rows.
+        token_keep: `None` (every token) or bool `[N, T]` (per INPUT sample, like `advantages`): the response tokens
+            the estimator keeps, `False` where a token filter (`clipb`, `clipv`) removes a token from the loss. The
+            reference removes them from its `response_mask`, so a consumer must drop them from the loss mask too
+            (which changes token-mean denominators), not only zero their advantages (`AdvantageFn.__call__` does
+            that).
+        metrics: `None` or the estimator's metrics by the reference's names (`frac_clipped`, `jsd/mean`, ...), as
+            Python floats.
+        returns: `None`, or for the estimators that compute value targets (`ppo`'s GAE) `[N, T]` in the
+            advantages' dtype, one row per INPUT sample like `advantages`: the critic's regression targets
+            R = A + V, A being the advantages BEFORE whitening (the reference's `returns`), 0 outside
+            `response_mask`. `AdvantageFn.__call__` does not return them; read them off `compute`'s result.
     """
 
     advantages: torch.Tensor
@@ -76,7 +73,16 @@ class AdvantageResult(NamedTuple):
 
 
 class AdvantageFn(Component):
-    """Base class of all advantage estimators.
+    """Base class of all advantage estimators (build one with `get_advantage_fn`).
+
+    Call shape: `advantages = fn(rewards, group_ids, **inputs)`, or `result = fn.compute(rewards, group_ids,
+    **inputs)` for the full `AdvantageResult`. `rewards` is one reward per sample `[N]` (token-level `[N, T]` where
+    `token_rewards`); `group_ids` (`[N]`: an integer tensor or a sequence of hashables) marks the samples generated
+    for the same prompt (unused, may be None, where `uses_groups` is False); `inputs` are the keyword-only inputs of
+    `compute` (`inputs()` lists them, `needed_inputs()` those this instance reads: `response_mask`, `logprobs`,
+    `generator`, ...; see the module docstring for their names and shapes). `fn(...)` returns one advantage per
+    output row, `[M]` or `[M, T]` (`token_level`), in the rewards' float dtype, 0 on the rows and tokens the
+    estimator drops; `compute` returns them raw, with the `keep` / `source` / `token_keep` that describe the drops.
 
     Subclasses declare their hyperparameters as `arguments` (`Argument` specs: the constructor's keywords,
     validated at construction; `check_arguments` adds the rules that relate several of them) and implement
@@ -117,8 +123,16 @@ class AdvantageFn(Component):
         raise NotImplementedError
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Same arguments as `compute`; returns one advantage per output row: `advantages[source]` (when
-        `source` is set), with the rows `keep` drops and the tokens `token_keep` drops set to 0."""
+        """The advantages of `compute(*args, **kwargs)`, with its drops applied.
+
+        Args:
+            *args: `rewards` and `group_ids`, as `compute` takes them.
+            **kwargs: The keyword-only inputs of `compute` (`inputs()`).
+
+        Returns:
+            One advantage per output row, `[M]` or `[M, T]`: `advantages[source]` (when `source` is set), with the
+                rows `keep` drops and the tokens `token_keep` drops set to 0.
+        """
         res = self.compute(*args, **kwargs)
         advantages = res.advantages
         if res.token_keep is not None:
@@ -133,11 +147,34 @@ ADVANTAGE_FNS = Registry("advantage function", AdvantageFn)
 """The advantage estimators by name."""
 
 register_advantage = ADVANTAGE_FNS.register
-"""Class decorator: `@register_advantage(name)` registers an `AdvantageFn` subclass in `ADVANTAGE_FNS`."""
+"""Class decorator: `@register_advantage(name)` registers an `AdvantageFn` subclass in `ADVANTAGE_FNS`.
+
+Args:
+    name (str): The estimator's registry name (for `get_advantage_fn`); also set as the class's `name`.
+
+Returns:
+    (Callable[[type], type]): The decorator, which returns the class itself.
+
+Raises:
+    TypeError: The class is not an `AdvantageFn` subclass.
+    ValueError: `name` is already registered.
+"""
 
 
 def get_advantage_fn(name: str, **kwargs: Any) -> AdvantageFn:
-    """The advantage estimator registered as `name`, built with `kwargs` (its arguments)."""
+    """The advantage estimator registered as `name`, built with `kwargs` (its arguments).
+
+    Args:
+        name: A registered estimator name (`list(ADVANTAGE_FNS)`; the module docstring lists them).
+        **kwargs: The estimator's arguments (`ADVANTAGE_FNS[name].default_args()` lists them with their defaults).
+
+    Returns:
+        The estimator, called as `advantages = fn(rewards, group_ids, **inputs)` (see `AdvantageFn`).
+
+    Raises:
+        ValueError: An unknown name (listing the valid ones), an unknown argument (listing the valid ones) or an
+            invalid value (naming the argument and its allowed values).
+    """
     return ADVANTAGE_FNS.build(name, **kwargs)
 
 

@@ -95,7 +95,20 @@ _HANDLED = {"logprob", "action_mask", *DATA_KEYS, *WINDOW_INPUTS}
 class NeMoRLLoss:
     """A trl_ext policy loss behind NeMo-RL's `LossFunction` protocol (build it with `as_loss_function`).
 
-    Attributes: `loss_type`, `input_type`, `policy_loss` (the trl_ext loss), `loss_agg_mode`, `normalizer`.
+    `loss, metrics = loss_fn(data, global_valid_seqs, global_valid_toks, next_token_logprobs=lp)` gives this
+    micro-batch's share of the global batch's loss and trl_ext's metrics (detached 0-dim tensors); the module
+    docstring lists `data`'s keys and the `[:, 1:]` alignment.
+
+    Args:
+        policy_loss: The trl_ext loss.
+        normalizer: The constant of `seq-mean-token-sum-norm`, passed on every call (None: each micro-batch's T).
+
+    Attributes:
+        loss_type: `LossType.TOKEN_LEVEL` for a `token-mean` loss, else `LossType.SEQUENCE_LEVEL`.
+        input_type: `LossInputType.LOGPROB`.
+        policy_loss: The trl_ext loss.
+        loss_agg_mode: The loss's `loss_agg_mode` (`token-mean` for a loss without one).
+        normalizer: As given.
     """
 
     input_type = LossInputType.LOGPROB
@@ -119,7 +132,23 @@ class NeMoRLLoss:
         next_token_logprobs: torch.Tensor,
     ) -> tuple[torch.Tensor, Metrics]:
         """`(loss, metrics)` of this micro-batch: its share of the global batch's loss, and trl_ext's metrics
-        (detached 0-dim tensors). See the module docstring for `data`'s keys and the `[:, 1:]` alignment."""
+        (detached 0-dim tensors). See the module docstring for `data`'s keys and the `[:, 1:]` alignment.
+
+        Args:
+            data: NeMo-RL's batch: `token_mask` `[B, T]`, `sample_mask` `[B]` and, where the loss reads them,
+                `advantages`, `prev_logprobs`, `reference_policy_logprobs`, each aligned with `next_token_logprobs`.
+            global_valid_seqs: The global batch's sequence count (the `seq-mean-*` modes); None: the micro-batch's.
+            global_valid_toks: The global batch's token count (`token-mean`); None: the micro-batch's.
+            next_token_logprobs: `[B, T]` log-probs of the policy; `[:, t]` is that of token t + 1.
+
+        Returns:
+            loss: This micro-batch's share of the global batch's loss, 0-dim.
+            metrics: trl_ext's metrics of the loss, detached 0-dim tensors.
+
+        Raises:
+            ValueError: `next_token_logprobs` is not `[B, T]`, `data` lacks a key the loss reads, or a tensor of
+                `data` has another shape (a `[B, T]` one not sliced `[:, 1:]`).
+        """
         owner = f"nemo_rl[{self.policy_loss.name}]"
         if not isinstance(next_token_logprobs, torch.Tensor) or next_token_logprobs.dim() != 2:
             raise ValueError(f"{owner}: next_token_logprobs must be a [B, T] tensor")
@@ -163,9 +192,19 @@ def as_loss_function(name: str, *, normalizer: torch.Tensor | float | None = Non
     """The trl_ext policy loss `name` (built with `get_policy_loss(name, **loss_kwargs)`) as a NeMo-RL
     `LossFunction` taking `next_token_logprobs`.
 
-    `normalizer`: the constant of `loss_agg_mode="seq-mean-token-sum-norm"`, passed on every call (default: each
-    micro-batch's T); an error with any other aggregation. Raises ValueError for a refused loss (`REFUSED`, or
-    one reading inputs NeMo-RL's data does not carry), an unknown name, argument or value.
+    Args:
+        name: A `trl_ext.losses.POLICY_LOSSES` name, except those in `REFUSED`.
+        normalizer: The constant of `loss_agg_mode="seq-mean-token-sum-norm"`, passed on every call (default: each
+            micro-batch's T); an error with any other aggregation.
+        **loss_kwargs: The loss's arguments, as `get_policy_loss` takes them.
+
+    Returns:
+        The loss function: `loss, metrics = loss_fn(data, global_valid_seqs, global_valid_toks,
+            next_token_logprobs=lp)` (see `NeMoRLLoss`).
+
+    Raises:
+        ValueError: A refused loss (`REFUSED`, or one reading inputs NeMo-RL's data does not carry), an unknown
+            name, argument or value, or a `normalizer` with another aggregation.
     """
     if name in REFUSED:
         raise ValueError(f"policy loss {name!r} is not available through NeMo-RL's loss protocol: {REFUSED[name]}")

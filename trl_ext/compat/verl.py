@@ -108,13 +108,13 @@ def agg_weights(
 
     With m the mask, n_i = Σ_t m_it the row's token count, D = `dp_size`:
 
-    =========================== ======================================================================
-    `token-mean`                m · D / N,   N = `batch_num_tokens` (default Σ m)
-    `token-sum`                 m · D
-    `seq-mean-token-sum`        m · D / G,   G = `global_batch_size` (default: rows with n_i > 0)
-    `seq-mean-token-mean`       m / (n_i + 1e-8) · D / G
-    `seq-mean-token-sum-norm`   m · D / G / S,   S = `loss_scale_factor` (default T)
-    =========================== ======================================================================
+    | `loss_agg_mode`           | w                                                                     |
+    | ------------------------- | --------------------------------------------------------------------- |
+    | `token-mean`              | m · D / N,   N = `batch_num_tokens` (default Σ m)                     |
+    | `token-sum`               | m · D                                                                 |
+    | `seq-mean-token-sum`      | m · D / G,   G = `global_batch_size` (default: rows with n_i > 0)     |
+    | `seq-mean-token-mean`     | m / (n_i + 1e-8) · D / G                                              |
+    | `seq-mean-token-sum-norm` | m · D / G / S,   S = `loss_scale_factor` (default T)                   |
 
     As in verl, the global counts are required when `dp_size > 1` (ValueError otherwise).
     """
@@ -155,7 +155,23 @@ def agg_loss(
     """verl 0.9's `agg_loss`: Σ w·`loss_mat` over the valid positions, w from `agg_weights` (see there).
 
     Positions where `loss_mask` is 0 are selected away (NaN there does not propagate). One deviation: a micro-batch
-    with no valid token and no global counts gives 0 (verl: 0/0 = NaN)."""
+    with no valid token and no global counts gives 0 (verl: 0/0 = NaN).
+
+    Args:
+        loss_mat: `[B, T]` per-token loss.
+        loss_mask: `[B, T]` mask, 0/1 or bool.
+        loss_agg_mode: One of `AGG_LOSS_MODES`.
+        dp_size: The number of data-parallel ranks D.
+        batch_num_tokens: The global batch's token count N (`token-mean`).
+        global_batch_size: The global batch's sequence count G (the `seq-mean-*` modes).
+        loss_scale_factor: S of `seq-mean-token-sum-norm` (default T).
+
+    Returns:
+        The 0-dim aggregate Σ w·`loss_mat`.
+
+    Raises:
+        ValueError: An unknown `loss_agg_mode`, or `dp_size > 1` without the global count the mode needs.
+    """
     weights = agg_weights(loss_mask, loss_agg_mode, dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)
     return torch.where(loss_mask.bool(), loss_mat * weights, 0).sum()
 
@@ -171,7 +187,14 @@ POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator registering a policy loss `fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
-    config, rollout_is_weights) -> (loss, metrics)` under `name` (as verl's)."""
+    config, rollout_is_weights) -> (loss, metrics)` under `name` (as verl's).
+
+    Args:
+        name: The name `get_policy_loss_fn` finds it by (a registered name is replaced).
+
+    Returns:
+        The decorator, which registers the function and returns it unchanged.
+    """
 
     def decorator(func: PolicyLossFn) -> PolicyLossFn:
         POLICY_LOSS_REGISTRY[name] = func
@@ -181,7 +204,19 @@ def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
-    """The registered policy loss `name`; ValueError listing the registered names otherwise."""
+    """The registered policy loss `name`.
+
+    Args:
+        name: A `POLICY_LOSS_REGISTRY` name: `vanilla`, `gspo`, `sapo`, `cispo`, `gpg`, `geo_mean`, `dro`,
+            `clip_cov`, `kl_cov`, `dppo_tv`, `dppo_kl`, or one added with `register_policy_loss`.
+
+    Returns:
+        `fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights) ->
+            (pg_loss, metrics)`, metrics a dict of Python floats (see the module docstring).
+
+    Raises:
+        ValueError: An unknown name (listing the registered ones).
+    """
     if name not in POLICY_LOSS_REGISTRY:
         raise ValueError(f"Unsupported loss mode: {name}. Supported modes are: {list(POLICY_LOSS_REGISTRY)}")
     return POLICY_LOSS_REGISTRY[name]
@@ -286,8 +321,29 @@ def compute_policy_loss(
     """verl's dual-clip PPO: `(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)` (tensors; no global batch info).
 
     Per token, r = exp(clamp(lp − old, ±20)): L = max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high)), and for A < 0
-    additionally min(L, −A·c) with c = `clip_ratio_c`. `cliprange_low` / `cliprange_high` default to
-    `cliprange`."""
+    additionally min(L, −A·c) with c = `clip_ratio_c`.
+
+    Args:
+        old_log_prob: `[B, T]` log-probs of the sampling policy.
+        log_prob: `[B, T]` log-probs of the policy.
+        advantages: `[B, T]` advantages.
+        response_mask: `[B, T]` loss mask, 0/1 or bool.
+        cliprange: The symmetric clip ε.
+        cliprange_low: ε_low (default: `cliprange`).
+        cliprange_high: ε_high (default: `cliprange`).
+        clip_ratio_c: The dual-clip constant c (> 1).
+        loss_agg_mode: One of `AGG_LOSS_MODES` (see `agg_loss`).
+
+    Returns:
+        pg_loss: The aggregated loss, 0-dim.
+        pg_clipfrac: The fraction of valid tokens whose ε clip is active: A > 0 with r > 1 + ε_high, or A < 0
+            with r < 1 − ε_low.
+        ppo_kl: The mean over valid tokens of −clamp(lp − old, ±20).
+        pg_clipfrac_lower: The fraction of valid tokens with A < 0 and r > c (the dual clip is active).
+
+    Raises:
+        ValueError: `clip_ratio_c` <= 1, no clip range, a negative one, or an unknown `loss_agg_mode`.
+    """
     low = cliprange if cliprange_low is None else cliprange_low
     high = cliprange if cliprange_high is None else cliprange_high
     return _vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, low, high, clip_ratio_c, {}, None)
@@ -577,6 +633,18 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     `kl`/`k1`: lp − ref; `abs`: |lp − ref|; `mse`/`k2`: ½(lp − ref)²; `low_var_kl`/`k3`: clamp(eᵈ − d − 1, ±10)
     with d = clamp(ref − lp, ±20). A trailing `+` (e.g. `k3+`) keeps the estimator's value but takes the gradient
     of k2 (straight-through), whose expected gradient is the KL's.
+
+    Args:
+        logprob: `[B, T]` log-probs of the policy.
+        ref_logprob: `[B, T]` log-probs of the reference model.
+        kl_penalty: The estimator, one of `KL_PENALTIES`.
+
+    Returns:
+        The `[B, T]` per-token estimate.
+
+    Raises:
+        ValueError: An unknown estimator (listing `KL_PENALTIES`).
+        NotImplementedError: `full`, which needs the full vocabulary distributions.
     """
     base = kl_penalty[:-1] if kl_penalty.endswith("+") else kl_penalty
     if base == "full":

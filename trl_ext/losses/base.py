@@ -358,22 +358,31 @@ def _is_finite(loss: torch.Tensor) -> bool:
 class MaskedBatch:
     """One micro-batch as a loss sees it: the boolean mask, its counts and the window's counts.
 
-    Args:
-        owner: name used in error messages.
-        logprob: `[B, T]` floating-point values; fixes the batch shape that every other per-token input must
-            match (named `value_name` in messages: `entropy` for the entropy terms, `values` for
-            `aggregate_loss`).
-        action_mask: `[B, T]`, bool or 0/1 of any real dtype (named `mask_name` in messages). A non-bool mask
-            is checked to hold only 0 and 1, at the cost of one device sync; a bool mask is not.
-        global_valid_toks / global_valid_seqs: the optimizer window's token count and sequence
-            (row) count (NeMo-RL's names). When given, the aggregate of this micro-batch is its share
-            of the window's aggregate (see `aggregate`), so summing the shares of all micro-batches of
-            a window gives the window's loss whatever the split. Numbers or 0-dim tensors.
-        normalizer: the constant of `seq-mean-token-sum-norm` (default: T).
+    Every loss (and `aggregate_loss`, the KL and entropy terms) computes through it, so that the module's input rules
+    hold in one place: `check`, `advantages`, `token_weights` and `row_values` validate an input and remember it (as
+    `logprob` is); `select` zeroes the masked positions before any arithmetic; `mean` / `valid_mean` / `row_mean`
+    average over the mask (the metrics); `aggregate` reduces the per-token loss by a `loss_agg_mode` (the window's
+    share when the window counts are given) and, through `guard`, makes it NaN when an input it remembered is NaN or
+    ±inf at a valid position. Build it with `masked_batch` (or `PolicyLoss.masked_batch`), which first checks the
+    unknown keywords.
 
-    The inputs a loss reads through `check`, `advantages` and `row_values` (and `logprob`) are remembered:
-    `aggregate` (and `guard`) makes the loss NaN when any of them is NaN or ±inf at a valid position.
-    Build it with `masked_batch` (or `PolicyLoss.masked_batch`), which first checks the unknown keywords.
+    Args:
+        owner: Name used in error messages.
+        logprob: `[B, T]` floating-point values; fixes the batch shape that every other per-token input must match.
+        action_mask: `[B, T]`, bool or 0/1 of any real dtype. A non-bool mask is checked to hold only 0 and 1, at
+            the cost of one device sync; a bool mask is not.
+        global_valid_toks: The optimizer window's token count (NeMo-RL's name), a number or a 0-dim tensor. When
+            given, the aggregate of this micro-batch is its share of the window's aggregate (see `aggregate`), so
+            summing the shares of all micro-batches of a window gives the window's loss whatever the split.
+        global_valid_seqs: The optimizer window's sequence (row) count, likewise.
+        normalizer: The constant of `seq-mean-token-sum-norm` (default: T).
+        value_name: `logprob`'s name in error messages (`entropy` for the entropy terms, `values` for
+            `aggregate_loss`).
+        mask_name: `action_mask`'s name in error messages.
+
+    Raises:
+        ValueError: `logprob` is not a floating-point `[B, T]` tensor, the mask has another shape or a value other
+            than 0 and 1, or a window count is not a finite number >= 0 or a 0-dim real tensor.
     """
 
     def __init__(
@@ -730,27 +739,38 @@ def aggregate_loss(
 
     With m the mask, x the values and ε = 1e-8:
 
-    =========================== ==================================================================
-    `token-mean`                Σ m·x / (Σ m + ε)
-    `token-sum`                 Σ m·x (verl's, unnormalized: the loss grows with the number of tokens)
-    `seq-mean-token-sum`        mean over rows of Σ_t m·x
-    `seq-mean-token-mean`       mean over rows of Σ_t m·x / (Σ_t m + ε)
-    `seq-mean-token-sum-norm`   Σ m·x / (normalizer + ε), normalizer defaulting to T (Trinity-RFT's
-                                form, without a division by the number of rows; pass
-                                `normalizer = T·B` for Dr. GRPO's Σ/(B·T))
-    =========================== ==================================================================
+    | `loss_agg_mode`           | result                                                                  |
+    | ------------------------- | ----------------------------------------------------------------------- |
+    | `token-mean`              | Σ m·x / (Σ m + ε)                                                       |
+    | `token-sum`               | Σ m·x (verl's, unnormalized: the loss grows with the number of tokens) |
+    | `seq-mean-token-sum`      | mean over rows of Σ_t m·x                                               |
+    | `seq-mean-token-mean`     | mean over rows of Σ_t m·x / (Σ_t m + ε)                                 |
+    | `seq-mean-token-sum-norm` | Σ m·x / (normalizer + ε), normalizer defaulting to T                    |
 
-    "Rows" are all B rows, empty ones included, as in the reference; no rows (B = 0) give 0. Masked
-    positions are selected away before the sum, so NaN / inf there reach neither the value nor the
-    gradient; NaN / ±inf at a valid position make the result NaN. `values` must be floating-point; `mask`
-    bool or 0/1 (a non-bool mask is checked, one device sync: pass a bool mask to skip it). Any other
-    keyword is a ValueError.
+    `seq-mean-token-sum-norm` is Trinity-RFT's form, without a division by the number of rows (pass
+    `normalizer = T·B` for Dr. GRPO's Σ/(B·T)). "Rows" are all B rows, empty ones included, as in the reference.
 
     Window normalization (docs/design.md §2.6): pass the optimizer window's counts and the result is this
-    micro-batch's *share* of the window aggregate: Σ m·x / (`global_valid_toks` + ε) for
-    `token-mean`, Σ over rows / `global_valid_seqs` for the `seq-mean-*` modes (count every row, as
-    the local mean does), and the unchanged Σ m·x (/ normalizer) for `token-sum` (`seq-mean-token-sum-norm`). The
-    shares of all micro-batches of a window add up to the window's aggregate.
+    micro-batch's *share* of the window aggregate: Σ m·x / (`global_valid_toks` + ε) for `token-mean`, Σ over rows /
+    `global_valid_seqs` for the `seq-mean-*` modes (count every row, as the local mean does), and the unchanged
+    Σ m·x (/ normalizer) for `token-sum` (`seq-mean-token-sum-norm`). The shares of all micro-batches of a window
+    add up to the window's aggregate.
+
+    Args:
+        values: The `[B, T]` per-token loss, floating-point.
+        mask: `[B, T]`, bool or 0/1 (a non-bool mask is checked, one device sync: pass a bool mask to skip it).
+        loss_agg_mode: One of `LOSS_AGG_MODES` (the table above).
+        normalizer: The constant of `seq-mean-token-sum-norm` (default: T), a number >= 0 or a 0-dim tensor.
+        global_valid_toks: The window's token count (`token-mean`), a number >= 0 or a 0-dim tensor.
+        global_valid_seqs: The window's sequence count (the `seq-mean-*` modes), likewise.
+
+    Returns:
+        The 0-dim aggregate (0 when there are no rows, B = 0). Masked positions are selected away before the sum,
+            so NaN / inf there reach neither the value nor the gradient; NaN / ±inf at a valid position make it NaN.
+
+    Raises:
+        ValueError: An unknown `loss_agg_mode` (listing the valid ones) or keyword, non-floating `values`, a mask of
+            another shape or holding values other than 0 and 1, or an invalid window count.
     """
     check_inputs("aggregate_loss", declared_inputs(aggregate_loss), unknown, ignored=())
     check_loss_agg_mode("aggregate_loss", loss_agg_mode)
@@ -775,16 +795,29 @@ def aggregate_loss(
 class PolicyLoss(Component):
     """Base class of every policy loss.
 
+    Call contract: `loss, metrics = fn(**inputs)`, keywords only, with Trinity-RFT's names: `logprob` (the policy's,
+    with gradient), `old_logprob` (the sampling policy's), `ref_logprob` (the reference model's: DPO), all `[B, T]`;
+    `action_mask` `[B, T]` (bool, or 0/1); `advantages` (`[B, T]`, or `[B]` / `[B, 1]` per sequence); a loss's own
+    inputs (`expert_mask`, `step`, `importance_sampling_ratio`, ...) and the window counts `global_valid_toks`,
+    `global_valid_seqs`, `normalizer`. `inputs()` lists those a loss reads (its `__call__`'s named parameters, then
+    `window_inputs`); any other keyword that is not one of the documented `BATCH_INPUTS` is a ValueError naming it.
+    `loss` is 0-dim (this micro-batch's share of the window's loss when the window counts are given); `metrics` holds
+    detached 0-dim tensors named in the class's `metrics`.
+
     Subclasses declare their hyperparameters as `arguments` (`Argument` specs, with Trinity-RFT's names and
     defaults: the constructor's keywords after `backend`, validated at construction; `check_arguments` adds the
-    rules that relate several of them), every metric they return in `metrics` (`SHARE` or `MEAN`), and implement
-    `__call__(logprob, ..., **kwargs) -> (loss, metrics)`. `default_args()` is read off the specs; the tests pin
-    it against the reference's values.
+    rules that relate several of them), every metric they return in `metrics` (`SHARE` for a loss term, `MEAN` for
+    a ratio or a fraction; see `trl_ext.components`), and implement `__call__`, building their `MaskedBatch` with
+    `self.masked_batch(logprob, action_mask, kwargs)`. `default_args()` (every argument's default, by name) is read
+    off the specs; the tests pin it against the reference's values.
 
-    The inputs a loss reads are the named parameters of its `__call__` plus `window_inputs` (the window
-    counts it takes through `**kwargs`): `inputs()` lists them. `__call__` builds its `MaskedBatch` with
-    `self.masked_batch(logprob, action_mask, kwargs)`, which rejects any other keyword that is not one of
-    the documented `BATCH_INPUTS`.
+    Args:
+        backend: Trinity-RFT's training backend; accepted for signature compatibility and ignored.
+        **kwargs: The loss's arguments (`arguments`), each defaulting to its `default_args()` value.
+
+    Raises:
+        ValueError: An unknown argument (listing the valid ones) or an invalid value (naming the argument and its
+            allowed values).
     """
 
     window_inputs: ClassVar[tuple[str, ...]] = WINDOW_INPUTS
@@ -834,13 +867,32 @@ POLICY_LOSSES = Registry("policy loss", PolicyLoss)
 
 
 register_policy_loss = POLICY_LOSSES.register
-"""Class decorator: `@register_policy_loss(name)` makes a `PolicyLoss` subclass available to `get_policy_loss`."""
+"""Class decorator: `@register_policy_loss(name)` makes a `PolicyLoss` subclass available to `get_policy_loss`.
+
+Args:
+    name (str): The loss's registry name; also set as the class's `name`.
+
+Returns:
+    (Callable[[type], type]): The decorator, which returns the class itself.
+
+Raises:
+    TypeError: The class is not a `PolicyLoss` subclass.
+    ValueError: `name` is already registered.
+"""
 
 
 def get_policy_loss(name: str, **kwargs: Any) -> PolicyLoss:
     """The policy loss `name` built with `kwargs` over its `default_args()`.
 
-    Raises ValueError for an unknown name (listing the valid ones), an unknown argument (listing the
-    loss's arguments) or an invalid value (naming the argument and its allowed values).
+    Args:
+        name: A registered loss name (`list(POLICY_LOSSES)`).
+        **kwargs: The loss's arguments (`POLICY_LOSSES[name].default_args()` lists them with their defaults).
+
+    Returns:
+        The loss, called as `loss, metrics = fn(logprob=..., action_mask=..., ...)` (see `PolicyLoss`).
+
+    Raises:
+        ValueError: An unknown name (listing the valid ones), an unknown argument (listing the loss's arguments) or
+            an invalid value (naming the argument and its allowed values).
     """
     return POLICY_LOSSES.build(name, **kwargs)

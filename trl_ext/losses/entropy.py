@@ -37,7 +37,14 @@ from .base import (
 
 
 class EntropyFn(Component):
-    """The `default` term, over all valid tokens; the base class of the others."""
+    """The `default` term, over all valid tokens; the base class of the others.
+
+    Build one with `get_entropy_fn`. Call contract: `bonus, metrics = fn(entropy=..., action_mask=...,
+    loss_agg_mode="token-mean", **window)`, with `entropy` and `action_mask` `[B, T]` and the optional window counts
+    of `aggregate_loss` (`mix` also reads `expert_mask` and the expert rows' counts; `inputs()` lists what a term
+    reads). `bonus` is entropy_coef · agg(entropy), 0-dim, which the trainer subtracts from the loss; `metrics` is
+    `{"entropy_loss": agg(entropy)}`, detached (`{}` for `none`).
+    """
 
     arguments = (
         Argument(
@@ -133,5 +140,16 @@ class NoEntropy(EntropyFn):
 
 
 def get_entropy_fn(name: str, entropy_coef: float = 0.0) -> EntropyFn:
-    """The entropy term `name` (`default`, `mix`, `none`) with its coefficient."""
+    """The entropy term `name` (`default`, `mix`, `none`) with its coefficient.
+
+    Args:
+        name: One of `ENTROPY_FNS`: `default` (all valid tokens), `mix` (the non-expert rows only), `none`.
+        entropy_coef: Coefficient of the bonus entropy_coef · agg(entropy), which the trainer subtracts from the loss.
+
+    Returns:
+        The term, called as `bonus, metrics = fn(entropy=..., action_mask=..., ...)` (see `EntropyFn`).
+
+    Raises:
+        ValueError: An unknown name (listing the valid ones) or an invalid coefficient.
+    """
     return ENTROPY_FNS.build(name, entropy_coef=entropy_coef)

@@ -43,8 +43,12 @@ from .base import (
 
 
 class KLFn(Component):
-    """Base class: subclasses implement `kl_from_log_ratio(d, log_ratio_old=None)`. Metrics of `calculate_kl_loss`:
-    `kl_loss` (agg(KL), a window share like the loss) and `kl_coef`."""
+    """Base class of the KL estimators (build one with `get_kl_fn`, whose arguments are the constructor's).
+
+    `calculate_kl_loss` is the KL-loss term added to the policy loss, `apply_kl_penalty_to_reward` the in-reward
+    penalty, `calculate_kl` the unmasked per-token estimate. Subclasses implement `kl_from_log_ratio(d,
+    log_ratio_old=None)`. Metrics of `calculate_kl_loss`: `kl_loss` (agg(KL), a window share like the loss) and
+    `kl_coef`."""
 
     arguments = (
         Argument(
@@ -125,15 +129,31 @@ class KLFn(Component):
         token_weights: torch.Tensor | None = None,
         **window: Any,
     ) -> tuple[torch.Tensor, Metrics]:
-        """`(kl_coef · agg(w·KL), {"kl_loss": agg(w·KL), "kl_coef": kl_coef})`; `window` takes the
-        optional `global_valid_toks` / `global_valid_seqs` / `normalizer` of `aggregate_loss` (the other
-        documented batch keys are ignored, any other keyword is a ValueError). `token_weights` w (`[B, T]` or
-        `[B, 1]`, default 1) weighs each token's KL, e.g. by the importance ratio π/π_old (TRL's
-        `use_bias_correction_kl`); gradients flow through it.
+        """The KL-loss term `kl_coef · agg(w·KL)` added to the policy loss (`none`: a 0 loss and no metrics).
 
         NaN / ±inf in `logprob`, `ref_logprob` (or, for `corrected_k3`, `old_logprob`) at a valid position make
         the loss NaN — also where `low_var_kl`'s clamps would make it finite; at masked positions they are
-        ignored. A non-bool `response_mask` must hold only 0 and 1 (checked: one device sync)."""
+        ignored.
+
+        Args:
+            logprob: `[B, T]` log-probs of the policy.
+            ref_logprob: `[B, T]` log-probs of the reference model.
+            response_mask: `[B, T]`, bool or 0/1 (a non-bool mask is checked: one device sync).
+            loss_agg_mode: One of `LOSS_AGG_MODES` (see `aggregate_loss`).
+            old_logprob: `[B, T]` log-probs of the sampling policy, read by `corrected_k3` only.
+            token_weights: w, `[B, T]` or `[B, 1]` (default 1): weighs each token's KL, e.g. by the importance
+                ratio π/π_old (TRL's `use_bias_correction_kl`); gradients flow through it.
+            **window: The optional `global_valid_toks` / `global_valid_seqs` / `normalizer` of `aggregate_loss`;
+                the other documented batch keys are ignored.
+
+        Returns:
+            loss: `kl_coef · agg(w·KL)`, 0-dim.
+            metrics: `{"kl_loss": agg(w·KL), "kl_coef": kl_coef}`, detached 0-dim tensors.
+
+        Raises:
+            ValueError: An unknown `loss_agg_mode` or keyword (one that is not a documented batch key), or an input
+                of the wrong shape or dtype, or a mask holding values other than 0 and 1.
+        """
         check_loss_agg_mode(self.name, loss_agg_mode)
         b = masked_batch(self.name, self.inputs(), logprob, response_mask, window, mask_name="response_mask")
         ref = b.check("ref_logprob", ref_logprob)
@@ -160,7 +180,18 @@ class KLFn(Component):
         response_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, Metrics]:
         """Token rewards − kl_coef·KL; updates an adaptive coefficient with the batch's mean KL
-        (mean over rows of the per-row token mean). Runs once per batch, outside the loss."""
+        (mean over rows of the per-row token mean). Runs once per batch, outside the loss.
+
+        Args:
+            token_level_scores: `[B, T]` token rewards.
+            logprob: `[B, T]` log-probs of the policy.
+            ref_logprob: `[B, T]` log-probs of the reference model.
+            response_mask: `[B, T]`, bool or 0/1; the KL is 0 at masked positions.
+
+        Returns:
+            rewards: The `[B, T]` penalized token rewards (no gradient).
+            metrics: `kl` (the batch's mean KL) and `kl_coef` (the coefficient applied, before the adaptive update).
+        """
         b = MaskedBatch(self.name, logprob, response_mask, mask_name="response_mask")
         with torch.no_grad():
             kl = self.kl_from_log_ratio(b.select(b.check("ref_logprob", ref_logprob) - logprob))
@@ -303,7 +334,23 @@ def get_kl_fn(
     target_kl: float | None = None,
     horizon: int | None = None,
 ) -> KLFn:
-    """The KL estimator `name` with its coefficient and (optional) adaptive controller."""
+    """The KL estimator `name` with its coefficient and (optional) adaptive controller.
+
+    Args:
+        name: One of `KL_FNS`: `k1` (alias `kl`), `k2` (alias `mse`), `k3`, `low_var_kl`, `abs`, `corrected_k3`,
+            `none` (the formulas are in the module docstring).
+        kl_coef: Coefficient of the KL term (>= 0).
+        adaptive: Adapt the coefficient after every batch with the adaptive KL controller (Ziegler et al. 2019).
+        target_kl: Target KL (> 0) of the adaptive controller; required with `adaptive`.
+        horizon: Horizon of the adaptive controller, in sequences (an integer > 0); required with `adaptive`.
+
+    Returns:
+        The estimator: `calculate_kl_loss` gives the KL-loss term, `apply_kl_penalty_to_reward` the in-reward penalty.
+
+    Raises:
+        ValueError: An unknown name (listing the valid ones), an invalid value (naming the argument), or
+            `adaptive=True` without `target_kl` and `horizon`.
+    """
     return KL_FNS.build(name, kl_coef=kl_coef, adaptive=adaptive, target_kl=target_kl, horizon=horizon)
 
 
