@@ -116,10 +116,10 @@ def test_loss_options_on_the_command_line():
 
 
 def test_wrong_config_class(random_tiny_model, tmp_path):
-    with pytest.raises(TypeError, match=r"args must be a trl_ext.DPOConfig"):
+    with pytest.raises(TypeError, match=r"args must be a trl_ext.DPOConfig .*got trl.SFTConfig"):
         DPOTrainer(
             model=random_tiny_model,
-            args=_config(trl.DPOConfig, tmp_path),
+            args=_config(trl.SFTConfig, tmp_path),  # TRL's trl.DPOConfig is converted (test_trl_config_conversion)
             train_dataset=toy_preference_dataset(8),
             processing_class=build_tokenizer(),
         )

@@ -36,9 +36,12 @@ def test_dataset_without_prompt_column(tiny_model, tmp_path):
         )
 
 
-def test_config_of_another_algorithm_or_plain_trl(tiny_model, tmp_path):
-    for args in (cpu_config(trl_ext.GSPOConfig, str(tmp_path)), cpu_config(trl.GRPOConfig, str(tmp_path))):
-        with pytest.raises(TypeError, match=f"SAPOTrainer: args must be a SAPOConfig .* got {type(args).__name__}"):
+def test_config_of_another_algorithm_or_another_trl_trainer(tiny_model, tmp_path):
+    # TRL's own trl.GRPOConfig is converted instead (tests/test_trl_config_conversion.py)
+    other_trl = trl.SFTConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    for args in (cpu_config(trl_ext.GSPOConfig, str(tmp_path)), other_trl):
+        name = f"{type(args).__module__.split('.')[0]}.{type(args).__name__}"
+        with pytest.raises(TypeError, match=f"SAPOTrainer: args must be a trl_ext.SAPOConfig .* got {name}"):
             trl_ext.SAPOTrainer(model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(8))
 
 

@@ -185,8 +185,8 @@ MISSING_MODEL = "/nonexistent/sft-model"  # loading it would fail: the errors be
 def test_bad_trainer_input(tmp_path):
     args = _config(SFTConfig, tmp_path)
     data = toy_expert_dataset(4)
-    with pytest.raises(TypeError, match=r"SFTTrainer: args must be a trl_ext.SFTConfig .*got trl.trainer.sft_config"):
-        SFTTrainer(MISSING_MODEL, args=_config(trl.SFTConfig, tmp_path), train_dataset=data)
+    with pytest.raises(TypeError, match=r"SFTTrainer: args must be a trl_ext.SFTConfig .*got trl.DPOConfig"):
+        SFTTrainer(MISSING_MODEL, args=_config(trl.DPOConfig, tmp_path), train_dataset=data)
     with pytest.raises(ValueError, match=r"SFTTrainer: compute_loss_func is not supported: the loss is .*sft_loss_fn"):
         SFTTrainer(MISSING_MODEL, args=args, train_dataset=data, compute_loss_func=lambda *a, **k: 0)
     questions = Dataset.from_dict({"question": ["Repeat the letter a:"] * 4})

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 import torch
 from accelerate.utils import is_peft_model
-from transformers import AutoTokenizer, PreTrainedModel
+from transformers import AutoTokenizer, PreTrainedModel, TrainingArguments
 from trl.models import prepare_deepspeed, prepare_fsdp
 from trl.models.utils import _ForwardRedirection
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, maybe_gather_lm_head_ctx
@@ -77,13 +77,43 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         self,
         model,
         reward_funcs=None,
-        args: configs.DistillFamilyConfig | None = None,
+        args: configs.DistillFamilyConfig | TrainingArguments | None = None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,
         teacher_model: str | PreTrainedModel | None = None,
         **kwargs: Any,
     ):
+        """Check the teacher and the reward settings, build the GRPO-family trainer, then load the teacher.
+
+        Args:
+            model (str | PreTrainedModel): The student, as in `trl.GRPOTrainer`.
+            reward_funcs (RewardFunc | list[RewardFunc] | None): Task reward sources, as in TRL; optional (pure
+                distillation without them, where a reward of 0 stands in for TRL), required when `args.reward_weight` >
+                0.
+            args: The algorithm's config (`OnPolicyDistillConfig`), used as is; TRL's `trl.GRPOConfig` or a
+                `transformers.TrainingArguments` is converted to one (its fields that differ from TRL's defaults carried
+                over, the algorithm's defaults for the rest); None: the defaults.
+            train_dataset (Dataset | IterableDataset | None): The prompts (a `prompt` column), as in
+                `GRPOFamilyTrainer`.
+            eval_dataset (Dataset | IterableDataset | dict[str, Dataset] | None): Evaluation prompts, as in
+                `GRPOFamilyTrainer`.
+            processing_class (PreTrainedTokenizerBase | ProcessorMixin | None): The student's tokenizer, as in TRL; the
+                teacher's must tokenize the same way.
+            teacher_model: The teacher: a path / Hub id (loaded with `args.teacher_model_init_kwargs`, by default in the
+                student's dtype, after its tokenizer is checked) or a loaded model (not the student itself). Default:
+                `args.teacher_model_name_or_path`.
+            **kwargs: The rest of `trl.GRPOTrainer`'s arguments (`peft_config`, `callbacks`, `tools`, ...), as in
+                `GRPOFamilyTrainer`.
+
+        Raises:
+            TypeError: `args` is not one of the configs above (see `GRPOFamilyTrainer`), or `teacher_model` is not a
+                path, a Hub id or a model.
+            ValueError: No teacher, or two different ones (`teacher_model` and `teacher_model_name_or_path`);
+                `reward_weight` > 0 without `reward_funcs`; a teacher whose tokenizer or vocabulary differs from the
+                student's; a `teacher_top_k` the teacher cannot serve; a vision-language student; and
+                `GRPOFamilyTrainer`'s errors.
+        """
         owner = type(self).__name__
         args = self._resolve_args(model, args)
         teacher = _teacher_argument(owner, model, teacher_model, args)

@@ -28,11 +28,13 @@ from typing import Any, ClassVar
 
 import torch
 import trl
+from transformers import TrainingArguments
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import use_adapter
 
 from ..components import MEAN, SHARE
 from ..losses import aggregate_loss
+from .config_conversion import trainer_config
 from .dpo_config import DPOConfig
 from .model_card import AlgorithmModelCard
 from .window import CountWindowInLoop
@@ -44,7 +46,7 @@ class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
     """A `trl.DPOTrainer` whose loss is trl_ext's DPO loss (`TRLDPOLoss`: every loss option of `trl.DPOConfig`) plus
     the KL term, normalized over the optimizer window (config: `trl_ext.DPOConfig`).
 
-    The constructor takes exactly `trl.DPOTrainer`'s arguments.
+    The constructor takes `trl.DPOTrainer`'s arguments; `args` may also be TRL's `trl.DPOConfig` (converted).
     """
 
     config_class: ClassVar[type[DPOConfig]] = DPOConfig
@@ -58,15 +60,39 @@ class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
         "logps/rejected": MEAN,
     }
 
-    def __init__(self, model, ref_model=None, args: DPOConfig | None = None, *posargs: Any, **kwargs: Any):
-        if args is None:
-            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
-            args = DPOConfig(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-dpo")
-        elif not isinstance(args, DPOConfig):
-            raise TypeError(
-                f"{type(self).__name__}: args must be a trl_ext.DPOConfig (it accepts every trl.DPOConfig field plus "
-                f"kl_loss_fn and kl_coef), got {type(args).__name__}"
-            )
+    def __init__(
+        self,
+        model,
+        ref_model=None,
+        args: DPOConfig | TrainingArguments | None = None,
+        *posargs: Any,
+        **kwargs: Any,
+    ):
+        """Build the `trl.DPOTrainer` with trl_ext's DPO config, and the loss and KL term from it.
+
+        The arguments are `trl.DPOTrainer`'s (TRL's documentation describes each); below is what trl_ext adds.
+
+        Args:
+            model (str | PreTrainedModel): The policy, as in TRL: a path / Hub id or a model.
+            ref_model (PreTrainedModel | None): The reference model, as in TRL (default: a copy of the policy, or the
+                PEFT adapter disabled). Also the KL term's reference (`args.kl_loss_fn`, `args.kl_coef`).
+            args: A `trl_ext.DPOConfig`, used as is. TRL's `trl.DPOConfig` or a `transformers.TrainingArguments` is
+                converted to one (`trl_ext.trainers.config_conversion`): its fields that differ from TRL's defaults are
+                carried over (every TRL loss option included: `loss_type`, `beta`, ...), the others take
+                `trl_ext.DPOConfig`'s defaults (the KL term's too). None: the defaults, with `output_dir="<model
+                name>-dpo"`.
+            *posargs: The rest of `trl.DPOTrainer`'s arguments in its order (`data_collator`, `train_dataset`,
+                `eval_dataset`, `processing_class`, ...).
+            **kwargs: The same by name, passed on: `train_dataset` and `eval_dataset` (preference pairs),
+                `processing_class`, `peft_config`, `callbacks`, `optimizers`, `quantization_config`, ...
+
+        Raises:
+            TypeError: `args` is a config of another trainer (another trl_ext or TRL trainer's) or not a
+                `TrainingArguments`.
+            ValueError: A converted field `trl_ext.DPOConfig` refuses (the message names it), and TRL's own errors.
+        """
+        owner = type(self).__name__
+        args = trainer_config(owner, model, args, self.config_class, "dpo")
         super().__init__(model, ref_model, args, *posargs, **kwargs)
         self.algorithm = "dpo"
         self.policy_loss_fn = args.build_policy_loss()

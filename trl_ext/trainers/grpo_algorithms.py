@@ -177,7 +177,18 @@ class PPOConfig(CriticFamilyConfig):
 class PPOTrainer(CriticFamilyTrainer):
     """PPO: PPO with a critic and GAE advantages. (config: `PPOConfig`).
 
-    The `CriticFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `CriticFamilyTrainer` of this algorithm: its constructor is `CriticFamilyTrainer`'s, which documents every
+    argument.
+
+    Args:
+        args (PPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.PPOConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `CriticFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[CriticFamilyConfig]] = PPOConfig
@@ -281,7 +292,16 @@ class GRPOConfig(GRPOFamilyConfig):
 class GRPOTrainer(GRPOFamilyTrainer):
     """GRPO: group-normalized advantages, dual-clip PPO loss. (config: `GRPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (GRPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GRPOConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOConfig
@@ -364,7 +384,18 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
 class ReinforcePlusPlusTrainer(GRPOFamilyTrainer):
     """REINFORCE++: batch-whitened discounted returns, PPO loss. (config: `ReinforcePlusPlusConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (ReinforcePlusPlusConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A
+            `trl_ext.ReinforcePlusPlusConfig`, used as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments`
+            is converted to one (its fields that differ from TRL's defaults carried over, the algorithm's defaults for
+            the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = ReinforcePlusPlusConfig
@@ -442,7 +473,17 @@ class RLOOConfig(GRPOFamilyConfig):
 class RLOOTrainer(GRPOFamilyTrainer):
     """RLOO: leave-one-out baseline, PPO loss. (config: `RLOOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (RLOOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.RLOOConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = RLOOConfig
@@ -506,7 +547,17 @@ class OPMDConfig(GRPOFamilyConfig):
 class OPMDTrainer(GRPOFamilyTrainer):
     """OPMD: Online policy mirror descent. (config: `OPMDConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (OPMDConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.OPMDConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = OPMDConfig
@@ -567,7 +618,17 @@ class AsymREConfig(GRPOFamilyConfig):
 class AsymRETrainer(GRPOFamilyTrainer):
     """AsymRE: REINFORCE with a shifted (asymmetric) group baseline. (config: `AsymREConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (AsymREConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.AsymREConfig`, used as
+            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = AsymREConfig
@@ -626,7 +687,17 @@ class TOPRConfig(GRPOFamilyConfig):
 class TOPRTrainer(GRPOFamilyTrainer):
     """TOPR: Tapered Off-Policy REINFORCE. (config: `TOPRConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (TOPRConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.TOPRConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = TOPRConfig
@@ -721,7 +792,17 @@ class CISPOConfig(GRPOFamilyConfig):
 class CISPOTrainer(GRPOFamilyTrainer):
     """CISPO: clipped, stop-gradient IS weight on a REINFORCE loss. (config: `CISPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (CISPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.CISPOConfig`, used as
+            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = CISPOConfig
@@ -809,7 +890,17 @@ class GSPOConfig(GRPOFamilyConfig):
 class GSPOTrainer(GRPOFamilyTrainer):
     """GSPO: sequence-level (length-normalized) importance ratio. (config: `GSPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (GSPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GSPOConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GSPOConfig
@@ -897,7 +988,17 @@ class SAPOConfig(GRPOFamilyConfig):
 class SAPOTrainer(GRPOFamilyTrainer):
     """SAPO: soft, temperature-controlled gate instead of hard clipping. (config: `SAPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (SAPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.SAPOConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = SAPOConfig
@@ -956,7 +1057,17 @@ class GPGConfig(GRPOFamilyConfig):
 class GPGTrainer(GRPOFamilyTrainer):
     """GPG: group policy gradient, plain −A·lp with a batch-corrected group advantage. (config: `GPGConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (GPGConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GPGConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GPGConfig
@@ -1036,7 +1147,17 @@ class GMPOConfig(GRPOFamilyConfig):
 class GMPOTrainer(GRPOFamilyTrainer):
     """GMPO: the geometric mean of the token ratios, clipped in log space. (config: `GMPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (GMPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GMPOConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GMPOConfig
@@ -1117,7 +1238,17 @@ class DROConfig(GRPOFamilyConfig):
 class DROTrainer(GRPOFamilyTrainer):
     """DRO: policy gradient with a quadratic log-ratio penalty instead of a clip. (config: `DROConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (DROConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.DROConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = DROConfig
@@ -1218,7 +1349,17 @@ class ClipCovConfig(GRPOFamilyConfig):
 class ClipCovTrainer(GRPOFamilyTrainer):
     """Clip-Cov: PPO with a few high-covariance tokens detached (entropy control). (config: `ClipCovConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (ClipCovConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.ClipCovConfig`, used
+            as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that
+            differ from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = ClipCovConfig
@@ -1304,7 +1445,17 @@ class KLCovConfig(GRPOFamilyConfig):
 class KLCovTrainer(GRPOFamilyTrainer):
     """KL-Cov: a |log-ratio| penalty on the highest-covariance tokens (entropy control). (config: `KLCovConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (KLCovConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.KLCovConfig`, used as
+            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = KLCovConfig
@@ -1397,7 +1548,17 @@ class DPPOTVConfig(GRPOFamilyConfig):
 class DPPOTVTrainer(GRPOFamilyTrainer):
     """DPPO-Binary-TV: a trust region on the token probability's total variation. (config: `DPPOTVConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (DPPOTVConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.DPPOTVConfig`, used as
+            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = DPPOTVConfig
@@ -1489,7 +1650,17 @@ class DPPOKLConfig(GRPOFamilyConfig):
 class DPPOKLTrainer(GRPOFamilyTrainer):
     """DPPO-Binary-KL: a trust region on the token's binary KL divergence. (config: `DPPOKLConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (DPPOKLConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.DPPOKLConfig`, used as
+            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = DPPOKLConfig
@@ -1617,7 +1788,17 @@ class MIXConfig(MIXFamilyConfig):
 class MIXTrainer(MIXFamilyTrainer):
     """MIX: RL on rollouts plus a fixed share of SFT on expert demonstrations. (config: `MIXConfig`).
 
-    The `MIXFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `MIXFamilyTrainer` of this algorithm: its constructor is `MIXFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (MIXConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.MIXConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `MIXFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[MIXFamilyConfig]] = MIXConfig
@@ -1758,7 +1939,17 @@ class MIXCHORDConfig(MIXFamilyConfig):
 class MIXCHORDTrainer(MIXFamilyTrainer):
     """MIX-CHORD: CHORD: scheduled mix of RL and phi-weighted SFT on expert data. (config: `MIXCHORDConfig`).
 
-    The `MIXFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `MIXFamilyTrainer` of this algorithm: its constructor is `MIXFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (MIXCHORDConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.MIXCHORDConfig`, used
+            as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that
+            differ from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `MIXFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[MIXFamilyConfig]] = MIXCHORDConfig
@@ -1817,7 +2008,17 @@ class RAFTConfig(GRPOFamilyConfig):
 class RAFTTrainer(GRPOFamilyTrainer):
     """RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning). (config: `RAFTConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (RAFTConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.RAFTConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = RAFTConfig
@@ -1897,7 +2098,17 @@ class SPPOConfig(GRPOFamilyConfig):
 class SPPOTrainer(GRPOFamilyTrainer):
     """sPPO: policy gradient inside a log-space trust region. (config: `SPPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (SPPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.SPPOConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = SPPOConfig
@@ -1983,7 +2194,17 @@ class RECConfig(GRPOFamilyConfig):
 class RECTrainer(GRPOFamilyTrainer):
     """REC: REINFORCE with off-policy clipping / weighting / regularization. (config: `RECConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (RECConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.RECConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = RECConfig
@@ -2073,7 +2294,17 @@ class M2POTrainer(GRPOFamilyTrainer):
     """M2PO: masks the largest log-ratio outliers of stale rollouts (second-moment trust region). (config:
     `M2POConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (M2POConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.M2POConfig`, used as is;
+            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = M2POConfig
@@ -2167,7 +2398,18 @@ class MultiStepGRPOConfig(GRPOFamilyConfig):
 class MultiStepGRPOTrainer(GRPOFamilyTrainer):
     """Multi-step GRPO: GRPO over multi-turn runs: run-level advantages on every step. (config: `MultiStepGRPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (MultiStepGRPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A
+            `trl_ext.MultiStepGRPOConfig`, used as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is
+            converted to one (its fields that differ from TRL's defaults carried over, the algorithm's defaults for the
+            rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = MultiStepGRPOConfig
@@ -2260,7 +2502,17 @@ class GiGPOConfig(GRPOFamilyConfig):
 class GiGPOTrainer(GRPOFamilyTrainer):
     """GiGPO: Group-in-group advantages for agents: episode-level plus anchor-state step-level. (config: `GiGPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
+
+    Args:
+        args (GiGPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GiGPOConfig`, used as
+            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `GRPOFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GiGPOConfig
@@ -2381,7 +2633,19 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
 class OnPolicyDistillTrainer(DistillFamilyTrainer):
     """On-policy distillation: teacher log-probs as per-token advantages. (config: `OnPolicyDistillConfig`).
 
-    The `DistillFamilyTrainer` of this algorithm: its constructor takes exactly the TRL trainer's arguments.
+    The `DistillFamilyTrainer` of this algorithm: its constructor is `DistillFamilyTrainer`'s, which documents every
+    argument.
+
+    Args:
+        args (OnPolicyDistillConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A
+            `trl_ext.OnPolicyDistillConfig`, used as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is
+            converted to one (its fields that differ from TRL's defaults carried over, the algorithm's defaults for the
+            rest); None: the defaults.
+
+    Raises:
+        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
+        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
+            `epsilon`; and `DistillFamilyTrainer`'s errors.
     """
 
     config_class: ClassVar[type[DistillFamilyConfig]] = OnPolicyDistillConfig

@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import torch
 import trl
+from transformers import TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing
@@ -47,6 +48,7 @@ from trl.trainer.utils import nanstd
 
 from ..advantages.reinforce_plus_plus import place_token_rewards
 from ..losses import aggregate_loss
+from .config_conversion import trainer_config
 from .grpo_config import GRPOFamilyConfig
 from .model_card import AlgorithmModelCard
 from .multi_turn import MultiTurnAdvantages
@@ -72,8 +74,8 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
     Use an algorithm's trainer (`SAPOTrainer`, `GSPOTrainer`, ...: built from its record by
-    `trl_ext.trainers.algorithm_classes`) with its config (`SAPOConfig`, ...); the constructor takes exactly
-    `trl.GRPOTrainer`'s arguments.
+    `trl_ext.trainers.algorithm_classes`) with its config (`SAPOConfig`, ...) or TRL's `trl.GRPOConfig` (converted);
+    the constructor takes `trl.GRPOTrainer`'s arguments.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOFamilyConfig
@@ -83,12 +85,46 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
         self,
         model,
         reward_funcs=None,
-        args: GRPOFamilyConfig | None = None,
+        args: GRPOFamilyConfig | TrainingArguments | None = None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,
         **kwargs: Any,
     ):
+        """Check the arguments, then build the `trl.GRPOTrainer` with the algorithm's config.
+
+        The arguments are `trl.GRPOTrainer`'s (TRL's documentation describes each); below is what trl_ext adds.
+
+        Args:
+            model (str | PreTrainedModel): The policy, as in TRL: a path / Hub id (loaded with `args.model_init_kwargs`)
+                or a model.
+            reward_funcs (RewardFunc | list[RewardFunc] | None): A reward function, a reward model (path / Hub id or
+                model) or a list of them, as in TRL; required unless `environment_factory` is given (its environments
+                may score the completions). A non-finite reward stops training with an error naming the function and the
+                sample.
+            args: The algorithm's config (`config_class`, e.g. `SAPOConfig`), used as is. TRL's `trl.GRPOConfig` or a
+                `transformers.TrainingArguments` is converted to one (`trl_ext.trainers.config_conversion`): its fields
+                that differ from TRL's defaults are carried over, the others take the algorithm's defaults. None: the
+                algorithm's defaults, with `output_dir="<model name>-<algorithm>"`.
+            train_dataset (Dataset | IterableDataset | None): The prompts, as in TRL: a dataset with a `prompt` column
+                (checked before the model loads) unless `environment_factory` provides them.
+            eval_dataset (Dataset | IterableDataset | dict[str, Dataset] | None): Evaluation prompts (a dataset or a
+                dict of them), checked like `train_dataset`.
+            processing_class (PreTrainedTokenizerBase | ProcessorMixin | None): The tokenizer or processor, as in TRL
+                (default: the model's).
+            **kwargs: The rest of `trl.GRPOTrainer`'s arguments, passed on: `reward_processing_classes`, `callbacks`,
+                `optimizers`, `quantization_config`, `peft_config` (LoRA on the policy, as in TRL) and the multi-turn
+                rollouts, `tools`, `environment_factory` (one environment per rollout; GiGPO and multi-step GRPO read
+                each turn's `state_key` and `turn_rewards` from it, see `trl_ext.trainers.multi_turn`) and
+                `rollout_func`.
+
+        Raises:
+            TypeError: `args` is another algorithm's config, another TRL trainer's config, or not a `TrainingArguments`.
+            ValueError: No reward source; a dataset without a `prompt` column; a converted field the algorithm refuses,
+                e.g. TRL's `loss_type` or `epsilon` set on a `trl.GRPOConfig` for an algorithm other than GRPO (the
+                message names the trl_ext field to use); an advantage function that scores a greedy completion (ReMax)
+                with `tools`, `environment_factory` or `rollout_func`.
+        """
         algorithm = self.config_class.algorithm
         args = self._resolve_args(model, args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
@@ -139,18 +175,9 @@ class GRPOFamilyTrainer(AlgorithmModelCard, WindowNormalization, MultiTurnAdvant
         self._window_queue: list[dict[str, Any]] = []  # its prepared micro-batches, with the window's counts
 
     @classmethod
-    def _resolve_args(cls, model, args: GRPOFamilyConfig | None) -> GRPOFamilyConfig:
-        """`args`, checked to be the algorithm's config; the config's defaults when None (as TRL does)."""
-        algorithm = cls.config_class.algorithm
-        if args is None:
-            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
-            return cls.config_class(output_dir=f"{str(name).rstrip('/').split('/')[-1]}-{algorithm}")
-        if not isinstance(args, cls.config_class):
-            raise TypeError(
-                f"{cls.__name__}: args must be a {cls.config_class.__name__} (it accepts every "
-                f"trl.GRPOConfig field plus the {algorithm} arguments), got {type(args).__name__}"
-            )
-        return args
+    def _resolve_args(cls, model, args: Any) -> GRPOFamilyConfig:
+        """`args` as the algorithm's config: itself, its defaults when None, or converted from TRL's config."""
+        return trainer_config(cls.__name__, model, args, cls.config_class, cls.config_class.algorithm)
 
     # ---- rewards and advantages -------------------------------------------------------------------------------
 

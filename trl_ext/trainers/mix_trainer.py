@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from datasets import Dataset, IterableDataset
+from transformers import TrainingArguments
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import RepeatSampler, pad, repeat_iterable_dataset, use_adapter
 
@@ -48,15 +49,43 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         self,
         model,
         reward_funcs=None,
-        args: configs.MIXFamilyConfig | None = None,
+        args: configs.MIXFamilyConfig | TrainingArguments | None = None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,
         expert_dataset=None,
         **kwargs: Any,
     ):
+        """Check the expert demonstrations, build the GRPO-family trainer, then tokenize the demonstrations.
+
+        Args:
+            model (str | PreTrainedModel): The policy, as in `trl.GRPOTrainer`.
+            reward_funcs (RewardFunc | list[RewardFunc] | None): The rollouts' reward sources, as in `GRPOFamilyTrainer`
+                (expert rows get no reward).
+            args: The algorithm's config (`MIXConfig`, `MIXCHORDConfig`), used as is; TRL's `trl.GRPOConfig` or a
+                `transformers.TrainingArguments` is converted to one (its fields that differ from TRL's defaults carried
+                over, the algorithm's defaults for the rest, `expert_data_ratio` included); None: the defaults.
+            train_dataset (Dataset | IterableDataset | None): The rollouts' prompts (a `prompt` column), as in
+                `GRPOFamilyTrainer`.
+            eval_dataset (Dataset | IterableDataset | dict[str, Dataset] | None): Evaluation prompts, as in
+                `GRPOFamilyTrainer`.
+            processing_class (PreTrainedTokenizerBase | ProcessorMixin | None): The tokenizer, as in TRL; it also
+                tokenizes the demonstrations.
+            expert_dataset (Dataset | list[dict] | None): The demonstrations, in the prompts' format: prompt-completion
+                rows (standard or conversational) or conversational `messages` rows (`trl_ext.trainers.expert_data`).
+                Required unless `args.expert_data_ratio` is 0.
+            **kwargs: The rest of `trl.GRPOTrainer`'s arguments (`peft_config`, `callbacks`, ...), as in
+                `GRPOFamilyTrainer`; not `environment_factory` (expert rows are single-turn text).
+
+        Raises:
+            TypeError: `args` is not one of the configs above (see `GRPOFamilyTrainer`).
+            ValueError: No `expert_dataset` with `expert_data_ratio` > 0; demonstrations in another format than the
+                prompts (conversational vs. plain text); a vision-language model or environments; and
+                `GRPOFamilyTrainer`'s errors.
+        """
         owner = type(self).__name__
-        ratio = getattr(args, "expert_data_ratio", self.config_class.expert_data_ratio)
+        args = self._resolve_args(model, args)
+        ratio = args.expert_data_ratio
         if expert_dataset is None and ratio > 0:
             raise ValueError(
                 f"{owner}: expert_dataset is required: expert_data_ratio={ratio} makes that share of every batch "

@@ -32,11 +32,12 @@ from typing import Any, ClassVar
 
 import torch
 import trl
+from transformers import TrainingArguments
 from trl.data_utils import get_dataset_column_names
-from trl.trainer.utils import get_config_model_id
 
 from ..components import MEAN, SHARE
 from ..losses import aggregate_loss, get_kl_fn
+from .config_conversion import trainer_config
 from .model_card import AlgorithmModelCard
 from .sft_config import SFTConfig
 from .window import CountWindowInLoop
@@ -48,10 +49,11 @@ class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
     """A `trl.SFTTrainer` whose loss is the config's `sft_loss_fn` (`sft`, `sft_is` or `sft_phi`, with `cutoff_prob`
     and `loss_agg_mode`), normalized over the optimizer window (config: `trl_ext.SFTConfig`).
 
-    The constructor takes exactly `trl.SFTTrainer`'s arguments. Refused at construction, each with its reason: a
-    config that is not a `trl_ext.SFTConfig` (TypeError), `compute_loss_func` (the loss is `sft_loss_fn`), a dataset
-    without the columns TRL prepares (checked before the model loads), and context / sequence parallelism (the window
-    counts are taken on whole sequences, before those shard them).
+    The constructor takes `trl.SFTTrainer`'s arguments (TRL's `trl.SFTConfig`, or a `TrainingArguments`, is converted
+    to a `trl_ext.SFTConfig`). Refused at construction, each with its reason: a config of another trainer (TypeError),
+    `compute_loss_func` (the loss is `sft_loss_fn`), a dataset without the columns TRL prepares (checked before the
+    model loads), and context / sequence parallelism (the window counts are taken on whole sequences, before those
+    shard them).
     """
 
     config_class: ClassVar[type[SFTConfig]] = SFTConfig
@@ -63,7 +65,7 @@ class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
     def __init__(
         self,
         model,
-        args: SFTConfig | None = None,
+        args: SFTConfig | TrainingArguments | None = None,
         data_collator=None,
         train_dataset=None,
         eval_dataset=None,
@@ -78,15 +80,41 @@ class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
         peft_config=None,
         formatting_func: Callable[[dict], str] | None = None,
     ):
+        """Check the arguments before the model loads, then build the `trl.SFTTrainer` and the loss.
+
+        The arguments are `trl.SFTTrainer`'s (TRL's documentation describes each); below is what trl_ext adds.
+
+        Args:
+            model (str | PreTrainedModel): The model, as in TRL: a path / Hub id or a model.
+            args: A `trl_ext.SFTConfig`, used as is. TRL's `trl.SFTConfig` or a `transformers.TrainingArguments` is
+                converted to one (as `trl.SFTTrainer` converts a `TrainingArguments`; see
+                `trl_ext.trainers.config_conversion`): its fields that differ from TRL's defaults are carried over
+                (TRL's `loss_type="dft"` selects `sft_loss_fn="sft_is"`), the others take `trl_ext.SFTConfig`'s
+                defaults. None: the defaults, with `output_dir="<model name>-SFT"`.
+            data_collator (DataCollator | None): As in TRL.
+            train_dataset (Dataset | IterableDataset | None): As in TRL (language modeling, prompt-completion,
+                conversational or tokenized rows); its columns are checked before the model loads.
+            eval_dataset (Dataset | IterableDataset | dict[str, Dataset] | None): As in TRL (a dataset or a dict of
+                them), checked like `train_dataset`.
+            processing_class (PreTrainedTokenizerBase | ProcessorMixin | None): The tokenizer or processor, as in TRL.
+            compute_loss_func: Not supported: the loss is `args.sft_loss_fn` (None only).
+            compute_metrics: As in TRL.
+            callbacks (list[TrainerCallback] | None): As in TRL.
+            optimizers (tuple[Optimizer | None, LambdaLR | None]): As in TRL.
+            optimizer_cls_and_kwargs (tuple[type[Optimizer], dict] | None): As in TRL.
+            preprocess_logits_for_metrics: As in TRL.
+            quantization_config (BitsAndBytesConfig | None): As in TRL.
+            peft_config (PeftConfig | None): As in TRL (LoRA, ...).
+            formatting_func: As in TRL.
+
+        Raises:
+            TypeError: `args` is a config of another trainer (another trl_ext or TRL trainer's) or not a
+                `TrainingArguments`.
+            ValueError: A converted field `trl_ext.SFTConfig` refuses (the message names it); `compute_loss_func`; a
+                dataset without the columns TRL prepares; context or sequence parallelism.
+        """
         owner = type(self).__name__
-        if args is None:
-            name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = SFTConfig(f"{str(name).rstrip('/').split('/')[-1]}-SFT")
-        elif not isinstance(args, SFTConfig):
-            raise TypeError(
-                f"{owner}: args must be a trl_ext.SFTConfig (it accepts every trl.SFTConfig field plus sft_loss_fn, "
-                f"cutoff_prob and loss_agg_mode), got {type(args).__module__}.{type(args).__name__}"
-            )
+        args = trainer_config(owner, model, args, self.config_class, "SFT")
         if compute_loss_func is not None:
             raise ValueError(
                 f"{owner}: compute_loss_func is not supported: the loss is the config's sft_loss_fn "
