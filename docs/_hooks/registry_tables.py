@@ -114,7 +114,8 @@ def about(algorithm: str) -> str:
     text = f"**{spec.display_name}** (`{spec.name}`): {spec.description}"
     text += f" {spec.details}" if spec.details else ""
     if spec.paper is not None:
-        text += f"\n\nPaper: {_paper(spec)}."
+        paper = spec.paper
+        text += f"\n\nPaper: [{paper.title}](https://arxiv.org/abs/{paper.arxiv}) (arXiv {paper.arxiv}, {paper.year})."
     parts = f"policy loss `{spec.policy_loss_fn}`" + (f", advantage `{spec.advantage_fn}`" if spec.advantage_fn else "")
     text += f" Trainer [`{trainer}`][{spec.trainer_class.__module__}.{trainer}], config "
     text += f"[`{config}`][{spec.config_class.__module__}.{config}]; {parts}."
@@ -138,29 +139,25 @@ def _multi_turn(spec) -> bool:
 
 
 def _paper(spec, link: bool = True) -> str:
+    """The paper as `arXiv ID` (a link whose hover text is the title, on the site)."""
     if spec.paper is None:
         return "—"
-    if not link:
-        return f"arXiv {spec.paper.arxiv}"
-    return f"[{spec.paper.title}](https://arxiv.org/abs/{spec.paper.arxiv}) ({spec.paper.year})"
+    text = f"arXiv {spec.paper.arxiv}"
+    title = spec.paper.title.replace('"', "'")
+    return f'[{text}](https://arxiv.org/abs/{spec.paper.arxiv} "{title}")' if link else text
 
 
 def algorithms(group: str | None = None, family: str | None = None, base: str = "") -> str:
     rows = []
     for spec in _algorithms(group, family):
         config, trainer = spec.class_names
-        page = FAMILY_PAGES[spec.trainer]
-        rows.append(
-            [
-                f"`{spec.name}`",
-                f"`{trainer}` / `{config}`",
-                f"[{spec.trainer}]({base}{page})",
-                f"`{spec.policy_loss_fn}`",
-                f"`{spec.advantage_fn}`" if spec.advantage_fn else "—",
-                _paper(spec),
-            ]
-        )
-    return _table(["algorithm", "trainer / config", "family", "policy loss", "advantage", "paper"], rows)
+        row = [f"`{spec.name}`", f"`{trainer}`<br>`{config}`"]
+        if family is None:
+            row.append(f"[{spec.trainer}]({base}{FAMILY_PAGES[spec.trainer]})")
+        advantage = f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"
+        rows.append([*row, f"`{spec.policy_loss_fn}`", advantage, spec.description, _paper(spec)])
+    header = ["algorithm", "trainer / config", *(["family"] if family is None else []), "policy loss", "advantage"]
+    return _table([*header, "what", "paper"], rows)
 
 
 def algorithms_short() -> str:
@@ -182,8 +179,9 @@ def policy_losses(group: str | None = None) -> str:
         if group is not None and _source(cls) != group:
             continue
         metrics = ", ".join(f"`{m}`" for m in cls.metrics) or "—"
-        rows.append([f"`{name}`", f"[`{cls.__name__}`][trl_ext.losses.{cls.__name__}]", _summary(cls),
-                     _arguments(cls), metrics])
+        rows.append(
+            [f"`{name}`", f"[`{cls.__name__}`][trl_ext.losses.{cls.__name__}]", _summary(cls), _arguments(cls), metrics]
+        )
     return _table(["name", "class", "what", "arguments (defaults)", "metrics"], rows)
 
 
@@ -300,7 +298,10 @@ def recipes() -> str:
     accelerate = accelerate_config_names()
     return _table(
         ["kind", "names (`--config NAME` / `--accelerate_config NAME`)"],
-        [["recipes", ", ".join(f"`{n}`" for n in recipe_names())], ["accelerate", ", ".join(f"`{n}`" for n in accelerate)]],
+        [
+            ["recipes", ", ".join(f"`{n}`" for n in recipe_names())],
+            ["accelerate", ", ".join(f"`{n}`" for n in accelerate)],
+        ],
     )
 
 
