@@ -265,13 +265,14 @@ def _api_blocks(which: int) -> str:
     from trl_ext import ALGORITHMS
 
     blocks, seen = [], set()
-    for spec in ALGORITHMS.values():
+    members = "false" if which == 0 else "[__init__]"
+    for spec in _by_family(ALGORITHMS.values()):
         cls = (spec.config_class, spec.trainer_class)[which]
         if cls in seen:
             continue
         seen.add(cls)
-        options = "      show_bases: true\n      members: false" if which == 0 else "      members: [__init__]"
-        blocks.append(f"## `{cls.__name__}`\n\n::: {cls.__module__}.{cls.__name__}\n    options:\n{options}\n")
+        options = f"heading_level: 2\n      show_root_full_path: false\n      members: {members}"
+        blocks.append(f"::: {cls.__module__}.{cls.__name__}\n    options:\n      {options}\n")
     return "\n".join(blocks)
 
 
