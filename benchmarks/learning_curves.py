@@ -1,6 +1,6 @@
 """Reward against step for every trl_ext trainer on the toy task, same seed and budget.
 
-Run (from the repository root; needs matplotlib: `pip install matplotlib`)::
+Run (from the repository root)::
 
     python benchmarks/learning_curves.py                        # writes docs/learning_curves.png and .json
     python benchmarks/learning_curves.py --algorithms sapo,grpo --steps 50 --out /tmp/curves

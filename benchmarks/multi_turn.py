@@ -1,6 +1,6 @@
 """Per-turn credit on a tool-using agent: TRL's GRPOTrainer against MultiStepGRPO and GiGPO, same seeds and budget.
 
-Run (from the repository root; needs matplotlib: `pip install matplotlib`)::
+Run (from the repository root)::
 
     python benchmarks/multi_turn.py                             # writes docs/multi_turn.png and .json
     python benchmarks/multi_turn.py --seeds 0 --steps 20 --out /tmp/multi_turn

@@ -3,7 +3,7 @@ own multi-turn rollouts.
 
     accelerate launch examples/train_gigpo.py                    # offline toy lookup agent, CPU, < 3 minutes
     accelerate launch examples/train_gigpo.py --config configs/gigpo.yaml --model_name_or_path <model> \
-        --dataset_name <dataset> --environment_factory my_envs.MyEnvironment [--reward_funcs my_rewards.score] \
+        --dataset_name <dataset> --environment_factory my_envs.MyEnvironment --reward_funcs my_rewards.score \
         [--use_peft --lora_r 16] [--report_to wandb]
 
 Each model turn gets the episode's advantage (its return against the group's) plus ω × a step-level advantage

@@ -4,7 +4,7 @@ trl_ext.MultiStepGRPOTrainer, on TRL's own multi-turn rollouts.
     accelerate launch examples/train_multi_step_grpo.py          # offline toy lookup agent, CPU, < 3 minutes
     accelerate launch examples/train_multi_step_grpo.py --config configs/multi_step_grpo.yaml \
         --model_name_or_path <model> --dataset_name <dataset> --environment_factory my_envs.MyEnvironment \
-        [--reward_funcs my_rewards.score] [--use_peft --lora_r 16] [--report_to wandb]
+        --reward_funcs my_rewards.score [--use_peft --lora_r 16] [--report_to wandb]
 
 TRL runs the tool loop (`--environment_factory`: one environment per rollout, its public methods the tools,
 `--max_tool_calling_iterations`); trl_ext segments each episode into the model's turns and puts the episode's

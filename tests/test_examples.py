@@ -163,4 +163,5 @@ def test_two_processes_with_accelerate_launch(toy_cache, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)  # no CI hang
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Trained sapo for 2 steps on 2 process(es)" in result.stdout
+    assert "find_unused_parameters=True" not in result.stderr  # the toy's default: DDP's search (and warning) off
     assert os.path.isfile(os.path.join(str(tmp_path), "model.safetensors"))

@@ -33,6 +33,14 @@ def _trainable() -> list[str]:
     return [name for name, spec in ALGORITHMS.items() if spec.has_trainer]
 
 
+def _guess(name: str, choices: Sequence[str]) -> str:
+    """` (did you mean sapo?)` for a mistyped `name` close to one of `choices`, else ""."""
+    from .scripts._common import did_you_mean
+
+    guess = did_you_mean(name, choices)
+    return f" (did you mean {guess}?)" if guess else ""
+
+
 def train(algorithm: str, argv: Sequence[str]):
     """Train `algorithm` with its family's script (the example scripts' argument parsing); returns the trainer (the
     programmatic form of `trl-ext train`). A mistake in the flags, the config file or the dataset's splits is a
@@ -41,7 +49,7 @@ def train(algorithm: str, argv: Sequence[str]):
 
     spec = ALGORITHMS.get(algorithm)
     if spec is None or not spec.has_trainer:
-        what = "has no trainer yet" if spec is not None else "is not an algorithm"
+        what = "has no trainer yet" if spec is not None else f"is not an algorithm{_guess(algorithm, _trainable())}"
         raise UsageError(f"--algorithm {algorithm!r} {what}; choose one of {', '.join(_trainable())}")
     return spec.family.train(algorithm, list(argv))
 
@@ -88,7 +96,9 @@ def describe_algorithm(name: str) -> str:
     from .scripts._common import UsageError
 
     if name not in ALGORITHMS:
-        raise UsageError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+        raise UsageError(
+            f"unknown algorithm {name!r}{_guess(name, list(ALGORITHMS))}; choose one of {', '.join(ALGORITHMS)}"
+        )
     spec = ALGORITHMS[name]
     lines = [f"{name}: {spec.description}", f"  paper       {spec.paper or '-'}"]
     components = f"policy loss {spec.policy_loss_fn}, advantage {spec.advantage_fn or '-'}"
@@ -318,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             train_parser.error("the following arguments are required: --algorithm")
         if args.algorithm not in _trainable():
             train_parser.error(
-                f"--algorithm {args.algorithm!r} has no trainer; choose one of {', '.join(_trainable())}"
+                f"--algorithm {args.algorithm!r} has no trainer{_guess(args.algorithm, _trainable())}; choose one of "
+                f"{', '.join(_trainable())}"
             )
         from .scripts._common import usage_errors_exit
 

@@ -1,5 +1,5 @@
 """What the training scripts (`grpo.py`, `dpo.py`) share: defaults (the toy's under the config file and the command
-line), dataset loading and split checks, model kwargs, the start-of-run summary, the finish, usage errors."""
+line), model kwargs, the start-of-run summary, the finish, usage errors (the datasets: `dataset_loading.py`)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import argparse
 import contextlib
 import contextvars
 import dataclasses
+import difflib
 import os
 import sys
 import textwrap
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 import yaml
-from trl import TrlParser, get_dataset
+from trl import TrlParser
 
 from .._packaged import find_recipe, recipe_names
 from ..algorithms import get_algorithm
@@ -90,19 +90,81 @@ def captured_parser() -> Iterator[list]:
         _CAPTURED.reset(token)
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to a mistyped `word` (`difflib`'s, similarity at least 0.6), or None."""
+    matches = difflib.get_close_matches(word, list(choices), n=1)
+    return matches[0] if matches else None
+
+
 class ScriptParser(_UsageErrors, TrlParser):
     """The training scripts' `TrlParser`: no flag abbreviations (`--lr 3` would otherwise be ambiguous or, worse, pick
-    a flag), errors as `UsageError` (`unrecognized arguments: --lr 3`, `argument --learning_rate: invalid float
-    value: 'abc'`, ...) and `--config NAME` resolved to a packaged recipe (`resolve_config`)."""
+    a flag), errors as `UsageError` (`unrecognized arguments: --tau_postive 1.1 (did you mean --tau_pos?)`, `argument
+    --learning_rate: invalid float value: 'abc'`, ...) and `--config NAME` resolved to a packaged recipe
+    (`resolve_config`).
 
-    def __init__(self, dataclass_types, **kwargs):
+    Its help (`--help`) lists `algorithm`'s own settings first (`algorithm_fields`: what the algorithm adds to TRL's
+    config or changes), then the flags of each dataclass in turn, under a short usage line: TRL's and transformers'
+    training flags are over a thousand lines."""
+
+    def __init__(self, dataclass_types, algorithm: str | None = None, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("usage", "%(prog)s [-h] [--config FILE_OR_NAME] [--FLAG VALUE ...]")
         kwargs.setdefault(
             "epilog",
             "--config FILE_OR_NAME: a YAML mapping of these flags to values (the command line overrides them), or the "
             f"name of a packaged recipe: {', '.join(recipe_names())}.",
         )
         super().__init__(dataclass_types, **kwargs)
+        self._group_flags(algorithm)
+
+    def _group_flags(self, algorithm: str | None) -> None:
+        """Put each dataclass's flags under a titled group, the algorithm's own settings first. Help only: the parser
+        reads the flags from `_actions`, which keeps them all."""
+        from ..trainers.model_card import algorithm_fields
+
+        groups: list[tuple[str, list[str]]] = []
+        config = get_algorithm(algorithm).config_class if algorithm is not None else None
+        if config is not None:
+            own = [f.name for f in algorithm_fields(config, algorithm)]
+            groups.append((f"{algorithm} settings (trl_ext.{config.__name__}): the algorithm's own", own))
+        for dataclass_type in self.dataclass_types:
+            title = f"{dataclass_type.__name__} ({dataclass_type.__module__.split('.')[0]})"
+            if dataclass_type is config:
+                trl = next((c.__name__ for c in config.__mro__ if c.__module__.startswith("trl.")), "TrainingArguments")
+                title = f"trl_ext.{config.__name__}'s other flags: TRL's {trl} and transformers' TrainingArguments"
+            groups.append((title, [f.name for f in dataclasses.fields(dataclass_type)]))
+        group_of: dict[str, int] = {}  # a field's first group
+        for index, (_, names) in enumerate(groups):
+            for name in names:
+                group_of.setdefault(name, index)
+        options = self._optionals._group_actions
+        members: list[list[argparse.Action]] = [[] for _ in groups]
+        for action in options:  # a boolean field has two flags, `--name` and `--no_name`, of one `dest`
+            if action.dest in group_of:
+                members[group_of[action.dest]].append(action)
+        for (title, _), actions in zip(groups, members, strict=True):
+            if actions:
+                self.add_argument_group(title)._group_actions.extend(actions)
+        options[:] = [action for action in options if action.dest not in group_of]  # -h, --config
+
+    def _guesses(self, typed: Iterable[str]) -> str:
+        """`did you mean --tau_pos` for one mistyped flag among `typed` (`--name`, `--name=value`, values ignored),
+        `did you mean --tau_pos for --tau_postive, --learning_rate for --lerning_rate` for several; "" for none."""
+        flags = {option[2:].replace("-", "_") for option in self._option_string_actions if option.startswith("--")}
+        guesses = []
+        for string in typed:
+            flag = string.split("=", 1)[0]
+            guess = did_you_mean(flag[2:].replace("-", "_"), flags) if flag.startswith("--") else None
+            if guess is not None:
+                guesses.append((flag, f"--{guess}"))
+        if len(guesses) == 1:
+            return f"did you mean {guesses[0][1]}"
+        return f"did you mean {', '.join(f'{guess} for {flag}' for flag, guess in guesses)}" if guesses else ""
+
+    def unrecognized(self, strings: Sequence[str]) -> str:
+        """`unrecognized arguments: STRINGS`, with the flag closest to a mistyped one: `(did you mean --tau_pos?)`."""
+        guesses = self._guesses(strings)
+        return f"unrecognized arguments: {' '.join(strings)}" + (f" ({guesses}?)" if guesses else "")
 
     def parse_args_and_config(
         self,
@@ -123,7 +185,7 @@ class ScriptParser(_UsageErrors, TrlParser):
             remaining = (from_config, from_command_line)
             return (*outputs, *(remaining if separate_remaining_strings else (from_config + from_command_line,)))
         if from_command_line:
-            raise UsageError(f"unrecognized arguments: {' '.join(from_command_line)}")
+            raise UsageError(self.unrecognized(from_command_line))
         if from_config and fail_with_unknown_args:
             self.refuse_config_keys(args or [], from_config)
         return tuple(outputs)
@@ -145,10 +207,13 @@ class ScriptParser(_UsageErrors, TrlParser):
         except ValueError as error:  # a config's check of its values, TRL's check of the config file
             raise UsageError(str(error)) from error
 
-    @staticmethod
-    def refuse_config_keys(args: Sequence[str], from_config: Sequence[str]) -> None:
-        keys = ", ".join(key[2:] for key in from_config[::2])  # TRL's ["--key", "value", ...]
-        raise UsageError(f"--config {_config_value(args)}: unknown keys {keys} (no flag of this script takes them)")
+    def refuse_config_keys(self, args: Sequence[str], from_config: Sequence[str]) -> None:
+        keys = from_config[::2]  # TRL's ["--key", "value", ...]
+        guesses = self._guesses(keys).replace("--", "")
+        raise UsageError(
+            f"--config {_config_value(args)}: unknown keys {', '.join(key[2:] for key in keys)} (no flag of this "
+            f"script takes them{f'; {guesses}?' if guesses else ''})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- config files
@@ -309,6 +374,7 @@ def set_defaults(
     values: dict[str, Any] = {"output_dir": output_dir}
     if not checkpointing_set:
         values["activation_checkpointing"] = False
+    values["ddp_find_unused_parameters"] = False  # every toy parameter gets a gradient: no DDP search, no warning
     values.update(toy_training)
     parser.set_defaults(**values)
     sources = {
@@ -324,44 +390,6 @@ def parse(parser: TrlParser, argv: Sequence[str]) -> tuple:
         return parser.parse_args_and_config(list(argv))
     except ValueError as error:
         raise UsageError(str(error)) from error
-
-
-# ---------------------------------------------------------------------------------------------------- datasets
-
-
-def load_user_dataset(script_args, dataset_args):
-    """The dataset named by `--datasets` (a mixture) or `--dataset_name`, as `trl` scripts load it; None if neither."""
-    if dataset_args.datasets:
-        return get_dataset(dataset_args)
-    if script_args.dataset_name:
-        from datasets import load_dataset
-
-        return load_dataset(
-            script_args.dataset_name, name=script_args.dataset_config, streaming=script_args.dataset_streaming
-        )
-    return None
-
-
-def select_splits(dataset, script_args, dataset_args, training_args):
-    """The train split and, when evaluation is on (`--eval_strategy`), the test split of a loaded dataset, as `trl`
-    scripts index it; a missing split is a `UsageError` naming the flag and the splits that exist."""
-    mixture = bool(dataset_args is not None and dataset_args.datasets)
-    source = "the --datasets mixture" if mixture else f"the dataset {script_args.dataset_name or '(embedded toy)'}"
-
-    def split(name: str, flag: str, hint: str):
-        if name in dataset:
-            return dataset[name]
-        raise UsageError(
-            f"{flag} {name!r}: {source} has no split {name!r} (its splits: {', '.join(map(repr, dataset))}); {hint}"
-        )
-
-    train = split(script_args.dataset_train_split, "--dataset_train_split", "pass --dataset_train_split SPLIT")
-    if training_args.eval_strategy == "no":
-        return train, None
-    hint = "pass --dataset_test_split SPLIT"
-    hint += ", or set test_split_size in the mixture" if mixture else ""
-    evaluation = split(script_args.dataset_test_split, "--dataset_test_split", f"{hint}, or --eval_strategy no")
-    return train, evaluation
 
 
 def set_model_init_kwargs(training_args, model_args) -> None:
@@ -380,9 +408,10 @@ def set_model_init_kwargs(training_args, model_args) -> None:
 
 def model_description(model: str) -> str:
     from ..toy import MODEL_VERSION, TEACHER_VERSION
+    from ..toy_agent import AGENT_MODEL_VERSION
 
     name = os.path.basename(os.path.normpath(model))
-    if name in (MODEL_VERSION, TEACHER_VERSION) and os.path.isdir(model):
+    if name in (MODEL_VERSION, TEACHER_VERSION, AGENT_MODEL_VERSION) and os.path.isdir(model):
         return f"{name} (trl_ext's toy model, {model})"
     return model
 
@@ -419,9 +448,29 @@ def algorithm_overrides(args: Any, algorithm: str, shown: Sequence[str] = ()) ->
     return out
 
 
+def _dotted(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None)
+    return f"{obj.__module__}.{name}" if name and getattr(obj, "__module__", None) else repr(obj)
+
+
+def rollout_sources(trainer) -> str:
+    """What scores and drives a rollout trainer's episodes, for the summary's data line: `; reward toy_reward` (TRL's
+    names of the reward functions in use) and `; environment my_envs.Calc (tools add, ...)`; "" for other trainers."""
+    names = getattr(trainer, "reward_func_names", None)
+    if names is None:
+        return ""
+    text = f"; reward {', '.join(names) or 'none'}"
+    factories = getattr(trainer, "environment_factories", None) or {}
+    tools = ", ".join(getattr(tool, "__name__", repr(tool)) for tool in getattr(trainer, "tools", None) or [])
+    for factory in factories.values():
+        text += f"; environment {_dotted(factory)} (one per rollout; tools {tools or 'none'})"
+    return text
+
+
 def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults | None) -> str:
-    """The start-of-run summary (at most ~15 lines): algorithm, model, data, optimizer, batch and generation
-    geometry, length, the algorithm's non-default settings, the toy defaults in play and the output dir."""
+    """The start-of-run summary (at most ~15 lines): algorithm, model, data (with a rollout trainer's reward functions
+    and environment), optimizer, batch and generation geometry, length, the algorithm's non-default settings, the toy
+    defaults in play and the output dir."""
     args, accelerator = trainer.args, trainer.accelerator
     processes = accelerator.num_processes
     total, trainable = _parameters(trainer.model)
@@ -438,7 +487,7 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
         f"trl_ext {algorithm}: {type(trainer).__name__} / {type(args).__name__}, {processes} process(es) on "
         f"{accelerator.device.type}",
         f"  model       {model_description(model)}: {params}",
-        f"  data        {data}: {rows}",
+        *textwrap.wrap(f"  data        {data}: {rows}{rollout_sources(trainer)}", 118, subsequent_indent=" " * 14),
         f"  optimizer   learning_rate {args.learning_rate:g} ({scheduler}, {warmup}), "
         f"max_grad_norm {args.max_grad_norm:g}",
         f"  batch       {args.per_device_train_batch_size} {unit} per device x {args.gradient_accumulation_steps} "
@@ -472,27 +521,22 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
 
 # ------------------------------------------------------------------------------------------------------ finish
 
-# transformers 5 deprecated `PreTrainedModel.is_gradient_checkpointing`; TRL 1.16's `disable_gradient_checkpointing`
-# (around every generation, and in DPO's training step) still reads it, so every run printed this FutureWarning,
-# which nothing the scripts pass can avoid. Silenced for the script's training only, for this message and module.
-_TRL_DEPRECATION = r"`is_gradient_checkpointing` is deprecated"
-
 
 def train_and_finish(trainer, name: str, training_args, script_args, summary: str | None = None):
-    """Print the summary, train (resuming if asked), save, report, push if asked, and tear down on every rank
-    together."""
-    if summary:
-        trainer.accelerator.print(summary)
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message=_TRL_DEPRECATION, category=FutureWarning, module=r"transformers\.modeling_utils"
-        )
+    """Print the summary (with the notes on expected noise, `noise.py`), train (resuming if asked: `finish.py`), save,
+    print the closing line (steps, main metric, model, curves), push if asked, and tear down on every rank together.
+    The warnings trl_ext knows to be harmless are silenced around the training (`noise.quiet_known_warnings`)."""
+    from .finish import closing_line, resume_point
+    from .noise import noise_notes, quiet_known_warnings
+
+    resumed = resume_point(training_args)
+    lines = ([summary] if summary else []) + noise_notes(trainer) + ([resumed.line()] if resumed else [])
+    if lines:
+        trainer.accelerator.print("\n".join(lines))
+    with quiet_known_warnings():
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    trainer.accelerator.print(
-        f"Trained {name} for {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es); "
-        f"model saved to {training_args.output_dir}"
-    )
+    trainer.accelerator.print(closing_line(trainer, name, resumed, training_args.output_dir))
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     # Every rank reaches the teardown together: a gloo process group torn down while a peer has already exited can

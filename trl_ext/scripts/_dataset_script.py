@@ -11,8 +11,9 @@ split, default "test"). On the toy model (no model named, or `--model_name_or_pa
 `trl_ext.toy.tiny_model_path()`) the family's toy settings are the defaults, under the `--config` file and the
 command line (command line > config file > toy defaults > TRL's defaults); with a real model TRL's defaults apply.
 Without a CUDA device, `use_cpu=True` and `bf16=False` are the defaults. Before training the main process prints a
-summary of the run (see `grpo.py`); a user dataset without the requested split is an error naming the flag and the
-splits that exist, before the model loads.
+summary of the run (see `grpo.py`). A dataset path that does not exist, a user dataset without the requested split or
+without the columns the family's TRL trainer reads (DPO: `chosen` and `rejected`; SFT: `messages`, `text`, or
+`prompt` and `completion`) is an error naming the flag, before the model loads (`dataset_loading.py`).
 """
 
 from __future__ import annotations
@@ -30,16 +31,17 @@ from ..algorithms import get_algorithm
 from ._common import (
     ScriptParser,
     ToyDefaults,
-    load_user_dataset,
     parse,
     run_summary,
     script_help_command,
-    select_splits,
     set_defaults,
     set_model_init_kwargs,
     train_and_finish,
     usage_errors_exit,
 )
+from .dataset_loading import check_columns, data_source, load_user_dataset, select_splits
+from .finish import resume_point
+from .noise import quiet_known_warnings
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class DatasetScript:
 
     def _parser(self, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
         config = get_algorithm(self.algorithm).config_class
-        parser = ScriptParser((ScriptArguments, config, ModelConfig, DatasetMixtureConfig))
+        parser = ScriptParser((ScriptArguments, config, ModelConfig, DatasetMixtureConfig), algorithm=self.algorithm)
         output = f"outputs/{self.algorithm}-tiny"
         return parser, set_defaults(parser, argv, output, self.toy_training, self.toy_training_name)
 
@@ -81,6 +83,7 @@ class DatasetScript:
     def _main(self, argv: list[str]):
         parser, toy_defaults = self._parser(argv)
         script_args, training_args, model_args, dataset_args = parse(parser, argv)
+        resume_point(training_args)  # a wrong --resume_from_checkpoint: an error before anything loads
         dataset = load_user_dataset(script_args, dataset_args)
         if dataset is None:
             train_split, test_split = script_args.dataset_train_split, script_args.dataset_test_split
@@ -91,15 +94,18 @@ class DatasetScript:
         else:
             data = script_args.dataset_name or "the --datasets mixture"
         train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
+        splits = [(script_args.dataset_train_split, train_dataset), (script_args.dataset_test_split, eval_dataset)]
+        check_columns(self.algorithm, training_args, splits, data_source(script_args, dataset_args))
         model = model_args.model_name_or_path or toy.tiny_model_path()
         set_model_init_kwargs(training_args, model_args)
-        trainer = get_algorithm(self.algorithm).trainer_class(
-            model=model,
-            args=training_args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            quantization_config=get_quantization_config(model_args),
-            peft_config=get_peft_config(model_args),
-        )
+        with quiet_known_warnings():  # PEFT's read of a deprecated attribute (--use_peft)
+            trainer = get_algorithm(self.algorithm).trainer_class(
+                model=model,
+                args=training_args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                quantization_config=get_quantization_config(model_args),
+                peft_config=get_peft_config(model_args),
+            )
         summary = run_summary(trainer, self.algorithm, model, data, toy_defaults)
         return train_and_finish(trainer, self.algorithm, training_args, script_args, summary)

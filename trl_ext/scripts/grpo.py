@@ -15,6 +15,13 @@ expert demonstrations, prompt/completion or conversational `messages` rows in th
 distillation reads its teacher from `--teacher_model_name_or_path` (and `--teacher_model_init_kwargs`, a JSON
 object); `--reward_funcs` is optional there (logged, and trained on with `--reward_weight` > 0).
 
+`--environment_factory my_envs.Calculator` (TRL's multi-turn tool loop: one instance per rollout, `reset(**row)`,
+its public methods the tools) is checked before anything loads: a class without `reset` or without tools is refused,
+and a user environment (any but the toy's `trl_ext.toy_agent.LookupEnvironment`) needs `--dataset_name` (its rows,
+chat-message prompts) and a reward (`--reward_funcs`, or its own `get_reward`): the toy task's rows and reward only fit
+the toy's environment. Without `--model_name_or_path` an environment's run trains the toy agent model
+(`trl_ext.toy_agent.tiny_agent_model_path()`), whose chat template renders tool calls.
+
 Without `--model_name_or_path`, the script trains the package's embedded default: the tiny offline model of
 `trl_ext.toy` on its "repeat the letter" task with a verifiable reward (and, for MIX / MIX-CHORD, the task's
 embedded expert demonstrations; for on-policy distillation, the task's embedded teacher
@@ -29,13 +36,16 @@ With a real model TRL's (and the algorithm config's) defaults apply. Without a C
 
 Before training, the main process prints a summary of the run: algorithm, model and its size, data, learning rate,
 batch and generation geometry, length, the algorithm settings that differ from their defaults, the toy defaults in
-play (and which the config file or the command line overrode) and the output dir. A user dataset without the
-requested train or test split is an error naming the flag and the splits that exist, before the model loads.
+play (and which the config file or the command line overrode) and the output dir. `--dataset_name` takes a Hub id, a
+local directory or a local .jsonl / .json / .csv / .parquet file; a path that does not exist, a user dataset without
+the requested train or test split, or without a `prompt` column, is a one-line error naming the flag, before the
+model loads (`dataset_loading.py`).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Sequence
@@ -51,16 +61,25 @@ from ._common import (
     ScriptParser,
     ToyDefaults,
     UsageError,
-    load_user_dataset,
+    did_you_mean,
     parse,
     run_summary,
     script_help_command,
-    select_splits,
     set_defaults,
     set_model_init_kwargs,
     train_and_finish,
     usage_errors_exit,
 )
+from .dataset_loading import (
+    check_chat_prompts,
+    check_columns,
+    data_source,
+    load_named_dataset,
+    load_user_dataset,
+    select_splits,
+)
+from .finish import resume_point
+from .noise import quiet_known_warnings
 
 
 @dataclass
@@ -114,6 +133,79 @@ def multi_turn(algorithm: str) -> bool:
     return name is not None and "run_ids" in ADVANTAGE_FNS.get(name).inputs()
 
 
+TRL_ENVIRONMENT_CONTRACT = (
+    "TRL's environment_factory makes one instance per rollout (calling it with no arguments), calls its reset(**row) "
+    "with the rollout's dataset row, and offers the model its public methods (typed, with a docstring) as tools"
+)
+
+
+def environment_class(factory: Any, path: str) -> type:
+    """The class of the environments that `--environment_factory path` (`factory`: a class, or a function that returns
+    an instance, called once here as TRL will) makes, checked against TRL 1.16's `environment_factory` contract: it
+    takes no arguments, its class has a `reset` method, and tools, its other public methods but `get_reward` (TRL
+    lists both as `inspect.isfunction` members of the class). A `UsageError` naming the flag and what is missing."""
+    if not callable(factory):
+        raise UsageError(f"--environment_factory {path}: not a class or a function (a {type(factory).__name__})")
+    try:
+        inspect.signature(factory).bind()
+    except TypeError as error:
+        message = f"--environment_factory {path}: cannot be called with no arguments ({error})"
+        raise UsageError(f"{message}; {TRL_ENVIRONMENT_CONTRACT}") from error
+    except ValueError:  # no signature to check (a builtin)
+        pass
+    environment = factory if inspect.isclass(factory) else type(factory())
+    methods = dict(inspect.getmembers(environment, predicate=inspect.isfunction))
+    tools = [name for name in methods if name not in ("reset", "get_reward") and not name.startswith("_")]
+    missing = ["reset method"] if "reset" not in methods else []
+    missing += [] if tools else ["tools (public methods besides reset and get_reward)"]
+    if missing:
+        raise UsageError(
+            f"--environment_factory {path}: {environment.__name__} has no {' and no '.join(missing)}; "
+            f"{TRL_ENVIRONMENT_CONTRACT}"
+        )
+    return environment
+
+
+def check_environment_task(path: str, environment: type, toy_task: bool, agent: bool, script_args) -> None:
+    """A user environment (not the toy's `LookupEnvironment`) never runs on the toy task's rows or with its reward:
+    without `--dataset_name` (the toy task's rows would reach its `reset(**row)`), or without a reward (no
+    `--reward_funcs` / `--reward_model_name_or_path`, and no `get_reward` method, TRL's environment-owned reward), it
+    is a `UsageError` asking for them."""
+    from ..toy_agent import LookupEnvironment
+
+    toy_environment = issubclass(environment, LookupEnvironment)
+    problems = []
+    if toy_task and not (agent and toy_environment):
+        rows = "the toy lookup task's (for its LookupEnvironment)" if agent else 'the toy "repeat the letter" task\'s'
+        problems.append(
+            f"without --dataset_name its rows would be {rows}: pass --dataset_name with your task's rows (each is "
+            "passed to reset(**row); a 'prompt' column of chat messages, or reset() returns the prompt)"
+        )
+    owns_reward = inspect.isfunction(getattr(environment, "get_reward", None))
+    if not (script_args.reward_funcs or script_args.reward_model_name_or_path or owns_reward or toy_environment):
+        problems.append(
+            "its rollouts have no reward: pass --reward_funcs (TRL's reward names, or a dotted path such as "
+            "my_rewards.solved) or give it a get_reward() method (the toy task's reward only scores the toy task, "
+            "with its trl_ext.toy_agent.LookupEnvironment)"
+        )
+    if problems:
+        raise UsageError(f"--environment_factory {path}: " + "; and ".join(problems))
+
+
+def reward_funcs_for(script_args: GRPOScriptArguments, environment: type | None, toy_task: bool) -> list[Any]:
+    """The run's reward functions: `--reward_model_name_or_path` and `--reward_funcs`; without them, the toy's own
+    reward where the toy's environment (`lookup_reward`) or, without an environment, the toy task's data
+    (`toy_reward`) is used; else none (a user environment's `get_reward`, which `check_environment_task` ensured)."""
+    from .. import toy, toy_agent
+
+    funcs = _reward_funcs(script_args)
+    if not funcs and environment is not None and issubclass(environment, toy_agent.LookupEnvironment):
+        funcs = [toy_agent.lookup_reward]
+    elif not funcs and toy_task and environment is None:
+        funcs = [toy.toy_reward]
+    return funcs
+
+
 def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
     """TRL's reward-function names (`accuracy_reward`, ...) or dotted import paths, as `trl grpo` reads them."""
     from trl import rewards
@@ -135,9 +227,10 @@ def _reward_funcs(script_args: GRPOScriptArguments) -> list[Any]:
         elif "." in name:
             funcs.append(_load(name, "--reward_funcs"))
         else:
-            raise ValueError(
-                f"--reward_funcs: cannot load {name!r}; use one of {', '.join(registry)} or a dotted import path "
-                "(e.g. my_rewards.exact_match)"
+            guess = did_you_mean(name, registry)
+            raise UsageError(
+                f"--reward_funcs: cannot load {name!r}{f' (did you mean {guess}?)' if guess else ''}; use one of "
+                f"{', '.join(registry)} or a dotted import path (e.g. my_rewards.exact_match)"
             )
     return funcs
 
@@ -156,16 +249,20 @@ def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
         from ..toy import toy_expert_dataset
 
         return toy_expert_dataset()
-    from datasets import load_dataset
-
-    return load_dataset(args.expert_dataset_name, name=args.expert_dataset_config, split=args.expert_dataset_split)
+    return load_named_dataset(
+        args.expert_dataset_name,
+        "--expert_dataset_name",
+        config=args.expert_dataset_config,
+        split=args.expert_dataset_split,
+    )
 
 
 def _parser(algorithm: str, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
     spec = get_algorithm(algorithm)
     family_arguments = spec.family.script_argument_classes()  # MIX's expert data
     parser = ScriptParser(
-        (GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *family_arguments)
+        (GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *family_arguments),
+        algorithm=algorithm,
     )
     if multi_turn(algorithm):
         from ..toy_agent import AGENT_MODEL_VERSION, AGENT_TRAINING
@@ -205,11 +302,12 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
 
 
 def _main(algorithm: str, argv: list[str]):
-    from .. import toy
+    from .. import toy, toy_agent
 
     spec = get_algorithm(algorithm)
     parser, toy_defaults = _parser(algorithm, argv)
     script_args, training_args, model_args, dataset_args, *family_args = parse(parser, argv)
+    resume_point(training_args)  # a wrong --resume_from_checkpoint: an error before anything loads
     expert = next((a for a in family_args if isinstance(a, ExpertDataArguments)), None)
     environments = next((a for a in family_args if isinstance(a, EnvironmentArguments)), None)
 
@@ -218,27 +316,31 @@ def _main(algorithm: str, argv: list[str]):
     agent = toy_task and multi_turn(algorithm)
     if expert is not None:
         _check_expert_dataset(expert, toy_task)  # before loading anything
-    factory = None
+    factory = environment = None
     if environments is not None and environments.environment_factory:
-        factory = _load(environments.environment_factory, "--environment_factory")
+        path = environments.environment_factory
+        factory = _load(path, "--environment_factory")
+        environment = environment_class(factory, path)
+        check_environment_task(path, environment, toy_task, agent, script_args)
+    if agent and factory is None:
+        factory = environment = toy_agent.LookupEnvironment
+    reward_funcs = reward_funcs_for(script_args, environment, toy_task)  # a wrong name: before loading any data
     dataset = load_user_dataset(script_args, dataset_args)
     if agent:
-        from .. import toy_agent
-
         dataset = toy_agent.toy_agent_splits(script_args.dataset_train_split, script_args.dataset_test_split)
         data = 'the toy "look up, then answer" tool task (trl_ext.toy_agent.toy_agent_splits)'
-        factory = factory or toy_agent.LookupEnvironment
     elif toy_task:
         dataset = toy.toy_splits(script_args.dataset_train_split, script_args.dataset_test_split)
         data = 'the toy "repeat the letter" task (trl_ext.toy.toy_splits)'
     else:
         data = script_args.dataset_name or "the --datasets mixture"
     train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
-    reward_funcs = _reward_funcs(script_args)
-    if not reward_funcs and agent:
-        reward_funcs = [toy_agent.lookup_reward]
-    elif not reward_funcs and toy_task:
-        reward_funcs = [toy.toy_reward]
+    splits = [(script_args.dataset_train_split, train_dataset), (script_args.dataset_test_split, eval_dataset)]
+    if environment is None:
+        check_columns(algorithm, training_args, splits, data_source(script_args, dataset_args))
+    else:  # TRL 1.16: a row without a prompt is an empty user turn, which the string reset() returns completes
+        reason = "with --environment_factory, TRL's tool loop needs each prompt"
+        check_chat_prompts(splits, data_source(script_args, dataset_args), reason)
     extra: dict[str, Any] = {}
     if expert is not None:  # MIX / MIX-CHORD: their demonstrations (the toy task's with the toy prompts)
         extra["expert_dataset"] = _expert_dataset(expert, toy_task)
@@ -246,18 +348,20 @@ def _main(algorithm: str, argv: list[str]):
         extra["environment_factory"] = factory
     if model is None:
         training_args.use_toy_task()  # what the toy task provides for the family (distillation: its teacher)
-        model = toy_agent.tiny_agent_model_path() if agent else toy.tiny_model_path()
+        # an environment's tools need a chat template that renders tool calls: the toy agent model's
+        model = toy_agent.tiny_agent_model_path() if environment is not None else toy.tiny_model_path()
 
     set_model_init_kwargs(training_args, model_args)
-    trainer = spec.trainer_class(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args),
-        **extra,
-    )
+    with quiet_known_warnings():  # PEFT's read of a deprecated attribute, TRL's environment_factory notice
+        trainer = spec.trainer_class(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            quantization_config=get_quantization_config(model_args),
+            peft_config=get_peft_config(model_args),
+            **extra,
+        )
     summary = run_summary(trainer, algorithm, model, data, toy_defaults)
     return train_and_finish(trainer, algorithm, training_args, script_args, summary)

@@ -42,6 +42,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses.value import VALUE_LOSS_METRICS, clipped_value_loss, explained_variance
 from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
+from .new_head import from_pretrained_with_new_head
 
 VALUE_MODEL_DIR = "value_model"  # the separate critic's weights (or its LoRA adapter), in checkpoints and the output
 CRITIC_OPTIMIZER_FILE = "critic_optimizer.pt"
@@ -75,6 +76,35 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         value_peft_config: Any = None,
         **kwargs: Any,
     ):
+        """Check the critic's arguments, build the GRPO-family trainer, then add the critic.
+
+        Args:
+            model (str | PreTrainedModel): The policy, as in `trl.GRPOTrainer`.
+            reward_funcs (RewardFunc | list[RewardFunc] | None): The reward sources, as in `GRPOFamilyTrainer`.
+            args (CriticFamilyConfig | TrainingArguments | None): The algorithm's config (`PPOConfig`), used as is;
+                TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
+                from TRL's defaults carried over, the algorithm's defaults for the rest: one generation per prompt, γ,
+                λ, the value clip, ...); None: the defaults.
+            train_dataset (Dataset | IterableDataset | None): The prompts (a `prompt` column), as in
+                `GRPOFamilyTrainer`.
+            eval_dataset (Dataset | IterableDataset | dict[str, Dataset] | None): Evaluation prompts, as in
+                `GRPOFamilyTrainer`.
+            processing_class (PreTrainedTokenizerBase | ProcessorMixin | None): The tokenizer, as in TRL.
+            value_model: The separate critic: a path / Hub id (a token classifier with one output is built from it,
+                loaded with `args.value_model_init_kwargs`) or a model whose output `.logits` is `[B, T, 1]`. Default:
+                `args.value_model_name_or_path`, else the policy's checkpoint with a new scalar head. Not with
+                `args.shared_backbone`.
+            value_peft_config: A PEFT config for the separate critic (e.g. `LoraConfig(task_type="TOKEN_CLS")`: its
+                adapter and scalar head train). Not with `args.shared_backbone`.
+            **kwargs: The rest of `trl.GRPOTrainer`'s arguments (`peft_config`: LoRA on the policy, `callbacks`, ...),
+                as in `GRPOFamilyTrainer`.
+
+        Raises:
+            TypeError: `args` is not one of the configs above (see `GRPOFamilyTrainer`).
+            ValueError: `value_model` / `value_peft_config` with `shared_backbone=True`; a value model that cannot be
+                built or whose vocabulary differs from the policy's; FSDP, fp16 or a vision-language policy; and
+                `GRPOFamilyTrainer`'s errors.
+        """
         args = self._resolve_args(model, args)
         owner = type(self).__name__
         if args.shared_backbone and (value_model is not None or value_peft_config is not None):
@@ -128,7 +158,8 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
             try:
                 config = AutoConfig.from_pretrained(source, num_labels=1, trust_remote_code=init["trust_remote_code"])
                 config.classifier_dropout = 0.0  # values, not a classifier: no dropout on the head
-                critic = AutoModelForTokenClassification.from_pretrained(source, config=config, **init)
+                # the policy's checkpoint under a new scalar head: transformers' load report only if more differs
+                critic = from_pretrained_with_new_head(AutoModelForTokenClassification, source, config=config, **init)
             except (ValueError, KeyError, AttributeError) as error:
                 raise ValueError(
                     f"{owner}: cannot build a value model from {source!r} (a token classifier with one output: its "
