@@ -80,28 +80,12 @@ def trainer_docstring(spec: AlgorithmSpec) -> str:
     opening = '    """'  # the summary's first line follows the quotes
     wrap = textwrap.TextWrapper(WIDTH, " " * len(opening), "    ", break_long_words=False, break_on_hyphens=False)
     summary = wrap.wrap(text)
-    closing = f"The `{base}` of this algorithm: its constructor is `{base}`'s, which documents every argument."
     trl_config = trl_config_of(spec.family.config_base_class).__name__
-    refused = "" if spec.trl_losses else ", e.g. a field of TRL's own loss such as `loss_type` or `epsilon`"
-    args = (
-        f"A `trl_ext.{config_name}`, used as is; TRL's `trl.{trl_config}` or a `transformers.TrainingArguments` is "
-        "converted to one (its fields that differ from TRL's defaults carried over, the algorithm's defaults for the "
-        "rest); None: the defaults."
+    closing = (
+        f"The `{base}` of this algorithm: its constructor is `{base}`'s, which documents every argument; `args` is a "
+        f"`{config_name}`, or TRL's `trl.{trl_config}` / a `transformers.TrainingArguments`, converted to one."
     )
-    raises = [
-        "TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.",
-        f"ValueError: A converted field the algorithm refuses{refused}; and `{base}`'s errors.",
-    ]
-    kind = f"{config_name} | trl.{trl_config} | transformers.TrainingArguments | None"
-    sections = ["", "    Args:", *_hanging(f"args ({kind}): {args}"), "", "    Raises:"]
-    sections += [line for entry in raises for line in _hanging(entry)]
-    return "\n".join([summary[0].lstrip(), *summary[1:], "", *_paragraph(closing), *sections]) + "\n    "
-
-
-def _hanging(entry: str) -> list[str]:
-    """A Google-style section entry: its first line indented under the section, the rest one level further."""
-    wrap = textwrap.TextWrapper(WIDTH, " " * 8, " " * 12, break_long_words=False, break_on_hyphens=False)
-    return wrap.wrap(entry)
+    return "\n".join([summary[0].lstrip(), *summary[1:], "", *_paragraph(closing)]) + "\n    "
 
 
 def build_classes(spec: AlgorithmSpec) -> tuple[type, type]:

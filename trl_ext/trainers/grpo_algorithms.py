@@ -178,17 +178,7 @@ class PPOTrainer(CriticFamilyTrainer):
     """PPO: PPO with a critic and GAE advantages. (config: `PPOConfig`).
 
     The `CriticFamilyTrainer` of this algorithm: its constructor is `CriticFamilyTrainer`'s, which documents every
-    argument.
-
-    Args:
-        args (PPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.PPOConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `CriticFamilyTrainer`'s errors.
+    argument; `args` is a `PPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[CriticFamilyConfig]] = PPOConfig
@@ -292,16 +282,8 @@ class GRPOConfig(GRPOFamilyConfig):
 class GRPOTrainer(GRPOFamilyTrainer):
     """GRPO: group-normalized advantages, dual-clip PPO loss. (config: `GRPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (GRPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GRPOConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `GRPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOConfig
@@ -384,18 +366,9 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
 class ReinforcePlusPlusTrainer(GRPOFamilyTrainer):
     """REINFORCE++: batch-whitened discounted returns, PPO loss. (config: `ReinforcePlusPlusConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (ReinforcePlusPlusConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A
-            `trl_ext.ReinforcePlusPlusConfig`, used as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments`
-            is converted to one (its fields that differ from TRL's defaults carried over, the algorithm's defaults for
-            the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `ReinforcePlusPlusConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to
+    one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = ReinforcePlusPlusConfig
@@ -473,17 +446,8 @@ class RLOOConfig(GRPOFamilyConfig):
 class RLOOTrainer(GRPOFamilyTrainer):
     """RLOO: leave-one-out baseline, PPO loss. (config: `RLOOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (RLOOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.RLOOConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `RLOOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = RLOOConfig
@@ -547,17 +511,8 @@ class OPMDConfig(GRPOFamilyConfig):
 class OPMDTrainer(GRPOFamilyTrainer):
     """OPMD: Online policy mirror descent. (config: `OPMDConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (OPMDConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.OPMDConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `OPMDConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = OPMDConfig
@@ -618,17 +573,8 @@ class AsymREConfig(GRPOFamilyConfig):
 class AsymRETrainer(GRPOFamilyTrainer):
     """AsymRE: REINFORCE with a shifted (asymmetric) group baseline. (config: `AsymREConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (AsymREConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.AsymREConfig`, used as
-            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `AsymREConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = AsymREConfig
@@ -687,17 +633,8 @@ class TOPRConfig(GRPOFamilyConfig):
 class TOPRTrainer(GRPOFamilyTrainer):
     """TOPR: Tapered Off-Policy REINFORCE. (config: `TOPRConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (TOPRConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.TOPRConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `TOPRConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = TOPRConfig
@@ -792,17 +729,8 @@ class CISPOConfig(GRPOFamilyConfig):
 class CISPOTrainer(GRPOFamilyTrainer):
     """CISPO: clipped, stop-gradient IS weight on a REINFORCE loss. (config: `CISPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (CISPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.CISPOConfig`, used as
-            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `CISPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = CISPOConfig
@@ -890,17 +818,8 @@ class GSPOConfig(GRPOFamilyConfig):
 class GSPOTrainer(GRPOFamilyTrainer):
     """GSPO: sequence-level (length-normalized) importance ratio. (config: `GSPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (GSPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GSPOConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `GSPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GSPOConfig
@@ -988,17 +907,8 @@ class SAPOConfig(GRPOFamilyConfig):
 class SAPOTrainer(GRPOFamilyTrainer):
     """SAPO: soft, temperature-controlled gate instead of hard clipping. (config: `SAPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (SAPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.SAPOConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `SAPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = SAPOConfig
@@ -1057,17 +967,8 @@ class GPGConfig(GRPOFamilyConfig):
 class GPGTrainer(GRPOFamilyTrainer):
     """GPG: group policy gradient, plain −A·lp with a batch-corrected group advantage. (config: `GPGConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (GPGConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GPGConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `GPGConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GPGConfig
@@ -1147,17 +1048,8 @@ class GMPOConfig(GRPOFamilyConfig):
 class GMPOTrainer(GRPOFamilyTrainer):
     """GMPO: the geometric mean of the token ratios, clipped in log space. (config: `GMPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (GMPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GMPOConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `GMPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GMPOConfig
@@ -1238,17 +1130,8 @@ class DROConfig(GRPOFamilyConfig):
 class DROTrainer(GRPOFamilyTrainer):
     """DRO: policy gradient with a quadratic log-ratio penalty instead of a clip. (config: `DROConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (DROConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.DROConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `DROConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = DROConfig
@@ -1349,17 +1232,8 @@ class ClipCovConfig(GRPOFamilyConfig):
 class ClipCovTrainer(GRPOFamilyTrainer):
     """Clip-Cov: PPO with a few high-covariance tokens detached (entropy control). (config: `ClipCovConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (ClipCovConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.ClipCovConfig`, used
-            as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that
-            differ from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `ClipCovConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = ClipCovConfig
@@ -1445,17 +1319,8 @@ class KLCovConfig(GRPOFamilyConfig):
 class KLCovTrainer(GRPOFamilyTrainer):
     """KL-Cov: a |log-ratio| penalty on the highest-covariance tokens (entropy control). (config: `KLCovConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (KLCovConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.KLCovConfig`, used as
-            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `KLCovConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = KLCovConfig
@@ -1548,17 +1413,8 @@ class DPPOTVConfig(GRPOFamilyConfig):
 class DPPOTVTrainer(GRPOFamilyTrainer):
     """DPPO-Binary-TV: a trust region on the token probability's total variation. (config: `DPPOTVConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (DPPOTVConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.DPPOTVConfig`, used as
-            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `DPPOTVConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = DPPOTVConfig
@@ -1650,17 +1506,8 @@ class DPPOKLConfig(GRPOFamilyConfig):
 class DPPOKLTrainer(GRPOFamilyTrainer):
     """DPPO-Binary-KL: a trust region on the token's binary KL divergence. (config: `DPPOKLConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (DPPOKLConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.DPPOKLConfig`, used as
-            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `DPPOKLConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = DPPOKLConfig
@@ -1788,17 +1635,8 @@ class MIXConfig(MIXFamilyConfig):
 class MIXTrainer(MIXFamilyTrainer):
     """MIX: RL on rollouts plus a fixed share of SFT on expert demonstrations. (config: `MIXConfig`).
 
-    The `MIXFamilyTrainer` of this algorithm: its constructor is `MIXFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (MIXConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.MIXConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `MIXFamilyTrainer`'s errors.
+    The `MIXFamilyTrainer` of this algorithm: its constructor is `MIXFamilyTrainer`'s, which documents every argument;
+    `args` is a `MIXConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[MIXFamilyConfig]] = MIXConfig
@@ -1939,17 +1777,8 @@ class MIXCHORDConfig(MIXFamilyConfig):
 class MIXCHORDTrainer(MIXFamilyTrainer):
     """MIX-CHORD: CHORD: scheduled mix of RL and phi-weighted SFT on expert data. (config: `MIXCHORDConfig`).
 
-    The `MIXFamilyTrainer` of this algorithm: its constructor is `MIXFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (MIXCHORDConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.MIXCHORDConfig`, used
-            as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that
-            differ from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `MIXFamilyTrainer`'s errors.
+    The `MIXFamilyTrainer` of this algorithm: its constructor is `MIXFamilyTrainer`'s, which documents every argument;
+    `args` is a `MIXCHORDConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[MIXFamilyConfig]] = MIXCHORDConfig
@@ -2008,17 +1837,8 @@ class RAFTConfig(GRPOFamilyConfig):
 class RAFTTrainer(GRPOFamilyTrainer):
     """RAFT: SFT on the rewarded rollouts (rejection sampling fine-tuning). (config: `RAFTConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (RAFTConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.RAFTConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `RAFTConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = RAFTConfig
@@ -2098,17 +1918,8 @@ class SPPOConfig(GRPOFamilyConfig):
 class SPPOTrainer(GRPOFamilyTrainer):
     """sPPO: policy gradient inside a log-space trust region. (config: `SPPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (SPPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.SPPOConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `SPPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = SPPOConfig
@@ -2194,17 +2005,8 @@ class RECConfig(GRPOFamilyConfig):
 class RECTrainer(GRPOFamilyTrainer):
     """REC: REINFORCE with off-policy clipping / weighting / regularization. (config: `RECConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (RECConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.RECConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `RECConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = RECConfig
@@ -2294,17 +2096,8 @@ class M2POTrainer(GRPOFamilyTrainer):
     """M2PO: masks the largest log-ratio outliers of stale rollouts (second-moment trust region). (config:
     `M2POConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (M2POConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.M2POConfig`, used as is;
-            TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `M2POConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = M2POConfig
@@ -2398,18 +2191,8 @@ class MultiStepGRPOConfig(GRPOFamilyConfig):
 class MultiStepGRPOTrainer(GRPOFamilyTrainer):
     """Multi-step GRPO: GRPO over multi-turn runs: run-level advantages on every step. (config: `MultiStepGRPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (MultiStepGRPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A
-            `trl_ext.MultiStepGRPOConfig`, used as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is
-            converted to one (its fields that differ from TRL's defaults carried over, the algorithm's defaults for the
-            rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `MultiStepGRPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = MultiStepGRPOConfig
@@ -2502,17 +2285,8 @@ class GiGPOConfig(GRPOFamilyConfig):
 class GiGPOTrainer(GRPOFamilyTrainer):
     """GiGPO: Group-in-group advantages for agents: episode-level plus anchor-state step-level. (config: `GiGPOConfig`).
 
-    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument.
-
-    Args:
-        args (GiGPOConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A `trl_ext.GiGPOConfig`, used as
-            is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is converted to one (its fields that differ
-            from TRL's defaults carried over, the algorithm's defaults for the rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `GRPOFamilyTrainer`'s errors.
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `GiGPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GiGPOConfig
@@ -2634,18 +2408,8 @@ class OnPolicyDistillTrainer(DistillFamilyTrainer):
     """On-policy distillation: teacher log-probs as per-token advantages. (config: `OnPolicyDistillConfig`).
 
     The `DistillFamilyTrainer` of this algorithm: its constructor is `DistillFamilyTrainer`'s, which documents every
-    argument.
-
-    Args:
-        args (OnPolicyDistillConfig | trl.GRPOConfig | transformers.TrainingArguments | None): A
-            `trl_ext.OnPolicyDistillConfig`, used as is; TRL's `trl.GRPOConfig` or a `transformers.TrainingArguments` is
-            converted to one (its fields that differ from TRL's defaults carried over, the algorithm's defaults for the
-            rest); None: the defaults.
-
-    Raises:
-        TypeError: `args` is another algorithm's config, another TRL trainer's, or not a `TrainingArguments`.
-        ValueError: A converted field the algorithm refuses, e.g. a field of TRL's own loss such as `loss_type` or
-            `epsilon`; and `DistillFamilyTrainer`'s errors.
+    argument; `args` is a `OnPolicyDistillConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`,
+    converted to one.
     """
 
     config_class: ClassVar[type[DistillFamilyConfig]] = OnPolicyDistillConfig
