@@ -379,6 +379,41 @@ def test_value_loss_no_clipping_with_a_wide_range():
     assert float(metrics["vf_clipfrac"]) == pytest.approx(0.25, rel=1e-7)
 
 
+def verl_value_loss_by_hand(vpreds, values, returns, c):
+    """verl's per-token value loss in plain Python: V clipped to [V_old − c, V_old + c], the larger squared error."""
+    clipped = min(max(vpreds, values - c), values + c)
+    return max((vpreds - returns) ** 2, (clipped - returns) ** 2), (clipped - returns) ** 2 > (vpreds - returns) ** 2
+
+
+@pytest.mark.parametrize(
+    ("side", "vpreds", "returns"),
+    [
+        # V far below V_old = 1: clipped up to the lower bound 0.8; R = 0.3 near V, so (0.8 − R)² = 0.25 > 0.01
+        ("lower", [0.2, 0.0, 0.9], [0.3, -0.1, 0.5]),
+        # V far above V_old = 1: clipped down to the upper bound 1.2; R = 1.9 near V, so (1.2 − R)² = 0.49 > 0.01
+        ("upper", [2.0, 2.5, 1.1], [1.9, 2.6, 1.5]),
+    ],
+)
+def test_value_loss_each_clip_bound_decides_when_its_side_is_larger(side, vpreds, returns):
+    """The clipped term is the larger one on the `side` bound for the first two tokens (the third inside the range),
+    so the loss, its clip fraction and its gradient (0 where the clipped term wins) depend on that bound: moving it
+    (c → 2c on that side only) changes them."""
+    c, v_old = 0.2, 1.0
+    per_token = [verl_value_loss_by_hand(v, v_old, r, c) for v, r in zip(vpreds, returns, strict=True)]
+    assert [clipped for _, clipped in per_token] == [True, True, False]
+    bound = v_old - c if side == "lower" else v_old + c
+    assert per_token[0][0] == pytest.approx((bound - returns[0]) ** 2)  # the bound itself enters the loss
+    v = torch.tensor([vpreds], dtype=D, requires_grad=True)
+    loss, metrics = clipped_value_loss(
+        v, torch.full((1, 3), v_old, dtype=D), torch.tensor([returns], dtype=D), torch.ones(1, 3, dtype=torch.bool), c
+    )
+    assert loss.item() == pytest.approx(0.5 * sum(term for term, _ in per_token) / (3 + 1e-8), rel=1e-12)
+    assert float(metrics["vf_clipfrac"]) == pytest.approx(2 / 3, rel=1e-7)
+    (grad,) = torch.autograd.grad(loss, v)
+    expected = [0.0, 0.0, (vpreds[2] - returns[2]) / 3]  # d/dV of 0.5·(V − R)²/3 where unclipped, 0 where clipped
+    torch.testing.assert_close(grad, torch.tensor([expected], dtype=D))
+
+
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_value_loss_aggregation_modes(mode):
     vpreds, values, returns, mask = value_batch()

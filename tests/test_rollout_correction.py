@@ -14,6 +14,7 @@ from trainer_helpers import CPU, length_reward
 
 import trl_ext
 from trl_ext.rollout_correction import (
+    ROLLOUT_IS_LEVELS,
     ROLLOUT_RS_OPTIONS,
     RolloutCorrection,
     compute_offpolicy_metrics,
@@ -87,6 +88,12 @@ def test_token_icepop_masks_weights_outside_the_bounds():
     assert m["rollout_is_oob_ratio"] == approx(3 / 5)  # 0.6, 3 and 4
     assert m["rollout_is_ratio_fraction_low"] == approx(1 / 5)  # below L = 0.7, not 1/U
     assert m["rollout_is_min"] == approx(0.0)
+    # the window test must not hide a NaN: NaN is neither inside [L, U] nor outside (zeroed), it stays NaN
+    broken = log_ratio()
+    broken[1, 1] = math.nan
+    weights, metrics = compute_rollout_correction_weights(broken, torch.tensor(MASK), "token", "0.7_2.6")
+    assert weights[torch.tensor(MASK)].isnan().all() and weights[0, 2] == 0
+    assert math.isnan(metrics["rollout_is_oob_ratio"].item()) and math.isnan(metrics["rollout_is_mean"].item())
 
 
 def test_sequence_weights_are_the_truncated_product():
@@ -300,18 +307,51 @@ def test_off_policy_metrics():
     assert m["chi2_seq"] == approx(mean([math.prod(row) ** 2 for row in VALID]) - 1)
 
 
-def test_non_finite_values_propagate_only_from_valid_positions():
+@pytest.mark.parametrize("threshold", [2.0, "0.5_2.6"], ids=["TIS", "IcePop"])
+def test_non_finite_values_propagate_only_from_valid_positions(threshold):
     old, rollout, mask = batch()  # NaN at the masked position: nothing is NaN
     weights, kept, metrics = compute_rollout_correction_and_rejection_mask(
-        old, rollout, mask, "sequence", 2.0, False, "token_k3", 0.5
+        old, rollout, mask, "sequence", threshold, False, "token_k3", 0.5
     )
     assert torch.isfinite(weights).all() and all(math.isfinite(v.item()) for v in metrics.values())
     rollout[1, 0] = -math.inf  # at a valid position: every weight NaN, every token rejected
     weights, kept, metrics = compute_rollout_correction_and_rejection_mask(
-        old, rollout, mask, "token", 2.0, False, "token_k3", 0.5
+        old, rollout, mask, "token", threshold, False, "token_k3", 0.5
     )
     assert torch.isnan(weights[mask]).all() and torch.equal(weights[~mask], torch.zeros(1))
     assert not kept.any() and math.isnan(metrics["rollout_corr/rollout_is_mean"].item())
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("threshold", [2.0, "0.5_5.0"], ids=["TIS", "IcePop"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "+inf", "-inf"])
+@pytest.mark.parametrize("where", ["old", "rollout"])
+def test_a_non_finite_log_prob_makes_every_weight_and_statistic_nan(level, threshold, bad, where):
+    """TIS and IcePop alike (IcePop's window once zeroed the NaN weights, and its metrics read 0): a NaN / ±inf
+    log-prob at a valid position gives NaN weights at every valid position, 0 at the masked ones (whose NaN never
+    leaks), and NaN in every importance-sampling metric, the batch-normalization factor included."""
+    old = torch.tensor([[-1.0, -0.4, math.nan], [-0.5, -0.7, math.nan]])
+    rollout = torch.tensor([[-1.2, -1.0, math.nan], [-0.6, -0.9, math.nan]])
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    weights, kept, metrics = compute_rollout_correction_and_rejection_mask(old, rollout, mask, level, threshold, True)
+    assert torch.isfinite(weights).all() and weights[mask].gt(0).all()  # the batch is fine without the bad value
+    (old if where == "old" else rollout)[0, 1] = bad
+    weights, kept, metrics = compute_rollout_correction_and_rejection_mask(old, rollout, mask, level, threshold, True)
+    assert weights[mask].isnan().all() and torch.equal(weights[~mask], torch.zeros(2))
+    assert torch.equal(kept, mask)  # no rejection configured
+    is_metrics = {name: v.item() for name, v in metrics.items() if "rollout_is_" in name}
+    assert len(is_metrics) >= 15 and all(math.isnan(v) for v in is_metrics.values()), is_metrics
+
+
+def test_icepop_does_not_turn_a_nan_into_a_zero_weight():
+    """The case found: one row, old [−1, NaN], rollout [−1.2, −1.0], IcePop [0.5, 5]: weights [0, 0] and
+    `rollout_is_mean` 0 before; NaN now, as with TIS."""
+    old, rollout = torch.tensor([[-1.0, math.nan]]), torch.tensor([[-1.2, -1.0]])
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    for level in ROLLOUT_IS_LEVELS:
+        weights, _, metrics = compute_rollout_correction_and_rejection_mask(old, rollout, mask, level, "0.5_5.0")
+        assert weights.isnan().all() and math.isnan(metrics["rollout_corr/rollout_is_mean"].item())
+        assert math.isnan(metrics["rollout_corr/rollout_is_oob_ratio"].item())
 
 
 @pytest.mark.parametrize("shape", [(0, 4), (3, 0), (2, 3)])

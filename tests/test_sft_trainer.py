@@ -157,6 +157,11 @@ def test_command_line_flags():
         ),
         ({"loss_type": "dft", "sft_loss_fn": "sft_phi"}, r"loss_type='dft' .*but sft_loss_fn='sft_phi' was given too"),
         ({"loss_type": "kto"}, r"SFTConfig: loss_type='kto' is not valid; must be one of 'nll', 'dft', 'chunked_nll'"),
+        # an unhashable value is named too (it reached a dict lookup first: TypeError: unhashable type)
+        ({"sft_loss_fn": ["sft"]}, r"^SFTConfig: sft_loss_fn=\['sft'\] is not valid; must be one of 'sft', 'sft_is', "),
+        ({"sft_loss_fn": {"sft": 1}}, r"^SFTConfig: sft_loss_fn=\{'sft': 1\} is not valid; must be one of 'sft', "),
+        ({"sft_loss_fn": {"sft_is"}}, r"^SFTConfig: sft_loss_fn=\{'sft_is'\} is not valid; must be one of 'sft', "),
+        ({"loss_type": ["dft"]}, r"^SFTConfig: loss_type=\['dft'\] is not valid; must be one of 'nll', 'dft'"),
         ({"loss_agg_mode": "mean"}, r"SFTConfig: loss_agg_mode='mean' is not valid; must be one of 'token-mean'"),
         (
             {"loss_agg_mode": "seq-mean-token-mean", "packing": True},

@@ -161,9 +161,11 @@ BAD_ARGS = [
     ("clip_cov", {"selection_seed": -1}, r"clip_cov: selection_seed=-1 is not valid; must be an integer >= 0"),
     ("kl_cov", {"kl_cov_ratio": 1.5}, r"kl_cov: kl_cov_ratio=1\.5 is not valid; must be in \(0, 1\]$"),
     ("kl_cov", {"ppo_kl_coef": -0.1}, r"kl_cov: ppo_kl_coef=-0\.1 is not valid; must be >= 0$"),
-    # dppo_tv / dppo_kl: the thresholds are divergences (>= 0), c > 0
+    # dppo_tv / dppo_kl: the thresholds are divergences (>= 0), c > 1 (a truncation at or below 1 cuts r = 1)
     ("dppo_tv", {"clip_range": -0.1}, r"dppo_tv: clip_range=-0\.1 is not valid; must be >= 0"),
-    ("dppo_tv", {"clip_ratio_c": 0.0}, r"dppo_tv: clip_ratio_c=0\.0 is not valid; must be > 0$"),
+    ("dppo_tv", {"clip_ratio_c": 0.0}, r"dppo_tv: clip_ratio_c=0\.0 is not valid; must be > 1$"),
+    ("dppo_tv", {"clip_ratio_c": 1.0}, r"dppo_tv: clip_ratio_c=1\.0 is not valid; must be > 1$"),
+    ("dppo_kl", {"clip_ratio_c": 0.5}, r"dppo_kl: clip_ratio_c=0\.5 is not valid; must be > 1$"),
     ("dppo_kl", {"clip_range_low": -0.01}, r"dppo_kl: clip_range_low=-0\.01 is not valid; must be >= 0"),
     ("dppo_kl", {"clip_range": None}, r"dppo_kl: no clip range given"),
 ]

@@ -16,9 +16,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from trainer_helpers import CPU
 
+import trl_ext
 from trl_ext.compat import verl
 from trl_ext.losses import LOSS_AGG_MODES, get_policy_loss
+from trl_ext.losses.cov import ClipCovPolicyLoss
 
 D = torch.float64
 NAN = math.nan
@@ -266,6 +269,21 @@ def test_dppo_window_shares_sum_to_the_whole_batch(name, mode, splits):
         assert whole.item() == pytest.approx(sum(losses.values()) / (N + EPS), rel=1e-12)
 
 
+@pytest.mark.parametrize("name", ["dppo_tv", "dppo_kl"])
+def test_dppo_clip_ratio_c_must_exceed_one(name):
+    """c truncates the importance ratio: c <= 1 would cap every ratio above 1 (and, below 1, r = 1 itself), so it is
+    refused naming the rule, in the loss and in the algorithm's config, as PPO's dual-clip c; c = 1.5 is accepted."""
+    for c in (1.0, 0.5):
+        with pytest.raises(ValueError, match=rf"^{name}: clip_ratio_c={c!r} is not valid; must be > 1$"):
+            get_policy_loss(name, clip_ratio_c=c)
+    assert get_policy_loss(name, clip_ratio_c=1.5).clip_ratio_c == 1.5
+    config_class = {"dppo_tv": trl_ext.DPPOTVConfig, "dppo_kl": trl_ext.DPPOKLConfig}[name]
+    with pytest.raises(ValueError, match=rf"^{config_class.__name__}\b.*clip_ratio_c=0\.5 is not valid; must be > 1$"):
+        config_class(output_dir="/tmp/trl_ext_unused", **CPU, clip_ratio_c=0.5)
+    config = config_class(output_dir="/tmp/trl_ext_unused", **CPU, clip_ratio_c=1.5)
+    assert config.build_policy_loss().clip_ratio_c == 1.5
+
+
 # ==================================================================================================
 # Clip-Cov
 # ==================================================================================================
@@ -393,6 +411,65 @@ def test_clip_cov_syncs_once(monkeypatch):
     for name in ("kl_cov", "dppo_tv", "dppo_kl"):  # no sync at all
         get_policy_loss(name)(logprob=logprob, old_logprob=old, action_mask=mask, advantages=adv)[0].backward()
     assert not calls
+
+
+def verl_masked_mean(values, mask):
+    """verl's `masked_mean` as written there (verl.utils.torch_functional), dtypes included."""
+    return (torch.where(mask.bool(), values, 0.0) * mask).sum() / (mask.sum() + 1e-8)
+
+
+def verl_clip_cov_covariance(log_prob, advantages, mask):
+    """verl's `cov_all` of `compute_policy_loss_clip_cov`, on `[B, T]` advantages."""
+    return (advantages - verl_masked_mean(advantages, mask)) * (log_prob - verl_masked_mean(log_prob.detach(), mask))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("adv_shape", ["per-sequence", "per-token"])
+def test_clip_cov_equal_advantages_centre_to_zero_as_verls(dtype, adv_shape):
+    """A − mean A is exactly 0 for equal advantages with a bool mask, as in verl (its count n + 1e-8 is float32, n):
+    cov = 0 is no candidate at lb = 0 (cov > lb), so nothing is dropped. With the count in float64, n + 1e-8 made
+    A − mean A ≈ 3.5e-9, the second token a candidate and the loss −0.3329 (pg_clipfrac 0.5)."""
+    logprob = torch.tensor([[-1.3, -0.2]], dtype=dtype, requires_grad=True)
+    old = torch.tensor([[-1.25, -0.21]], dtype=dtype)
+    adv = torch.tensor([0.7], dtype=dtype) if adv_shape == "per-sequence" else torch.full((1, 2), 0.7, dtype=dtype)
+    fn = get_policy_loss(
+        "clip_cov", clip_cov_ratio=1.0, clip_cov_lb=0.0, clip_cov_ub=10.0, clip_range_low=0.2, clip_range_high=0.28
+    )
+    loss, metrics = fn(logprob=logprob, old_logprob=old, action_mask=torch.ones(1, 2, dtype=torch.bool), advantages=adv)
+    # neither token clipped by PPO (r = e^−0.05, e^0.01) nor dropped: −A·mean(r)
+    assert loss.item() == pytest.approx(-0.7 * (math.exp(-0.05) + math.exp(0.01)) / 2, abs=1e-6)
+    assert loss.item() == pytest.approx(-0.6864, abs=1e-4)
+    assert metrics["pg_clipfrac"].item() == 0.0
+    (grad,) = torch.autograd.grad(loss, logprob)
+    assert (grad != 0).all()  # no token dropped
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.int64, torch.float32, torch.float64], ids=str)
+def test_clip_cov_covariance_is_verls_to_the_bit(monkeypatch, dtype, mask_dtype):
+    """The cov that Clip-Cov's candidates are chosen by equals verl's `cov_all` exactly at every valid token (the
+    means' dtypes follow the mask's as in verl's `masked_mean`), per-sequence or per-token advantages alike."""
+    seen = []
+    per_token_loss = ClipCovPolicyLoss.per_token_loss
+
+    def capturing(self, b, delta, adv, cov, metrics):
+        seen.append(cov.clone())
+        return per_token_loss(self, b, delta, adv, cov, metrics)
+
+    monkeypatch.setattr(ClipCovPolicyLoss, "per_token_loss", capturing)
+    g = torch.Generator().manual_seed(0)
+    logprob = (-torch.rand(5, 7, generator=g, dtype=torch.float64) * 3).to(dtype)
+    old = logprob - 0.01
+    mask = torch.rand(5, 7, generator=g) < 0.7
+    mask[2] = False
+    rows = torch.randn(5, 1, generator=g, dtype=torch.float64).to(dtype)
+    fn = get_policy_loss("clip_cov", clip_cov_ratio=0.5, clip_cov_lb=-1.0, clip_cov_ub=1.0)
+    for adv in (rows.squeeze(-1), rows.expand(5, 7).clone()):
+        seen.clear()
+        fn(logprob=logprob, old_logprob=old, action_mask=mask.to(mask_dtype), advantages=adv)
+        expected = verl_clip_cov_covariance(logprob, rows.expand(5, 7), mask.to(mask_dtype))
+        assert seen[0].dtype == expected.dtype
+        assert torch.equal(seen[0][mask], expected[mask])
 
 
 # ==================================================================================================
@@ -523,7 +600,9 @@ def test_importance_sampling_ratio_shapes(name):
         ("dppo_tv", {"clip_range": -0.1}, r"^dppo_tv: clip_range=-0\.1 is not valid; must be >= 0"),
         ("dppo_tv", {"clip_range_high": -0.1}, r"^dppo_tv: clip_range_high=-0\.1 is not valid; must be >= 0"),
         ("dppo_kl", {"clip_range_low": -0.1}, r"^dppo_kl: clip_range_low=-0\.1 is not valid; must be >= 0"),
-        ("dppo_kl", {"clip_ratio_c": -1.0}, r"^dppo_kl: clip_ratio_c=-1\.0 is not valid; must be > 0$"),
+        ("dppo_kl", {"clip_ratio_c": -1.0}, r"^dppo_kl: clip_ratio_c=-1\.0 is not valid; must be > 1$"),
+        ("dppo_tv", {"clip_ratio_c": 1.0}, r"^dppo_tv: clip_ratio_c=1\.0 is not valid; must be > 1$"),
+        ("dppo_kl", {"clip_ratio_c": 0.5}, r"^dppo_kl: clip_ratio_c=0\.5 is not valid; must be > 1$"),
         ("dppo_kl", {"clip_range": None}, r"^dppo_kl: no clip range given"),
     ],
 )

@@ -54,9 +54,9 @@ Where this port differs from verl, deliberately:
   over the rows with at least one valid token; verl's include rows without any in some of them.
 * An empty batch, or one without a valid token, gives weights 0, an all-False mask and metrics 0 (verl raises), and
   the effective sample size is 0 when every weight is 0 (verl divides by zero).
-* NaN or ±inf in a log-prob at a valid position makes every weight NaN, rejects every token and makes the statistics
-  of the weights and divergences NaN (the rule of `trl_ext.losses`: a broken input is never silently turned into a
-  finite correction); at masked positions it never reaches anything.
+* NaN or ±inf in a log-prob at a valid position makes every weight (TIS or IcePop), every statistic of the weights
+  and divergences and every share of ratios beyond a bound NaN and rejects every token (the rule of `trl_ext.losses`:
+  a broken input is never silently turned into a finite correction); at masked positions it never reaches anything.
 * Settings are checked when given (`RolloutCorrection`), each error naming its setting: thresholds must be finite,
   booleans are errors, and a setting that would do nothing (`rollout_rs_threshold` without `rollout_rs`, ...) too.
 * verl's `bypass_mode` / `loss_type` (π_rollout used as π_old) are not ported: the trainer's π_old is the trained
@@ -433,6 +433,11 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) ->
     return total / (count + EPS)
 
 
+def _unless_nan(flags: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Bool `flags` (comparisons of `values`) as 0/1, NaN where `values` is NaN (compared, it would count as 0)."""
+    return torch.where(values.isnan(), values, flags.to(values.dtype))
+
+
 def _rows_mean(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """The mean of a per-row `[B]` value over `rows` (bool `[B]`); 0 when there is none."""
     x = x.float() if x.dtype == torch.bool else x
@@ -480,11 +485,9 @@ def _is_weights(
         raw = torch.exp(log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND))
     else:
         raw = torch.exp(log_ratio.sum(-1, keepdim=True).clamp(-SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio)
-    raw = torch.where(mask, raw, 0)
-    if lower is None:  # TIS
-        weights = raw.clamp(max=upper)
-    else:  # IcePop
-        weights = torch.where((raw >= lower) & (raw <= upper), raw, 0)
+    raw = torch.where(mask, raw, 0)  # NaN at every valid position when a log-prob there is NaN or ±inf
+    outside = None if lower is None else (raw < lower) | (raw > upper)  # IcePop's window; NaN is not outside it
+    weights = raw.clamp(max=upper) if outside is None else torch.where(outside, 0, raw)  # TIS / IcePop: NaN stays
 
     low = 1.0 / upper if lower is None else lower
     metrics: Metrics = {"rollout_is_mean": _masked_mean(weights, mask)}
@@ -493,13 +496,13 @@ def _is_weights(
         largest = torch.exp(_extreme(sums, rows, largest=True).clamp(max=SAFETY_BOUND))
         metrics["rollout_is_max"] = torch.where(any_row, largest, 0)
         metrics["rollout_is_min"] = torch.where(any_row, torch.exp(_extreme(sums, rows, largest=False)), 0)
-        metrics["rollout_is_ratio_fraction_high"] = _rows_mean(sums > math.log(upper), rows)
-        metrics["rollout_is_ratio_fraction_low"] = _rows_mean(sums < math.log(low), rows)
+        metrics["rollout_is_ratio_fraction_high"] = _rows_mean(_unless_nan(sums > math.log(upper), sums), rows)
+        metrics["rollout_is_ratio_fraction_low"] = _rows_mean(_unless_nan(sums < math.log(low), sums), rows)
     else:
         metrics["rollout_is_max"] = _extreme(weights, mask, largest=True)
         metrics["rollout_is_min"] = _extreme(weights, mask, largest=False)
-        metrics["rollout_is_ratio_fraction_high"] = _masked_mean(raw > upper, mask)
-        metrics["rollout_is_ratio_fraction_low"] = _masked_mean(raw < low, mask)
+        metrics["rollout_is_ratio_fraction_high"] = _masked_mean(_unless_nan(raw > upper, raw), mask)
+        metrics["rollout_is_ratio_fraction_low"] = _masked_mean(_unless_nan(raw < low, raw), mask)
     clamped = weights.clamp(0, upper)
     metrics["rollout_is_std"] = _token_std(clamped, mask)
     second_moment = _masked_mean((clamped / (_masked_mean(clamped, mask) + EPS)).square(), mask)
@@ -508,15 +511,15 @@ def _is_weights(
     metrics.update(_row_summary("rollout_is_", per_row, rows))
     metrics["rollout_is_seq_max_deviation"] = _extreme((per_row - 1).abs(), rows, largest=True)
     raw_per_row = _masked_mean(raw, mask, dim=-1)  # before truncation: a truncated mean never exceeds U
-    metrics["rollout_is_seq_fraction_high"] = _rows_mean(raw_per_row > upper, rows)
-    metrics["rollout_is_seq_fraction_low"] = _rows_mean(raw_per_row < low, rows)
-    if lower is not None:
-        metrics["rollout_is_oob_ratio"] = _masked_mean((raw < lower) | (raw > upper), mask)
+    metrics["rollout_is_seq_fraction_high"] = _rows_mean(_unless_nan(raw_per_row > upper, raw_per_row), rows)
+    metrics["rollout_is_seq_fraction_low"] = _rows_mean(_unless_nan(raw_per_row < low, raw_per_row), rows)
+    if outside is not None:
+        metrics["rollout_is_oob_ratio"] = _masked_mean(_unless_nan(outside, raw), mask)
 
     if normalize:
         mean = _masked_mean(weights, mask) if level == "token" else _rows_mean(per_row, rows)
-        scale = mean > 1e-8
-        weights = torch.where(scale, weights / torch.where(scale, mean, 1), weights)
+        scale = ~(mean <= 1e-8)  # a NaN mean divides (the factor is NaN, not 1), at valid positions only
+        weights = torch.where(scale & mask, weights / torch.where(scale, mean, 1), weights)
         metrics["rollout_is_batch_norm_factor"] = torch.where(scale, mean, 1)
     return weights.detach(), metrics
 

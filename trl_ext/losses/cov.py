@@ -6,7 +6,9 @@ advantage, so both losses act on a few tokens of a micro-batch with a high centr
 
     cov = (A − mean A) · (sg(lp) − mean sg(lp))          means over the micro-batch's valid tokens
 
-(`clip_cov` takes mean A and mean lp with verl's masked-mean ε, Σ / (n + 1e-8); `kl_cov` the plain means). With
+(`clip_cov` takes mean A and mean lp as verl's `masked_mean`, Σ / (n + 1e-8) with n + 1e-8 in the mask's dtype when
+it is floating-point and in torch's default dtype, float32, otherwise, where it rounds to n: with a bool mask, equal
+advantages centre to exactly 0 whatever the values' dtype, as in verl; `kl_cov` the plain means). With
 Δ = lp − old (not clamped, as in verl) and r = e^Δ:
 
 Clip-Cov (`clip_cov`): PPO's clipped surrogate (no dual clip), with a random few high-covariance tokens dropped:
@@ -87,7 +89,8 @@ class _CovPolicyLoss(PolicyLoss):
             # (A − mean A)·(lp − mean lp), token by token as verl (the same values, the same means): the per-row
             # factor times the `[B, T]` one. Only the valid tokens' values are read.
             lp = b.select(logprob.detach())
-            cov = (adv - self.mean(b, b.select(adv.expand(b.shape)))) * (lp - self.mean(b, lp))
+            mean_adv = self.mean(b, b.select(adv.expand(b.shape)), action_mask)
+            cov = (adv - mean_adv) * (lp - self.mean(b, lp, action_mask))
         metrics: Metrics = {}
         per_token = self.per_token_loss(b, delta, adv, cov, metrics)
         if weights is not None:
@@ -96,8 +99,9 @@ class _CovPolicyLoss(PolicyLoss):
         metrics["pg_loss"] = loss.detach()
         return loss, metrics
 
-    def mean(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
-        """The mean of x (0 at padding) over the valid tokens, as the loss's verl function takes it."""
+    def mean(self, b: MaskedBatch, x: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+        """The mean of x (0 at padding) over the valid tokens, as the loss's verl function takes it (`action_mask` is
+        the mask as given: its dtype decides verl's)."""
         raise NotImplementedError
 
 
@@ -174,8 +178,17 @@ class ClipCovPolicyLoss(_CovPolicyLoss):
                 f"clip_cov: clip_cov_lb={self.clip_cov_lb!r} is not valid; must be <= clip_cov_ub={self.clip_cov_ub!r}"
             )
 
-    def mean(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
-        return b.mean(x)  # verl's masked_mean: Σ / (n + 1e-8)
+    def mean(self, b: MaskedBatch, x: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+        """verl's `masked_mean(x, mask)` = Σ x·m / (Σ m + 1e-8) in verl's dtypes, so that cov is verl's to the bit
+        (a candidate needs cov > lb: a cov of exactly 0 is none at lb = 0, and any rounding would make it one). A bool
+        or integer mask's count is an integer, and + 1e-8 makes it torch's default dtype (float32), where n + 1e-8
+        rounds to n: equal advantages then centre to exactly 0, also in float64. A floating-point mask keeps its
+        dtype, and x·m has the promoted one. The count is `n_tok` (exact below 2^24 tokens) cast to that dtype."""
+        if action_mask.is_floating_point():
+            count_dtype, sum_dtype = action_mask.dtype, torch.promote_types(x.dtype, action_mask.dtype)
+        else:
+            count_dtype, sum_dtype = torch.get_default_dtype(), x.dtype
+        return x.to(sum_dtype).sum() / (b.n_tok.to(count_dtype) + EPS)
 
     def per_token_loss(self, b, delta, adv, cov, metrics):
         ratio = torch.exp(delta)
@@ -260,7 +273,7 @@ class KLCovPolicyLoss(_CovPolicyLoss):
     )
     metrics: ClassVar[dict[str, str]] = {"ppo_kl_abs": MEAN, "kl_cov_frac": MEAN, "pg_loss": SHARE}
 
-    def mean(self, b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
+    def mean(self, b: MaskedBatch, x: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
         return x.sum() / b.n_tok.clamp(min=1.0)  # the plain mean, as verl's
 
     def per_token_loss(self, b, delta, adv, cov, metrics):

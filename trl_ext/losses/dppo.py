@@ -16,7 +16,8 @@ weighted by the truncated importance ratio (TIS, no dual clip):
     r = exp(clamp(lp − old, ±20)),   M = sg([kept]),   L = −A · sg(min(r, c)) · M · lp
 
 δ_low / δ_high are verl's `clip_ratio_low` / `clip_ratio_high` reused as *divergence thresholds* (here
-`clip_range_low` / `clip_range_high`, falling back to `clip_range`), and c is `clip_ratio_c`. A per-token
+`clip_range_low` / `clip_range_high`, falling back to `clip_range`), and c > 1 is `clip_ratio_c` (a c ≤ 1 would
+truncate every ratio above 1, not the outliers: refused, as PPO's dual-clip c ≤ 1). A per-token
 `importance_sampling_ratio` (a rollout correction, `[B, T]` or `[B, 1]`) multiplies L, as verl's
 `rollout_is_weights`.
 
@@ -71,10 +72,11 @@ def _dppo_arguments(divergence: str) -> tuple[Argument, ...]:
         Argument(
             "clip_ratio_c",
             3.0,
-            "Truncation c of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). 3.0 is "
-            "verl's ActorConfig value (verl's loss falls back to 20.0 when its config has no `clip_ratio_c`; the "
-            "paper recommends a large c, §5.4).",
-            gt=0,
+            "Truncation c > 1 of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). It "
+            "caps the outlying large ratios; a c <= 1 would cap every ratio above 1 (and below 1 the on-policy r = 1 "
+            "too), so it is refused, as PPO's dual-clip c. 3.0 is verl's ActorConfig value (verl's loss falls back "
+            "to 20.0 when its config has no `clip_ratio_c`; the paper recommends a large c, §5.4).",
+            gt=1,
         ),
         loss_agg_mode_argument("token-mean"),
     )

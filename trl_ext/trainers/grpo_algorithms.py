@@ -1361,9 +1361,10 @@ class DPPOTVConfig(GRPOFamilyConfig):
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             The TV divergence threshold δ_high for A > 0 (verl's `clip_ratio_high`). Defaults to `clip_range`.
         clip_ratio_c (`float`, *optional*, defaults to `3.0`):
-            Truncation c of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). 3.0 is verl's
-            ActorConfig value (verl's loss falls back to 20.0 when its config has no `clip_ratio_c`; the paper
-            recommends a large c, §5.4).
+            Truncation c > 1 of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). It caps
+            the outlying large ratios; a c <= 1 would cap every ratio above 1 (and below 1 the on-policy r = 1 too), so
+            it is refused, as PPO's dual-clip c. 3.0 is verl's ActorConfig value (verl's loss falls back to 20.0 when
+            its config has no `clip_ratio_c`; the paper recommends a large c, §5.4).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -1454,9 +1455,10 @@ class DPPOKLConfig(GRPOFamilyConfig):
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             The binary KL divergence threshold δ_high for A > 0 (verl's `clip_ratio_high`). Defaults to `clip_range`.
         clip_ratio_c (`float`, *optional*, defaults to `3.0`):
-            Truncation c of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). 3.0 is verl's
-            ActorConfig value (verl's loss falls back to 20.0 when its config has no `clip_ratio_c`; the paper
-            recommends a large c, §5.4).
+            Truncation c > 1 of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). It caps
+            the outlying large ratios; a c <= 1 would cap every ratio above 1 (and below 1 the on-policy r = 1 too), so
+            it is refused, as PPO's dual-clip c. 3.0 is verl's ActorConfig value (verl's loss falls back to 20.0 when
+            its config has no `clip_ratio_c`; the paper recommends a large c, §5.4).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),

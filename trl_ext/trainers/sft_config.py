@@ -101,8 +101,9 @@ class SFTConfig(TRLSFTConfig):
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        self._resolve_loss_type(owner)
+        # before `_resolve_loss_type`, which looks the value up in a dict (a list there is a TypeError, not its name)
         check_choice(owner, "sft_loss_fn", self.sft_loss_fn, SFT_LOSS_FNS)
+        self._resolve_loss_type(owner)
         check_number(owner, "cutoff_prob", self.cutoff_prob, ge=0, le=1)
         if self.sft_loss_fn != "sft_phi" and self.cutoff_prob != 1:
             raise ValueError(
