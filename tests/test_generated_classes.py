@@ -3,7 +3,8 @@
 `trl_ext/trainers/grpo_algorithms.py` and the `TYPE_CHECKING` imports of `trl_ext/__init__.py` are generated from the
 algorithm records (`python -m trl_ext.trainers.generate`); these tests fail when either is out of date, and check that
 a generated class is the class the records describe (the same fields, types, defaults and help as the classes built
-for a record registered at run time) and that the algorithm table and the trainers do not import each other.
+for a record registered at run time). (That the records and the trainers do not import each other:
+tests/test_import_graph.py.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import trl_ext
 from trl_ext.trainers import generate
 from trl_ext.trainers.classes import build_classes
+from trl_ext.trainers.family_classes import get_family_classes, register_family_classes
 
 ROOT = pathlib.Path(trl_ext.__file__).parent
 BUILT_IN = [name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer]
@@ -70,8 +72,9 @@ def test_a_generated_class_is_the_class_its_record_describes(name):
     assert declared == built_config.__annotations__
     assert spec.config_class.__doc__ == built_config.__doc__
     assert spec.trainer_class.__doc__ == built_trainer.__doc__
-    assert spec.config_class.__bases__ == built_config.__bases__ == (spec.family.config_base_class,)
-    assert spec.trainer_class.__bases__ == built_trainer.__bases__ == (spec.family.trainer_base_class,)
+    family = get_family_classes(spec.trainer)
+    assert spec.config_class.__bases__ == built_config.__bases__ == (family.config_base,)
+    assert spec.trainer_class.__bases__ == built_trainer.__bases__ == (family.trainer_base,)
     assert spec.trainer_class.config_class is spec.config_class
 
 
@@ -87,77 +90,17 @@ def test_help_names_the_fields_types_and_defaults():
     assert "expert_data_ratio (`float`, *optional*, defaults to `0.5`):" in doc  # the family's own fields too
 
 
-def _imports(path: pathlib.Path) -> set[str]:
-    """The trl_ext modules `path` imports anywhere in its code (function-level imports included)."""
-    module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("trl_ext")}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
-            if target.startswith("trl_ext"):
-                if node.module:  # `from . import x` imports the submodule x, not the package's other modules
-                    found.add(target)
-                found |= {f"{target}.{alias.name}" for alias in node.names}
-    return found
-
-
-def _graph() -> dict[str, set[str]]:
-    modules = {
-        ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): path
-        for path in ROOT.rglob("*.py")
-    }
-    return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
-
-
-def test_the_algorithm_table_and_the_families_import_no_trainer():
-    graph = _graph()
-    for module in ("trl_ext.algorithms", "trl_ext.families", "trl_ext.components"):
-        seen, stack = set(), [module]
-        while stack:  # everything it imports, transitively
-            for target in graph[stack.pop()] - seen:
-                seen.add(target)
-                stack.append(target)
-        assert not {m for m in seen if m.startswith(("trl_ext.trainers", "trl_ext.scripts", "trl_ext.cli"))}, module
-
-
-def test_no_import_cycle_between_the_data_layer_and_the_trainers():
-    """No module of the data layer (the algorithm table, the families, the components, the losses, the advantages)
-    is reached back from the trainers' imports through itself: the import graph restricted to them has no cycle."""
-    graph = _graph()
-    layer = {m for m in graph if m.startswith(("trl_ext.algorithms", "trl_ext.families", "trl_ext.trainers"))}
-    state: dict[str, int] = {}
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for target in sorted(graph[node] & layer):
-            if state.get(target) == 1:
-                raise AssertionError(f"import cycle: {' -> '.join([*path, node, target])}")
-            if target not in state:
-                visit(target, [*path, node])
-        state[node] = 2
-
-    for node in sorted(layer):
-        if node not in state:
-            visit(node, [])
-
-
 def test_a_family_is_registered_once_with_every_part():
     from trl_ext.families import TrainerFamily, register_family
 
     grpo = trl_ext.get_family("grpo")
     with pytest.raises(ValueError, match="trainer family 'grpo' is already registered"):
         register_family(grpo)
-    with pytest.raises(ValueError, match="trainer family 'ppo': missing part\\(s\\) trainer_base, script"):
-        dataclasses.replace(grpo, name="ppo", trainer_base="", script="")
-    with pytest.raises(ValueError, match="config_base='GRPOFamilyConfig' must be 'module:Class'"):
-        dataclasses.replace(grpo, name="ppo", config_base="GRPOFamilyConfig")
+    with pytest.raises(ValueError, match="trainer family 'ppo': missing part\\(s\\) description, class_names"):
+        dataclasses.replace(grpo, name="ppo", description="", class_names=())
+    path = ("trl_ext.trainers.grpo_config:GRPOFamilyConfig",)  # a record names its classes, not where they live
+    with pytest.raises(ValueError, match=re.escape(f"class_names={path!r} must be (config class name, trainer class")):
+        dataclasses.replace(grpo, name="ppo", class_names=path)
     with pytest.raises(
         ValueError, match="components=\\('advantage_fn',\\) is not valid; must include 'policy_loss_fn'"
     ):
@@ -170,6 +113,42 @@ def test_a_family_is_registered_once_with_every_part():
     with pytest.raises(ValueError, match=f"unknown trainer family 'value'; registered: {registered}"):
         trl_ext.get_family("value")
     assert isinstance(grpo, TrainerFamily) and set(trl_ext.FAMILIES) == set(registered.split(", "))
+
+
+def test_the_trainers_register_each_familys_classes_under_its_names():
+    """The record names the classes (`class_names`); the trainers' package registers them, once, under those names."""
+    for name, family in trl_ext.FAMILIES.items():
+        classes = get_family_classes(name)
+        assert (classes.config_base.__name__, classes.trainer_base.__name__) == family.class_names
+        assert issubclass(classes.config_base, classes.settings_base)
+    assert get_family_classes("mix").settings_base is trl_ext.GRPOFamilyConfig
+    grpo = get_family_classes("grpo")
+    with pytest.raises(ValueError, match="trainer family 'grpo': its classes are registered already"):
+        register_family_classes("grpo", grpo.config_base, grpo.trainer_base, grpo.settings_base)
+    with pytest.raises(ValueError, match="unknown trainer family 'value'; registered: grpo, mix"):
+        register_family_classes("value", grpo.config_base, grpo.trainer_base, grpo.settings_base)
+    with pytest.raises(ValueError, match="unknown trainer family 'value'"):
+        get_family_classes("value")
+
+
+def test_registered_classes_must_be_the_ones_the_record_names(monkeypatch):
+    from trl_ext.trainers import family_classes
+
+    monkeypatch.delitem(family_classes.FAMILY_CLASSES, "mix")
+    with pytest.raises(ValueError, match=r"family 'mix' has no classes registered .*families with classes: grpo,"):
+        get_family_classes("mix")
+    grpo = get_family_classes("grpo")
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "trainer family 'mix': classes GRPOFamilyConfig, GRPOFamilyTrainer are not the ones its record names "
+            "(class_names=('MIXFamilyConfig', 'MIXFamilyTrainer'))"
+        ),
+    ):
+        register_family_classes("mix", grpo.config_base, grpo.trainer_base, grpo.settings_base)
+    with pytest.raises(ValueError, match="config MIXFamilyConfig does not subclass its settings base DPOConfig"):
+        register_family_classes("mix", trl_ext.MIXFamilyConfig, trl_ext.trainers.MIXFamilyTrainer, trl_ext.DPOConfig)
+    assert "mix" not in family_classes.FAMILY_CLASSES
 
 
 def test_a_record_must_fit_its_family():

@@ -144,13 +144,13 @@ def test_renamed_fields_reach_the_loss():
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml"))))
 def test_recipes_parse_into_their_config(path):
-    import importlib
+    from trl_ext.scripts import script_for
 
     algorithm = os.path.basename(path)[: -len(".yaml")]
-    spec = trl_ext.get_algorithm(algorithm)  # every recipe is an algorithm's
+    trl_ext.get_algorithm(algorithm)  # every recipe is an algorithm's
     configs = {name: s.config_class for name, s in trl_ext.ALGORITHMS.items() if s.has_trainer}
     argv = ["--config", path, "--output_dir", "/tmp/trl_ext_unused", "--use_cpu", "--bf16", "false"]
-    script = importlib.import_module(spec.family.script)  # the family's script parses it
+    script = script_for(algorithm)  # the script of the family's data parses it
     parser = script.make_parser(algorithm, argv)
     config = parser.parse_args_and_config(argv)[1]
     assert type(config) is configs[algorithm]

@@ -139,11 +139,12 @@ def test_builtin_configs_are_built_from_their_records(name):
     from trl_ext.advantages import ADVANTAGE_FNS
     from trl_ext.losses.kl import KLFn
     from trl_ext.trainers.arguments import algorithm_fields, config_arguments
+    from trl_ext.trainers.family_classes import get_family_classes
 
     spec = get_algorithm(name)
     config_class = spec.config_class
     assert config_class.__name__ == spec.class_names[0] and config_class.algorithm == name
-    base_fields = {f.name for f in dataclasses.fields(spec.family.config_base_class)}
+    base_fields = {f.name for f in dataclasses.fields(get_family_classes(spec.trainer).config_base)}
     own = {f.name: f for f in dataclasses.fields(config_class)}
     for component in [POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS.get(spec.advantage_fn), KLFn]:
         for argument in config_arguments(component) if component else ():

@@ -4,11 +4,14 @@ The loss library (`trl_ext.losses`), the advantage estimators (`trl_ext.advantag
 (`get_algorithm`) and the trainer families (`trl_ext.families`) are pure torch: importing them does not import trl.
 The trainers and their configs (`trl_ext.SAPOTrainer`, `trl_ext.SAPOConfig`, ...; defined in `trl_ext.trainers`)
 are imported on first access.
+
+This package is above both the records and the trainers built on them: it hands the records the trainers'
+`algorithm_classes` (`get_algorithm("sapo").config_class`), so that neither imports the other's way up.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from .algorithms import ALGORITHMS, AlgorithmSpec, Paper, get_algorithm, register_algorithm
+from .algorithms import ALGORITHMS, AlgorithmSpec, Paper, get_algorithm, provide_classes, register_algorithm
 from .families import FAMILIES, TrainerFamily, get_family, register_family
 
 __version__ = "0.1.0.dev0"
@@ -77,16 +80,25 @@ if TYPE_CHECKING:  # what `__getattr__` loads, named for type checkers and IDEs
 _FAMILY_BASES = ("GRPOFamilyConfig", "GRPOFamilyTrainer", "MIXFamilyConfig", "DistillFamilyConfig")
 
 
+def _algorithm_classes(name: str) -> tuple[type, type]:
+    # The classes import trl / transformers: load them on first use, so that `import trl_ext` needs only torch.
+    from .trainers import algorithm_classes
+
+    return algorithm_classes(name)
+
+
+provide_classes(_algorithm_classes)
+
+
 def __getattr__(name: str) -> Any:
-    # The classes import trl / transformers: load them on first access, so that `import trl_ext` needs only torch.
-    # Every algorithm's config and trainer is here, registered ones included.
+    # Every algorithm's config and trainer is here, registered ones included, loaded on first access.
     if name in _FAMILY_BASES:
         from . import trainers
 
         return getattr(trainers, name)
     for spec in ALGORITHMS.values():
         if spec.has_trainer and name in spec.class_names:
-            return (spec.config_class, spec.trainer_class)[spec.class_names.index(name)]
+            return _algorithm_classes(spec.name)[spec.class_names.index(name)]
     raise AttributeError(f"module 'trl_ext' has no attribute {name!r}")
 
 

@@ -12,13 +12,14 @@ term to a reference model: without it the config refuses a KL coefficient, and n
 `repeat_times` (the default group size: the config's `num_generations`). The config and trainer classes, the package
 exports (`trl_ext.SAPOTrainer`), the model cards and `trl-ext list` are all derived from the record and its family.
 Adding an algorithm whose loss and advantage exist is one `register_algorithm(AlgorithmSpec(...))`; a new loss is its
-`@register_policy_loss` class plus a record. This module imports neither trl nor torch, nor the trainers: a family
-names the module of its classes, which is loaded on first use.
+`@register_policy_loss` class plus a record. This module imports neither trl nor torch, nor the trainers: the
+classes are built on the records, above them, and a record asks for its own through `provide_classes`, which the
+package (`trl_ext/__init__.py`) calls with the trainers' `algorithm_classes`, loaded on first use.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,22 @@ from .families import FAMILIES, TrainerFamily, get_family
 
 DEFAULT_KL_ESTIMATOR = "k2"
 """The KL estimator of an algorithm whose record has no KL term by default (Trinity-RFT's `kl_loss_fn: none`)."""
+
+ClassSource = Callable[[str], tuple[type, type]]
+"""What gives an algorithm's `(config class, trainer class)` by its name (`trl_ext.trainers.algorithm_classes`)."""
+
+_class_source: ClassSource | None = None
+
+
+def provide_classes(source: ClassSource) -> None:
+    """Set where `AlgorithmSpec.config_class` / `trainer_class` get an algorithm's classes.
+
+    The classes are built on the records, by the trainers, which import this module; a record therefore never
+    imports them. The package (`trl_ext/__init__.py`), above both, provides them once, as a function that loads
+    the trainers on first use (`import trl_ext` then still needs only torch).
+    """
+    global _class_source
+    _class_source = source
 
 
 @dataclass(frozen=True)
@@ -59,7 +76,7 @@ class AlgorithmSpec:
     `can_balance_batch` say where its explorer / trainer split computes advantages and whether its batches may be
     re-balanced over data-parallel ranks; a TRL trainer computes every advantage after generation, in one process
     group, so they would mean nothing here and are not recorded.) Its config and trainer classes are
-    `config_class` / `trainer_class` (the trainers' package is imported on first use).
+    `config_class` / `trainer_class` (the trainers' package is imported on first use, `provide_classes`).
 
     Attributes:
         name: The algorithm's name (`get_algorithm`, `trl-ext train --algorithm`).
@@ -173,8 +190,9 @@ class AlgorithmSpec:
 
     def _classes(self) -> tuple[type, type]:
         self._require_trainer()
-        # The trainers import this module, never the other way: their package is loaded by name on first use.
-        return importlib.import_module("trl_ext.trainers").algorithm_classes(self.name)
+        if _class_source is None:  # only while trl_ext/__init__.py is still importing this module
+            raise RuntimeError("no source of algorithm classes yet: trl_ext/__init__.py calls provide_classes")
+        return _class_source(self.name)
 
     def _require_trainer(self) -> TrainerFamily:
         if self.trainer is None:

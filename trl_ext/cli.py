@@ -42,16 +42,18 @@ def _guess(name: str, choices: Sequence[str]) -> str:
 
 
 def train(algorithm: str, argv: Sequence[str]):
-    """Train `algorithm` with its family's script (the example scripts' argument parsing); returns the trainer (the
-    programmatic form of `trl-ext train`). A mistake in the flags, the config file or the dataset's splits is a
-    `ValueError` (`trl_ext.scripts._common.UsageError`) raised before the model loads."""
+    """Train `algorithm` with the script of its family's data (`trl_ext.scripts.script_for`: the example scripts'
+    argument parsing); returns the trainer (the programmatic form of `trl-ext train`). A mistake in the flags, the
+    config file or the dataset's splits is a `ValueError` (`trl_ext.scripts._common.UsageError`) raised before the
+    model loads."""
+    from .scripts import script_for
     from .scripts._common import UsageError
 
     spec = ALGORITHMS.get(algorithm)
     if spec is None or not spec.has_trainer:
         what = "has no trainer yet" if spec is not None else f"is not an algorithm{_guess(algorithm, _trainable())}"
         raise UsageError(f"--algorithm {algorithm!r} {what}; choose one of {', '.join(_trainable())}")
-    return spec.family.train(algorithm, list(argv))
+    return script_for(algorithm).train(algorithm, list(argv))
 
 
 def list_algorithms() -> str:

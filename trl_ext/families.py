@@ -2,24 +2,27 @@
 
     from trl_ext.families import get_family
     family = get_family("grpo")
-    family.config_base, family.trainer_base   # 'trl_ext.trainers.grpo_config:GRPOFamilyConfig', ...
-    family.components                         # ('policy_loss_fn', 'advantage_fn', 'kl_loss_fn', 'entropy_loss_fn')
+    family.class_names   # ('GRPOFamilyConfig', 'GRPOFamilyTrainer')
+    family.components    # ('policy_loss_fn', 'advantage_fn', 'kl_loss_fn', 'entropy_loss_fn')
 
 A family is a TRL trainer adapted once (`trl.GRPOTrainer`, `trl.DPOTrainer`, `trl.SFTTrainer`) that trains every
-algorithm whose record names it (`AlgorithmSpec.trainer`). Its record states: where its config and trainer bases
-live (`module:Class`, imported on first use, so this module, like the algorithm table, imports neither trl nor the
-trainers), the component kinds its configs take, the data it trains on (`schema`, Trinity-RFT's name), its
-script (`trl-ext train` and `examples/train_<algorithm>.py`), and the family's parts of the run summary and the
-model card. Whether an algorithm gets classes of its own (`SAPOConfig`, `SAPOTrainer`) or is the family's single
-algorithm with hand-written classes (`DPOConfig`, `SFTConfig`) is `per_algorithm_classes`.
+algorithm whose record names it (`AlgorithmSpec.trainer`). Its record states: the names of its config and trainer
+classes, the component kinds its configs take, the data it trains on (`schema`, Trinity-RFT's name: it also picks
+the script of `trl-ext train`), and the family's parts of the run summary and the model card. Whether an algorithm
+gets classes of its own (`SAPOConfig`, `SAPOTrainer`) or is the family's single algorithm with hand-written classes
+(`DPOConfig`, `SFTConfig`) is `per_algorithm_classes`.
 
-Adding a family is one `register_family(TrainerFamily(...))` beside its trainer; adding an algorithm to a family
-is one `register_algorithm(AlgorithmSpec(...))`. Nothing else in trl_ext branches on a family's name.
+The classes themselves are above the record: they are built on the records, so this module, like the algorithm
+table, neither imports nor names by path trl, the trainers or the scripts. The trainers' package registers each
+family's classes when it is imported (`trl_ext.trainers.family_classes`).
+
+Adding a family is one `register_family(TrainerFamily(...))` and, beside its trainer, one
+`register_family_classes(...)`; adding an algorithm to a family is one `register_algorithm(AlgorithmSpec(...))`.
+Nothing else in trl_ext branches on a family's name.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,15 +57,15 @@ class TrainerFamily:
     Attributes:
         name: The family's name, which `AlgorithmSpec.trainer` gives.
         description: One line on what the family trains on and how.
-        config_base: `module:Class` of the family's config.
-        trainer_base: `module:Class` of the family's trainer.
-        settings_base: `module:Class` of the config class whose fields are not an algorithm's own settings (the
-            model card and the run summary list the others).
+        class_names: The names of its config and trainer class, `("GRPOFamilyConfig", "GRPOFamilyTrainer")`: the
+            bases of its algorithms' classes, or the classes of its single algorithm (`("DPOConfig",
+            "DPOTrainer")`). The classes are registered under these names by the trainers' package
+            (`trl_ext.trainers.family_classes`).
         components: The component kinds (`COMPONENT_KINDS`, `policy_loss_fn` included) an algorithm of the family
             chooses (its config gets their arguments as fields); a record naming an advantage for a family without
             one is refused.
-        schema: The data it trains on (`SCHEMAS`).
-        script: The module whose `train(algorithm, argv)` runs `trl-ext train --algorithm <name>`.
+        schema: The data it trains on (`SCHEMAS`); `trl-ext train` runs the script of that data
+            (`trl_ext.scripts.script_for`).
         per_algorithm_classes: Each algorithm gets its own config and trainer class, built from its record
             (`SAPOConfig`, ...); otherwise the family has one algorithm, whose classes are the family's hand-written
             ones (`register_algorithm` refuses a second).
@@ -75,25 +78,21 @@ class TrainerFamily:
         batch_unit: The run summary's word for a row (`completions`, `pairs`, `sequences`).
         geometry: The run summary's family-specific line from the config (the generation batch, or the sequence
             length).
-        script_arguments: `module:Class` of extra argument dataclasses its script parses (MIX's expert data).
         sample_strategy: Trinity-RFT's name for how a batch is sampled (`mix`: expert rows mixed into the rollouts).
         loss_inputs: What the trainer hands a policy loss (a composed loss that needs anything else cannot train
             there: the config says which input and who provides it, `input_source`).
         advantage_inputs: What the trainer hands an advantage function, likewise.
 
     Raises:
-        ValueError: A missing part, a `*_base` that is not `module:Class`, `components` without `policy_loss_fn` or
-            naming another kind, or an unknown `schema`.
+        ValueError: A missing part, `class_names` that are not two class names, `components` without
+            `policy_loss_fn` or naming another kind, or an unknown `schema`.
     """
 
     name: str
     description: str
-    config_base: str
-    trainer_base: str
-    settings_base: str
+    class_names: tuple[str, str]
     components: tuple[str, ...]
     schema: str
-    script: str
     per_algorithm_classes: bool = True
     group_size_field: str | None = None
     uses_critic: bool = False
@@ -101,19 +100,19 @@ class TrainerFamily:
     loss_fields_from_trl: tuple[str, ...] = ()
     batch_unit: str = "completions"
     geometry: Callable[[Any], str] = field(default=_generation_geometry, compare=False)
-    script_arguments: tuple[str, ...] = ()
     sample_strategy: str = "default"
     loss_inputs: tuple[str, ...] = ()
     advantage_inputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        parts = ("name", "description", "config_base", "trainer_base", "settings_base", "script")
-        missing = [name for name in parts if not getattr(self, name)]
+        missing = [name for name in ("name", "description", "class_names") if not getattr(self, name)]
         if missing:
             raise ValueError(f"trainer family {self.name!r}: missing part(s) {', '.join(missing)}")
-        for name in ("config_base", "trainer_base", "settings_base"):
-            if getattr(self, name).count(":") != 1:
-                raise ValueError(f"trainer family {self.name!r}: {name}={getattr(self, name)!r} must be 'module:Class'")
+        names = self.class_names
+        if not (isinstance(names, tuple) and len(names) == 2 and all(str(n).isidentifier() for n in names)):
+            raise ValueError(
+                f"trainer family {self.name!r}: class_names={names!r} must be (config class name, trainer class name)"
+            )
         unknown = [kind for kind in self.components if kind not in COMPONENT_KINDS]
         if unknown or "policy_loss_fn" not in self.components:
             raise ValueError(
@@ -125,34 +124,6 @@ class TrainerFamily:
                 f"trainer family {self.name!r}: schema={self.schema!r} is not valid; must be one of "
                 f"{', '.join(map(repr, SCHEMAS))}"
             )
-
-    def load(self, path: str) -> Any:
-        """The object at `module:Name` (the module imported on first use)."""
-        module, name = path.split(":")
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as error:
-            raise ImportError(f"trainer family {self.name!r}: cannot load {path} ({error})") from error
-
-    @property
-    def config_base_class(self) -> type:
-        return self.load(self.config_base)
-
-    @property
-    def trainer_base_class(self) -> type:
-        return self.load(self.trainer_base)
-
-    @property
-    def class_names(self) -> tuple[str, str]:
-        """The names of the config and trainer bases (the classes themselves where the family has one algorithm)."""
-        return self.config_base.split(":")[1], self.trainer_base.split(":")[1]
-
-    def script_argument_classes(self) -> tuple[type, ...]:
-        return tuple(self.load(path) for path in self.script_arguments)
-
-    def train(self, algorithm: str, argv: list[str]) -> Any:
-        """Run the family's script for `algorithm` (`trl-ext train`); returns the trainer."""
-        return importlib.import_module(self.script).train(algorithm, argv)
 
 
 FAMILIES: dict[str, TrainerFamily] = {}
@@ -234,53 +205,40 @@ def input_source(name: str) -> str:
     return INPUT_SOURCES.get(name, "which this trainer does not compute")
 
 
-_ROLLOUTS = "trl_ext.scripts.grpo"
-_GRPO_SETTINGS = "trl_ext.trainers.grpo_config:GRPOFamilyConfig"
-
 register_family(TrainerFamily(
     "grpo", "`trl.GRPOTrainer` on its own rollouts: TRL generates and scores, the algorithm's advantage and loss "
     "train.",
-    config_base=_GRPO_SETTINGS, trainer_base="trl_ext.trainers.grpo_trainer:GRPOFamilyTrainer",
-    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
+    class_names=("GRPOFamilyConfig", "GRPOFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_TURN_INPUTS),
-    script_arguments=("trl_ext.scripts.grpo:EnvironmentArguments",),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "mix", "Rollouts and expert demonstrations in one batch (MIX, CHORD): RL on the rollouts, SFT on the experts.",
-    config_base="trl_ext.trainers.grpo_config:MIXFamilyConfig",
-    trainer_base="trl_ext.trainers.mix_trainer:MIXFamilyTrainer",
-    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
-    group_size_field="num_generations", script_arguments=("trl_ext.scripts.grpo:ExpertDataArguments",),
-    sample_strategy="mix", loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "expert_mask", "expert_valid_toks", "expert_valid_seqs"),
+    class_names=("MIXFamilyConfig", "MIXFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
+    group_size_field="num_generations", sample_strategy="mix",
+    loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "expert_mask", "expert_valid_toks", "expert_valid_seqs"),
     advantage_inputs=tuple(key for key in _ROLLOUT_ADVANTAGE_INPUTS if key != "reward_baselines"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",
-    config_base="trl_ext.trainers.grpo_config:DistillFamilyConfig",
-    trainer_base="trl_ext.trainers.distill_trainer:DistillFamilyTrainer",
-    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
+    class_names=("DistillFamilyConfig", "DistillFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "teacher_logprob", "old_logprob", "teacher_valid_mask"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "critic", "Rollouts with a value model trained beside the policy (critic PPO): GAE advantages from its values.",
-    config_base="trl_ext.trainers.grpo_config:CriticFamilyConfig",
-    trainer_base="trl_ext.trainers.critic_trainer:CriticFamilyTrainer",
-    settings_base=_GRPO_SETTINGS, components=COMPONENT_KINDS, schema="experience", script=_ROLLOUTS,
+    class_names=("CriticFamilyConfig", "CriticFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", uses_critic=True, loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "values"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "dpo", "`trl.DPOTrainer` on (chosen, rejected) pairs.",
-    config_base="trl_ext.trainers.dpo_config:DPOConfig", trainer_base="trl_ext.trainers.dpo_trainer:DPOTrainer",
-    settings_base="trl:DPOConfig", components=("policy_loss_fn", "kl_loss_fn"), schema="dpo",
-    script="trl_ext.scripts.dpo", per_algorithm_classes=False, kl_coef_field="kl_coef",
-    loss_fields_from_trl=("label_smoothing", "beta"), batch_unit="pairs", geometry=_sequence_length,
+    class_names=("DPOConfig", "DPOTrainer"), components=("policy_loss_fn", "kl_loss_fn"), schema="dpo",
+    per_algorithm_classes=False, kl_coef_field="kl_coef", loss_fields_from_trl=("label_smoothing", "beta"),
+    batch_unit="pairs", geometry=_sequence_length,
 ))  # fmt: skip
 register_family(TrainerFamily(
     "sft", "`trl.SFTTrainer` on demonstrations, with Trinity-RFT's SFT token weightings.",
-    config_base="trl_ext.trainers.sft_config:SFTConfig", trainer_base="trl_ext.trainers.sft_trainer:SFTTrainer",
-    settings_base="trl:SFTConfig", components=("policy_loss_fn",), schema="sft", script="trl_ext.scripts.sft",
+    class_names=("SFTConfig", "SFTTrainer"), components=("policy_loss_fn",), schema="sft",
     per_algorithm_classes=False, kl_coef_field=None, batch_unit="sequences", geometry=_sequence_length,
 ))  # fmt: skip

@@ -251,10 +251,9 @@ def settings(algorithm: str) -> str:
 
 
 def shared_settings(family: str) -> str:
-    from trl_ext import get_family
+    from trl_ext.trainers.family_classes import get_family_classes
 
-    record = get_family(family)
-    base = record.load(record.settings_base)
+    base = get_family_classes(family).settings_base
     trl_base = next(c for c in base.__mro__ if c.__module__.startswith("trl."))
     trl_fields = {f.name for f in dataclasses.fields(trl_base)}
     own = [f for f in dataclasses.fields(base) if f.name not in trl_fields]

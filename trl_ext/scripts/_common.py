@@ -1,5 +1,6 @@
 """What the training scripts (`grpo.py`, `dpo.py`) share: defaults (the toy's under the config file and the command
-line), model kwargs, the start-of-run summary, the finish, usage errors (the datasets: `dataset_loading.py`)."""
+line), model kwargs, the start-of-run summary, usage errors (the datasets: `dataset_loading.py`; the run's end:
+`finish.py`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import difflib
 import os
 import sys
 import textwrap
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -517,39 +517,3 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
         output += " (the toy default)"
     lines.append(output)
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------------------ finish
-
-
-def train_and_finish(trainer, name: str, training_args, script_args, summary: str | None = None):
-    """Print the summary (with the notes on expected noise, `noise.py`), train (resuming if asked: `finish.py`), save,
-    print the closing line (steps, main metric, model, curves), push if asked, and tear down on every rank together.
-    The warnings trl_ext knows to be harmless are silenced around the training (`noise.quiet_known_warnings`)."""
-    from .finish import closing_line, resume_point
-    from .noise import noise_notes, quiet_known_warnings
-
-    resumed = resume_point(training_args)
-    lines = ([summary] if summary else []) + noise_notes(trainer) + ([resumed.line()] if resumed else [])
-    if lines:
-        trainer.accelerator.print("\n".join(lines))
-    with quiet_known_warnings():
-        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.accelerator.print(closing_line(trainer, name, resumed, training_args.output_dir))
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    # Every rank reaches the teardown together: a gloo process group torn down while a peer has already exited can
-    # block in its destructor (seen once in 2-process CPU runs).
-    trainer.accelerator.wait_for_everyone()
-    gloo = torch.distributed.is_initialized() and torch.distributed.get_backend() == "gloo"
-    if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers, destroy the process group
-        trainer.end()
-    if gloo:
-        # torch's gloo backend can deadlock when the caller drops the trainer: the DDP reducer's last reference to
-        # the process group joins its worker threads while holding the GIL, and a worker still freeing the last
-        # collective's work waits for the GIL to release a Python tensor (native stacks of a 2-process CPU run that
-        # hung at exit: ~ProcessGroupGloo -> thread::join / AsyncBarrierWork -> decref_pyobject). A moment with
-        # the GIL released lets the workers finish first.
-        time.sleep(0.2)
-    return trainer

@@ -36,11 +36,10 @@ from ._common import (
     script_help_command,
     set_defaults,
     set_model_init_kwargs,
-    train_and_finish,
     usage_errors_exit,
 )
 from .dataset_loading import check_columns, data_source, load_user_dataset, select_splits
-from .finish import resume_point
+from .finish import resume_point, train_and_finish
 from .noise import quiet_known_warnings
 
 
@@ -67,7 +66,7 @@ class DatasetScript:
         return self._parser(argv)[0]
 
     def train(self, algorithm: str, argv: Sequence[str]):
-        """The family script protocol (`TrainerFamily.script`, `trl-ext train`): the family has one algorithm."""
+        """The script protocol (`trl_ext.scripts.script_for`, `trl-ext train`): the family has one algorithm."""
         return self.main(argv)
 
     def main(self, argv: Sequence[str] | None = None):

@@ -1,5 +1,7 @@
-"""The end of a training script's run: where a resumed run starts, and the closing line.
+"""The end of a training script's run: where a resumed run starts, the training, and the closing line.
 
+* `train_and_finish`: the summary, the training (resumed where asked), the saved model, the closing line, and the
+  teardown on every rank together.
 * `resume_point`: `--resume_from_checkpoint DIR`, or `True` for the last `checkpoint-<step>` folder of `output_dir`
   (as `transformers.Trainer` resolves it), checked before the model loads; the run says where it resumes from
   (`Resuming from outputs/sapo-tiny/checkpoint-4 (step 4 of 10)`).
@@ -15,15 +17,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..algorithms import get_algorithm
 from ._common import UsageError
 from .curves import CURVES_FILE, plot_training_curves, series
+from .noise import noise_notes, quiet_known_warnings
 
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME: every checkpoint of a Trainer has it
 _TRUE, _FALSE = ("true", "yes"), ("false", "no", "")
@@ -159,3 +164,33 @@ def closing_line(trainer, name: str, resumed: ResumePoint | None, output_dir: st
     if trainer.is_world_process_zero():
         line += f"; {save_curves(trainer, name, primary, resumed)}"
     return line
+
+
+def train_and_finish(trainer, name: str, training_args, script_args, summary: str | None = None):
+    """Print the summary (with the notes on expected noise, `noise.py`), train (resuming if asked: `resume_point`),
+    save, print the closing line (steps, main metric, model, curves), push if asked, and tear down on every rank
+    together. The warnings trl_ext knows to be harmless are silenced around the training (`quiet_known_warnings`)."""
+    resumed = resume_point(training_args)
+    lines = ([summary] if summary else []) + noise_notes(trainer) + ([resumed.line()] if resumed else [])
+    if lines:
+        trainer.accelerator.print("\n".join(lines))
+    with quiet_known_warnings():
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(closing_line(trainer, name, resumed, training_args.output_dir))
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    # Every rank reaches the teardown together: a gloo process group torn down while a peer has already exited can
+    # block in its destructor (seen once in 2-process CPU runs).
+    trainer.accelerator.wait_for_everyone()
+    gloo = torch.distributed.is_initialized() and torch.distributed.get_backend() == "gloo"
+    if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers, destroy the process group
+        trainer.end()
+    if gloo:
+        # torch's gloo backend can deadlock when the caller drops the trainer: the DDP reducer's last reference to
+        # the process group joins its worker threads while holding the GIL, and a worker still freeing the last
+        # collective's work waits for the GIL to release a Python tensor (native stacks of a 2-process CPU run that
+        # hung at exit: ~ProcessGroupGloo -> thread::join / AsyncBarrierWork -> decref_pyobject). A moment with
+        # the GIL released lets the workers finish first.
+        time.sleep(0.2)
+    return trainer

@@ -67,7 +67,6 @@ from ._common import (
     script_help_command,
     set_defaults,
     set_model_init_kwargs,
-    train_and_finish,
     usage_errors_exit,
 )
 from .dataset_loading import (
@@ -78,7 +77,7 @@ from .dataset_loading import (
     load_user_dataset,
     select_splits,
 )
-from .finish import resume_point
+from .finish import resume_point, train_and_finish
 from .noise import quiet_known_warnings
 
 
@@ -257,11 +256,23 @@ def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
     )
 
 
+def family_arguments(algorithm: str) -> tuple[type, ...]:
+    """The argument groups the algorithm's family adds to the flags: the environments where its trainer records the
+    turns of TRL's multi-turn rollouts (`run_ids` among its advantage inputs), the expert data where it mixes expert
+    rows into the batch (`sample_strategy` mix)."""
+    family = get_algorithm(algorithm).family
+    groups: list[type] = []
+    if "run_ids" in family.advantage_inputs:
+        groups.append(EnvironmentArguments)
+    if family.sample_strategy == "mix":
+        groups.append(ExpertDataArguments)
+    return tuple(groups)
+
+
 def _parser(algorithm: str, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
     spec = get_algorithm(algorithm)
-    family_arguments = spec.family.script_argument_classes()  # MIX's expert data
     parser = ScriptParser(
-        (GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *family_arguments),
+        (GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *family_arguments(algorithm)),
         algorithm=algorithm,
     )
     if multi_turn(algorithm):
@@ -286,7 +297,7 @@ def make_parser(algorithm: str, argv: Sequence[str]) -> ScriptParser:
 
 
 def train(algorithm: str, argv: Sequence[str]):
-    """The family script protocol (`TrainerFamily.script`, `trl-ext train`): `main(algorithm, argv)`."""
+    """The script protocol (`trl_ext.scripts.script_for`, `trl-ext train`): `main(algorithm, argv)`."""
     return main(algorithm, argv)
 
 

@@ -3,23 +3,36 @@
 The family bases are written by hand (`GRPOFamilyConfig` / `GRPOFamilyTrainer`, `MIXFamilyConfig`, ...; DPO's and
 SFT's classes, the single algorithm of their families); the built-in algorithms' classes (`SAPOConfig`,
 `SAPOTrainer`, ...) are class statements generated from their records (`grpo_algorithms.py`, see `classes.py`), and
-a record registered later gets classes built from it (`algorithm_classes`). Importing this package imports trl;
-`trl_ext` itself loads it on first access to a class.
+a record registered later gets classes built from it (`algorithm_classes`). Importing this package imports trl and
+registers each family's classes (`family_classes.py`): the records below name them and never import them.
+`trl_ext` itself loads this package on first access to a class.
 """
 
 from __future__ import annotations
 
+from trl import DPOConfig as TRLDPOConfig
+from trl import SFTConfig as TRLSFTConfig
+
 from .classes import algorithm_class_names, algorithm_classes
+from .critic_trainer import CriticFamilyTrainer
 from .distill_trainer import DistillFamilyTrainer
 from .dpo_config import DPOConfig
 from .dpo_trainer import DPOTrainer
+from .family_classes import register_family_classes
 from .grpo_algorithms import *  # noqa: F403 - the generated classes, listed in its __all__
 from .grpo_algorithms import __all__ as _ALGORITHM_CLASSES
-from .grpo_config import DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig
+from .grpo_config import CriticFamilyConfig, DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig
 from .grpo_trainer import GRPOFamilyTrainer
 from .mix_trainer import MIXFamilyTrainer
 from .sft_config import SFTConfig
 from .sft_trainer import SFTTrainer
+
+register_family_classes("grpo", GRPOFamilyConfig, GRPOFamilyTrainer, settings_base=GRPOFamilyConfig)
+register_family_classes("mix", MIXFamilyConfig, MIXFamilyTrainer, settings_base=GRPOFamilyConfig)
+register_family_classes("distill", DistillFamilyConfig, DistillFamilyTrainer, settings_base=GRPOFamilyConfig)
+register_family_classes("critic", CriticFamilyConfig, CriticFamilyTrainer, settings_base=GRPOFamilyConfig)
+register_family_classes("dpo", DPOConfig, DPOTrainer, settings_base=TRLDPOConfig)
+register_family_classes("sft", SFTConfig, SFTTrainer, settings_base=TRLSFTConfig)
 
 __all__ = [
     "DPOConfig",

@@ -7,7 +7,10 @@ for a record registered later.
 A config is a dataclass over its family's config base with the fields `algorithm_fields(name)` derives from the
 record (the KL estimator's and group size's defaults, the loss's and the advantage's arguments); its docstring is
 the record's description, paper and details plus a TRL-style parameter list. The trainer is the family's trainer
-with that config.
+with that config. (The family's classes are the ones its trainers registered, `family_classes.py`.)
+
+The records never import this module: `AlgorithmSpec.config_class` / `trainer_class` call `algorithm_classes`
+through the package, `trl_ext/__init__.py`, which is above both and loads the trainers on first use.
 
 The built-in algorithms' classes are class statements in `grpo_algorithms.py` (so that `grep`, an IDE and a type
 checker find them, with their fields), and `trl_ext/__init__.py` names them for type checkers. Both are generated
@@ -18,15 +21,16 @@ when either is out of date. A record registered with `register_algorithm` gets t
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import textwrap
 from functools import cache
 from typing import Any
 
 from ..algorithms import ALGORITHMS, AlgorithmSpec, get_algorithm
+from . import grpo_algorithms
 from .arguments import algorithm_fields
 from .config_conversion import trl_config_of
+from .family_classes import get_family_classes
 
 WIDTH = 120
 GENERATED_MODULE = "grpo_algorithms"
@@ -57,9 +61,10 @@ def config_docstring(spec: AlgorithmSpec) -> str:
     if spec.details:
         intro += f" {spec.details}"
     lines = ["", *_paragraph(intro), "", "    Parameters specific to this algorithm:", ""]
-    shared = {f.name for f in dataclasses.fields(spec.family.load(spec.family.settings_base))}
+    classes = get_family_classes(spec.trainer)
+    shared = {f.name for f in dataclasses.fields(classes.settings_base)}
     own = {name: (kind, value) for name, kind, value in algorithm_fields(spec.name)}
-    base = spec.family.config_base_class
+    base = classes.config_base
     for f in dataclasses.fields(base):  # the family's own fields (MIX's expert data, the teacher, ...)
         if f.name not in shared and f.name not in own:
             own[f.name] = (_annotation(base, f.name), f)
@@ -67,7 +72,7 @@ def config_docstring(spec: AlgorithmSpec) -> str:
         default = value.default
         lines.append(f"        {name} (`{_type_name(kind)}`, *optional*, defaults to `{default!r}`):")
         lines += _paragraph(value.metadata["help"], " " * 12)
-    closing = f"Every other parameter is `{spec.family.settings_base.split(':')[1]}`'s."
+    closing = f"Every other parameter is `{classes.settings_base.__name__}`'s."
     lines += ["", *_paragraph(closing), ""]
     return "\n".join(lines) + "    "
 
@@ -80,7 +85,7 @@ def trainer_docstring(spec: AlgorithmSpec) -> str:
     opening = '    """'  # the summary's first line follows the quotes
     wrap = textwrap.TextWrapper(WIDTH, " " * len(opening), "    ", break_long_words=False, break_on_hyphens=False)
     summary = wrap.wrap(text)
-    trl_config = trl_config_of(spec.family.config_base_class).__name__
+    trl_config = trl_config_of(get_family_classes(spec.trainer).config_base).__name__
     closing = (
         f"The `{base}` of this algorithm: its constructor is `{base}`'s, which documents every argument; `args` is a "
         f"`{config_name}`, or TRL's `trl.{trl_config}` / a `transformers.TrainingArguments`, converted to one."
@@ -90,16 +95,16 @@ def trainer_docstring(spec: AlgorithmSpec) -> str:
 
 def build_classes(spec: AlgorithmSpec) -> tuple[type, type]:
     """The config and trainer class of a record registered at run time (the built-in ones are written out)."""
-    family = spec.family
+    family = get_family_classes(spec.trainer)
     config_name, trainer_name = spec.class_names
     namespace = {"__module__": __name__, "__qualname__": config_name, "__doc__": config_docstring(spec)}
     namespace["algorithm"] = spec.name  # a class attribute (not annotated: not a field)
     config = dataclasses.make_dataclass(
-        config_name, algorithm_fields(spec.name), bases=(family.config_base_class,), namespace=namespace
+        config_name, algorithm_fields(spec.name), bases=(family.config_base,), namespace=namespace
     )
     trainer = type(
         trainer_name,
-        (family.trainer_base_class,),
+        (family.trainer_base,),
         {"__module__": __name__, "__qualname__": trainer_name, "__doc__": trainer_docstring(spec),
          "config_class": config},
     )  # fmt: skip
@@ -113,12 +118,11 @@ def algorithm_classes(name: str) -> tuple[type, type]:
     (DPO, SFT), the written-out classes of a built-in algorithm, or classes built from a record registered later."""
     spec = get_algorithm(name)
     config_name, trainer_name = spec.class_names  # an algorithm without a trainer raises NotImplementedError here
-    family = spec.family
-    if not family.per_algorithm_classes:
-        return family.config_base_class, family.trainer_base_class
-    module = importlib.import_module(f"{__package__}.{GENERATED_MODULE}")
-    if hasattr(module, config_name):
-        return getattr(module, config_name), getattr(module, trainer_name)
+    if not spec.family.per_algorithm_classes:
+        family = get_family_classes(spec.trainer)
+        return family.config_base, family.trainer_base
+    if hasattr(grpo_algorithms, config_name):
+        return getattr(grpo_algorithms, config_name), getattr(grpo_algorithms, trainer_name)
     return build_classes(spec)
 
 

@@ -15,6 +15,7 @@ from .. import _FAMILY_BASES
 from ..algorithms import ALGORITHMS, AlgorithmSpec
 from .arguments import algorithm_fields
 from .classes import GENERATED_MODULE, WIDTH, _type_name, config_docstring, trainer_docstring
+from .family_classes import get_family_classes
 
 MODULE_PATH = Path(__file__).with_name(f"{GENERATED_MODULE}.py")
 PACKAGE_INIT = Path(__file__).parent.parent / "__init__.py"
@@ -32,9 +33,9 @@ def render_module() -> str:
     specs = _built_in()
     imports: dict[str, set[str]] = {}
     for spec in specs:
-        for path in (spec.family.config_base, spec.family.trainer_base):
-            module, name = path.split(":")
-            imports.setdefault(module, set()).add(name)
+        family = get_family_classes(spec.trainer)
+        for base in (family.config_base, family.trainer_base):
+            imports.setdefault(base.__module__, set()).add(base.__name__)
     out = [
         '"""The built-in algorithms\' config and trainer classes (GRPO, MIX and distillation families).',
         "",
@@ -79,8 +80,8 @@ def render_exports() -> str:
     by_module: dict[str, list[str]] = {"trainers": list(_FAMILY_BASES)}
     for spec in ALGORITHMS.values():
         if spec.has_trainer:
-            family = spec.family
-            path = GENERATED_MODULE if family.per_algorithm_classes else family.trainer_base.split(":")[0]
+            trainer = get_family_classes(spec.trainer).trainer_base  # a family with one algorithm: its own classes
+            path = GENERATED_MODULE if spec.family.per_algorithm_classes else trainer.__module__
             module = "trainers." + path.rsplit(".", 1)[-1]
             by_module.setdefault(module, []).extend(spec.class_names)
     lines = [EXPORTS_BEGIN]

@@ -16,6 +16,7 @@ import shutil
 from typing import Any
 
 from ..algorithms import get_algorithm
+from .family_classes import get_family_classes
 
 _UNNAMED_BASE = "[None](https://huggingface.co/None)"  # TRL's template for a base model it does not name
 
@@ -46,7 +47,7 @@ def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Fie
     """The config's algorithm settings: the fields it has beyond its family's shared settings (`settings_base`), the
     shared fields whose default it changes, and the TRL fields that its loss reads (DPO's `beta`)."""
     family = get_algorithm(algorithm).family
-    inherited = {f.name: field_default(f) for f in dataclasses.fields(family.load(family.settings_base))}
+    inherited = {f.name: field_default(f) for f in dataclasses.fields(get_family_classes(family.name).settings_base)}
     keep = family.loss_fields_from_trl
     return [
         f
