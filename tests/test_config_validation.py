@@ -20,8 +20,9 @@ from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes
 import trl_ext
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.cli import describe_algorithm
-from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS, DocumentedDefault
+from trl_ext.trainers.arguments import DocumentedDefault
 from trl_ext.trainers.model_card import field_default
+from trl_ext.trainers.trl_loss_fields import TRL_LOSS_FIELDS
 
 CONFIGS = {**algorithm_classes(*ROLLOUT_FAMILIES), "dpo": trl_ext.DPOConfig}
 GRPO_FAMILY = list(algorithm_classes(*ROLLOUT_FAMILIES))
@@ -124,7 +125,7 @@ def _trl_value(field):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHM_CONFIGS)
-@pytest.mark.parametrize("field", list(_TRL_LOSS_FIELDS))
+@pytest.mark.parametrize("field", list(TRL_LOSS_FIELDS))
 def test_trl_loss_fields_are_errors_even_at_trls_default(make, algorithm, field):
     config_class = algorithm_classes(*ROLLOUT_FAMILIES)[algorithm]
     value = _trl_value(field)
@@ -137,7 +138,7 @@ def test_trl_loss_fields_are_errors_even_at_trls_default(make, algorithm, field)
     )
 
 
-@pytest.mark.parametrize("field", list(_TRL_LOSS_FIELDS))
+@pytest.mark.parametrize("field", list(TRL_LOSS_FIELDS))
 def test_grpo_config_trains_trls_loss_when_a_trl_loss_field_is_set(make, field):
     """`trl_ext.GRPOConfig` is the config a `trl.GRPOConfig` user swaps in: a TRL loss field selects TRL's loss."""
     value = _trl_value(field)
@@ -158,7 +159,7 @@ def test_grpo_config_trains_trls_loss_when_a_trl_loss_field_is_set(make, field):
 def test_trl_code_sees_trls_defaults(make, algorithm):
     """After construction the TRL loss fields hold TRL's defaults, so TRL's own code reads valid values."""
     config = make(algorithm_classes(*ROLLOUT_FAMILIES)[algorithm])
-    for field in _TRL_LOSS_FIELDS:
+    for field in TRL_LOSS_FIELDS:
         assert getattr(config, field) == TRL_GRPO_DEFAULTS[field], field
 
 
@@ -227,7 +228,7 @@ def test_dumped_config_reloads_and_copies(make, tmp_path, algorithm):
     config = make(config_class, kl_loss_fn="none")
     d = config.to_dict()
     if algorithm != "dpo":  # unset TRL loss fields are left out (DPO's loss fields are all TRL's, kept)
-        assert not set(_TRL_LOSS_FIELDS) & set(d)
+        assert not set(TRL_LOSS_FIELDS) & set(d)
     assert "kl_loss_fn" in d and d[kl_field(config_class)] == 0.0
     reloaded = _reload(config)
     assert reloaded.to_dict() == d

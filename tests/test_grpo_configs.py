@@ -16,7 +16,7 @@ from trl_ext.advantages import ADVANTAGE_FNS
 from trl_ext.losses import POLICY_LOSSES
 from trl_ext.trainers import GRPOFamilyConfig
 from trl_ext.trainers.arguments import config_arguments
-from trl_ext.trainers.grpo_config import _TRL_LOSS_FIELDS
+from trl_ext.trainers.trl_loss_fields import TRL_LOSS_FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGORITHMS = list(algorithm_classes("grpo"))
@@ -78,7 +78,7 @@ def test_unused_trl_fields_are_errors_naming_what_to_use(algorithm, field, value
         make(config_class, **{field: value})
     assert hint in str(err.value)
     default = trl.GRPOConfig.__dataclass_fields__[field].default
-    if field in _TRL_LOSS_FIELDS and default is not None:  # TRL's own loss parameters: an error even at the default
+    if field in TRL_LOSS_FIELDS and default is not None:  # TRL's own loss parameters: an error even at the default
         with pytest.raises(ValueError, match=rf"{config_class.__name__}: {field}=.*even at TRL's default"):
             make(config_class, **{field: default})
     else:  # a field whose TRL default is None (unset) is harmless

@@ -14,15 +14,18 @@ from trl import DPOConfig as TRLDPOConfig
 from trl import SFTConfig as TRLSFTConfig
 
 from .classes import algorithm_class_names, algorithm_classes
+from .critic_config import CriticFamilyConfig
 from .critic_trainer import CriticFamilyTrainer
+from .distill_config import DistillFamilyConfig
 from .distill_trainer import DistillFamilyTrainer
 from .dpo_config import DPOConfig
 from .dpo_trainer import DPOTrainer
 from .family_classes import register_family_classes
 from .grpo_algorithms import *  # noqa: F403 - the generated classes, listed in its __all__
 from .grpo_algorithms import __all__ as _ALGORITHM_CLASSES
-from .grpo_config import CriticFamilyConfig, DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig
+from .grpo_config import GRPOFamilyConfig
 from .grpo_trainer import GRPOFamilyTrainer
+from .mix_config import MIXFamilyConfig
 from .mix_trainer import MIXFamilyTrainer
 from .sft_config import SFTConfig
 from .sft_trainer import SFTTrainer

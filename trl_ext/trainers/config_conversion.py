@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from transformers import TrainingArguments
 from trl.trainer.utils import get_config_model_id
 
-from .grpo_config import trl_defaults
+from .config_fields import trl_defaults
 
 ConfigT = TypeVar("ConfigT", bound=TrainingArguments)
 

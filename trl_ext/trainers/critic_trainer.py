@@ -41,7 +41,8 @@ from transformers import AutoConfig, AutoModelForTokenClassification, PreTrained
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses.value import VALUE_LOSS_METRICS, clipped_value_loss, explained_variance
-from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
+from .grpo_scoring import _loss_mask
+from .grpo_trainer import GRPOFamilyTrainer
 from .new_head import from_pretrained_with_new_head
 
 VALUE_MODEL_DIR = "value_model"  # the separate critic's weights (or its LoRA adapter), in checkpoints and the output

@@ -47,8 +47,9 @@ from trl.trainer.utils import add_fused_lm_head, create_model_from_path, maybe_g
 from ..advantages import AdvantageResult
 from ..losses import SHARE, aggregate_loss
 from ..losses.distillation import OutputLayer, TeacherTopK, dense_divergence, teacher_top_k
-from . import grpo_config as configs
-from .grpo_trainer import GRPOFamilyTrainer, _loss_mask
+from .distill_config import DistillFamilyConfig
+from .grpo_scoring import _loss_mask
+from .grpo_trainer import GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
     when `reward_weight` > 0.
     """
 
-    config_class = configs.DistillFamilyConfig
+    config_class = DistillFamilyConfig
     _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "grpo", "on-policy-distillation"]
     trainer_metrics: ClassVar[dict[str, str]] = {**GRPOFamilyTrainer.trainer_metrics, "distill/divergence": SHARE}
 
@@ -77,7 +78,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         self,
         model,
         reward_funcs=None,
-        args: configs.DistillFamilyConfig | TrainingArguments | None = None,
+        args: DistillFamilyConfig | TrainingArguments | None = None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,
@@ -514,7 +515,7 @@ def _output_rows(model: torch.nn.Module) -> int:
     return int(getattr(weight, "ds_shape", weight.shape)[0])
 
 
-def _teacher_argument(owner: str, model: Any, teacher_model: Any, args: configs.DistillFamilyConfig) -> Any:
+def _teacher_argument(owner: str, model: Any, teacher_model: Any, args: DistillFamilyConfig) -> Any:
     """The teacher to load: the trainer's `teacher_model`, else the config's `teacher_model_name_or_path`."""
     configured = args.teacher_model_name_or_path
     if teacher_model is None and configured is None:

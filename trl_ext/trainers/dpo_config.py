@@ -20,8 +20,8 @@ from ..losses import get_kl_fn
 from ..losses.dpo import TRLDPOLoss
 from ..losses.kl import KL_FNS
 from .arguments import DPOKLArguments, is_documented_default
+from .config_fields import build_named, document_parameters, resolve_kl_coefficient
 from .devices import check_hardware
-from .grpo_config import build_named, document_parameters, resolve_kl_coefficient
 
 
 @dataclass

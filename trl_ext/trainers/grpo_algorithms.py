@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .arguments import algorithm_field
+from .critic_config import CriticFamilyConfig
 from .critic_trainer import CriticFamilyTrainer
+from .distill_config import DistillFamilyConfig
 from .distill_trainer import DistillFamilyTrainer
-from .grpo_config import CriticFamilyConfig, DistillFamilyConfig, GRPOFamilyConfig, MIXFamilyConfig
+from .grpo_config import GRPOFamilyConfig
 from .grpo_trainer import GRPOFamilyTrainer
+from .mix_config import MIXFamilyConfig
 from .mix_trainer import MIXFamilyTrainer
 
 __all__ = [

@@ -30,9 +30,10 @@ from transformers import TrainingArguments
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import RepeatSampler, pad, repeat_iterable_dataset, use_adapter
 
-from . import grpo_config as configs
 from .expert_data import ExpertStream, is_messages, load_expert_examples, logger
-from .grpo_trainer import GRPOFamilyTrainer, _loss_mask, _read_by
+from .grpo_scoring import _loss_mask
+from .grpo_trainer import GRPOFamilyTrainer, _read_by
+from .mix_config import MIXFamilyConfig
 
 
 class MIXFamilyTrainer(GRPOFamilyTrainer):
@@ -43,13 +44,13 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
     the prompts of `train_dataset`.
     """
 
-    config_class = configs.MIXFamilyConfig
+    config_class = MIXFamilyConfig
 
     def __init__(
         self,
         model,
         reward_funcs=None,
-        args: configs.MIXFamilyConfig | TrainingArguments | None = None,
+        args: MIXFamilyConfig | TrainingArguments | None = None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,

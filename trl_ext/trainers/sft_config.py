@@ -19,8 +19,8 @@ from ..losses import get_policy_loss
 from ..losses.base import LOSS_AGG_MODES, PolicyLoss
 from ..losses.sft import SFTLoss, SFTPhiLoss
 from .arguments import _DocumentedDefaultStr, config_field, documented_default, is_documented_default
+from .config_fields import build_named, document_parameters
 from .devices import check_hardware
-from .grpo_config import build_named, document_parameters
 
 SFT_LOSS_FNS = ("sft", "sft_is", "sft_phi")
 """The supervised losses an `SFTConfig` can select (`sft_loss_fn`)."""
