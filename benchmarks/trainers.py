@@ -8,7 +8,7 @@ Run (from the repository root, with the package installed)::
 
 For SAPO, CISPO, GSPO and GRPO the script trains the same model on the toy task twice per round, once with the
 trl_ext trainer and once with `trl.GRPOTrainer` configured with the equivalent `loss_type` (the README's mapping,
-the one `tests/test_trl_parity.py` checks update by update), alternating which goes first. Same seed, batch,
+the one `tests/trainers/test_trl_parity.py` checks update by update), alternating which goes first. Same seed, batch,
 generation settings and optimizer; `beta=0` (TRL's default, no reference model).
 
 * **Step time**: TRL's logged `step_time` (generation, scoring, loss, backward and optimizer step), median over

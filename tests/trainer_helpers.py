@@ -17,6 +17,28 @@ CPU = {
 }
 
 
+# The trl_ext algorithms with a TRL equivalent (tests/trainers/test_trl_parity.py checks them update by update):
+# algorithm: (trl_ext config overrides, trl.GRPOConfig overrides).
+TRL_EQUIVALENTS = {
+    "sapo": ({"loss_agg_mode": "seq-mean-token-mean"}, {"loss_type": "sapo"}),
+    "cispo": ({"clip_range_high": 4.0}, {"loss_type": "cispo", "epsilon_high": 5.0}),
+    # TRL's bias-corrected KL multiplies by the *sequence* ratio under sequence-level IS: compare plain k3.
+    "gspo": (
+        {"kl_loss_fn": "k3"},
+        {
+            "loss_type": "grpo",
+            "importance_sampling_level": "sequence",
+            "epsilon": 3e-4,
+            "epsilon_high": 4e-4,
+            "use_bias_correction_kl": False,
+        },
+    ),
+    "grpo": ({"loss_agg_mode": "token-mean"}, {"loss_type": "dapo"}),
+}
+# TRL normalizes advantages by (group std + 1e-4) and adds the bias-corrected k3 KL.
+TRL_SHARED_SETTINGS = {"advantage_epsilon": 1e-4, "kl_loss_fn": "corrected_k3"}
+
+
 def cpu_config(config_class: type, output_dir: str, **overrides: Any):
     """A config for a few quick steps of the tiny model on CPU (batch 8 = 2 prompts × 4 generations)."""
     settings = {

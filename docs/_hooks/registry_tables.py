@@ -5,7 +5,7 @@ A page asks for a table with a directive alone on a line, `<!-- registry: NAME A
 so its generated tables sit between the directive and `<!-- /registry -->`, and
 
     python docs/_hooks/registry_tables.py            # rewrites the README's generated blocks
-    python docs/_hooks/registry_tables.py --check    # exit 1 if they are out of date (tests/test_docs.py)
+    python docs/_hooks/registry_tables.py --check    # exit 1 if they are out of date (tests/docs/test_docs.py)
 
 Directives (ARGs are `key=value`):
 

@@ -12,8 +12,7 @@ import pytest
 import torch
 import trl
 from peft import LoraConfig
-from test_trl_parity import MAPPING, SHARED_OURS
-from trainer_helpers import changed, length_reward, logged, snapshot
+from trainer_helpers import TRL_EQUIVALENTS, TRL_SHARED_SETTINGS, changed, length_reward, logged, snapshot
 
 import trl_ext
 from trl_ext import toy
@@ -152,13 +151,13 @@ def _count_loss_syncs(trainer) -> list[int]:
 def test_loss_step_syncs_no_more_than_trls(algorithm, tiny_model, tmp_path):
     """The loss step (log-probs, loss, KL, entropy, metrics) of one micro-batch waits on the GPU no more often than
     TRL's own `_compute_loss` with the equivalent loss_type, over 2 optimizer steps of 4 micro-batches each."""
-    ours, theirs = MAPPING[algorithm]
+    ours, theirs = TRL_EQUIVALENTS[algorithm]
     settings = {**CUDA, "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8}
     settings.update(gradient_accumulation_steps=4, beta=0.04, model_init_kwargs={"dtype": "bfloat16"})
     spec = trl_ext.get_algorithm(algorithm)
     data = toy.toy_dataset(64)
     reward = [toy.toy_reward, length_reward]
-    config = spec.config_class(**settings, output_dir=str(tmp_path / "ours"), **{**SHARED_OURS, **ours})
+    config = spec.config_class(**settings, output_dir=str(tmp_path / "ours"), **{**TRL_SHARED_SETTINGS, **ours})
     mine = _count_loss_syncs(spec.trainer_class(tiny_model, reward_funcs=reward, args=config, train_dataset=data))
     config = trl.GRPOConfig(**settings, output_dir=str(tmp_path / "trl"), **theirs)
     trls = _count_loss_syncs(trl.GRPOTrainer(tiny_model, reward_funcs=reward, args=config, train_dataset=data))

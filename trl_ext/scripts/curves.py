@@ -62,9 +62,7 @@ def plot_training_curves(
         for i, key in enumerate(keys):
             steps, values = zip(*series(log_history, key), strict=True)
             evaluation = key.startswith("eval_")
-            ax.plot(
-                steps, values, "o--" if evaluation else "-", label=key, color=f"C{i}", linewidth=1.6, markersize=4
-            )
+            ax.plot(steps, values, "o--" if evaluation else "-", label=key, color=f"C{i}", linewidth=1.6, markersize=4)
         if resumed_at is not None:
             ax.axvline(resumed_at, color="grey", linestyle=":", linewidth=1, label=f"resumed at step {resumed_at}")
         ax.set_xlabel("optimizer step")

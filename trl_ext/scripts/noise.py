@@ -39,9 +39,7 @@ def quiet_known_warnings() -> Iterator[None]:
         warnings.filterwarnings(
             "ignore", message=IS_GRADIENT_CHECKPOINTING, category=FutureWarning, module=r"transformers\.modeling_utils"
         )
-        warnings.filterwarnings(
-            "ignore", message=ENVIRONMENT_FACTORY_NOTICE, category=UserWarning, module=r"trl_ext\."
-        )
+        warnings.filterwarnings("ignore", message=ENVIRONMENT_FACTORY_NOTICE, category=UserWarning, module=r"trl_ext\.")
         yield
 
 

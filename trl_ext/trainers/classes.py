@@ -14,8 +14,9 @@ through the package, `trl_ext/__init__.py`, which is above both and loads the tr
 
 The built-in algorithms' classes are class statements in `grpo_algorithms.py` (so that `grep`, an IDE and a type
 checker find them, with their fields), and `trl_ext/__init__.py` names them for type checkers. Both are generated
-from the records by this module, `python -m trl_ext.trainers.generate`, and `tests/test_generated_classes.py` fails
-when either is out of date. A record registered with `register_algorithm` gets the same classes, built here.
+from the records by this module, `python -m trl_ext.trainers.generate`, and
+`tests/trainers/test_generated_classes.py` fails when either is out of date. A record registered with
+`register_algorithm` gets the same classes, built here.
 """
 
 from __future__ import annotations

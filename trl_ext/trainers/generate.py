@@ -3,7 +3,8 @@
 It writes `trl_ext/trainers/grpo_algorithms.py` (a config and a trainer class statement per built-in algorithm of the
 families with classes per algorithm, each field derived from the record by `algorithm_field`) and the block of
 `TYPE_CHECKING` imports in `trl_ext/__init__.py` that names every built-in class for type checkers and IDEs. Run it
-after changing a record, a family or a component's arguments; `tests/test_generated_classes.py` fails until then.
+after changing a record, a family or a component's arguments; `tests/trainers/test_generated_classes.py` fails until
+then.
 The imports of the generated module follow each family base class's `__module__` (`mix_config.MIXFamilyConfig`, ...).
 The generator imports the trainers' package, which imports the generated module: after moving a family base class to
 another module, point that one import line of `grpo_algorithms.py` at the new module by hand, then run the generator.
@@ -44,8 +45,8 @@ def render_module() -> str:
         "",
         "Generated from the algorithm records by `python -m trl_ext.trainers.generate`: do not edit by hand.",
         "Each field is derived from the record and its components' `Argument` specs",
-        "(`trl_ext.trainers.arguments.algorithm_field`); `tests/test_generated_classes.py` fails when this file",
-        "is out of date.",
+        "(`trl_ext.trainers.arguments.algorithm_field`); `tests/trainers/test_generated_classes.py` fails when this",
+        "file is out of date.",
         '"""',
         "",
         "from dataclasses import dataclass",

@@ -2,8 +2,8 @@
 
 Generated from the algorithm records by `python -m trl_ext.trainers.generate`: do not edit by hand.
 Each field is derived from the record and its components' `Argument` specs
-(`trl_ext.trainers.arguments.algorithm_field`); `tests/test_generated_classes.py` fails when this file
-is out of date.
+(`trl_ext.trainers.arguments.algorithm_field`); `tests/trainers/test_generated_classes.py` fails when this
+file is out of date.
 """
 
 from dataclasses import dataclass

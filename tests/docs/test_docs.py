@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "docs", "_hooks"))
 
 import registry_tables  # noqa: E402  (docs/_hooks: the site's MkDocs hook)

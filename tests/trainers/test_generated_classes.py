@@ -4,7 +4,7 @@
 algorithm records (`python -m trl_ext.trainers.generate`); these tests fail when either is out of date, and check that
 a generated class is the class the records describe (the same fields, types, defaults and help as the classes built
 for a record registered at run time). (That the records and the trainers do not import each other:
-tests/test_import_graph.py.)
+tests/algorithms/test_import_graph.py.)
 """
 
 from __future__ import annotations

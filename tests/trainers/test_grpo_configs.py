@@ -18,7 +18,7 @@ from trl_ext.trainers import GRPOFamilyConfig
 from trl_ext.trainers.arguments import config_arguments
 from trl_ext.trainers.trl_loss_fields import TRL_LOSS_FIELDS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ALGORITHMS = list(algorithm_classes("grpo"))
 
 

@@ -30,7 +30,7 @@ from trl_ext.toy import (
     write_toy_datasets,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAINABLE = [name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer]
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none", "activation_checkpointing": False}
 

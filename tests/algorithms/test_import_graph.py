@@ -21,7 +21,7 @@ from functools import cache
 
 import pytest
 
-PACKAGE_DIR = pathlib.Path(__file__).resolve().parent.parent / "trl_ext"
+PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[2] / "trl_ext"
 _NAMED = re.compile(r"(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?P<name>[A-Za-z_]\w*))?")
 _LOADERS = {"import_module", "__import__"}
 

@@ -15,7 +15,7 @@ from trainer_helpers import logged
 
 from trl_ext.toy import DEFAULT_TRAINING, toy_dataset, toy_expert_dataset
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "examples", "scripts")
 NAMES = ["distillation", "gigpo", "losses_in_a_torch_loop", "mix_chord", "sapo"]
 # one optimizer step with a learning rate from the start (the toy defaults warm up from 0 over 20 steps)

@@ -33,7 +33,7 @@ def _cases() -> list[tuple[str, dict]]:
 CASES = _cases()
 IDS = [f"{name}-{'-'.join(map(str, kwargs.values())) or 'default'}" for name, kwargs in CASES]
 # The token selections of M2PO, Clip-Cov and KL-Cov are nonlinear in the batch: they run over the rows of each call,
-# so micro-batch shares add up to the global batch's loss only where the selections agree (tests/test_m2po.py)
+# so micro-batch shares add up to the global batch's loss only where the selections agree (tests/losses/test_m2po.py)
 PER_CALL_SELECTION = ("m2po", "clip_cov", "kl_cov")
 SPLIT_CASES = [case for case in CASES if case[0] not in PER_CALL_SELECTION]
 SPLIT_IDS = [i for case, i in zip(CASES, IDS, strict=True) if case[0] not in PER_CALL_SELECTION]

@@ -13,7 +13,7 @@ from trainer_helpers import ROLLOUT_FAMILIES, algorithm_classes, free_port, logg
 from trl_ext.scripts.grpo import main
 from trl_ext.toy import DEFAULT_TRAINING
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
 QUICK += ["--save_strategy", "no"]
 

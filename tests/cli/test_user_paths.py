@@ -15,7 +15,7 @@ from trainer_helpers import logged
 from trl_ext.scripts import dpo, grpo
 from trl_ext.toy import DEFAULT_TRAINING, DPO_TRAINING
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAPO_RECIPE = os.path.join(ROOT, "configs", "sapo.yaml")
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
 QUICK += ["--save_strategy", "no"]

@@ -37,7 +37,7 @@ def test_dataset_without_prompt_column(tiny_model, tmp_path):
 
 
 def test_config_of_another_algorithm_or_another_trl_trainer(tiny_model, tmp_path):
-    # TRL's own trl.GRPOConfig is converted instead (tests/test_trl_config_conversion.py)
+    # TRL's own trl.GRPOConfig is converted instead (tests/trainers/test_trl_config_conversion.py)
     other_trl = trl.SFTConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
     for args in (cpu_config(trl_ext.GSPOConfig, str(tmp_path)), other_trl):
         name = f"{type(args).__module__.split('.')[0]}.{type(args).__name__}"

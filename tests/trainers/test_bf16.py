@@ -26,10 +26,9 @@ from test_dpo_trainer import _trainer as dpo_trainer
 from test_grpo_trainers import make_trainer as grpo_trainer
 from test_mix_trainers import _trainer as mix_trainer
 from test_on_policy_distill import _trainer as distill_trainer
-from test_trl_parity import MAPPING
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from trainer_helpers import algorithm_classes, changed, cpu_config, length_reward, snapshot
+from trainer_helpers import TRL_EQUIVALENTS, algorithm_classes, changed, cpu_config, length_reward, snapshot
 
 import trl_ext
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_preference_dataset
@@ -142,7 +141,7 @@ def build(case: str, model: str, teacher: str, out: str, dtype: torch.dtype):
             advantages=torch.tensor([1.0, -1.0]),
         )
         # TRL's equivalent loss_type (the README's mapping); TRL's default `dapo` (token-mean) for the others.
-        theirs = MAPPING.get(case, ({}, {"loss_type": "dapo"}))[1]
+        theirs = TRL_EQUIVALENTS.get(case, ({}, {"loss_type": "dapo"}))[1]
         kl = ["kl", "kl_coef"] if grpo_args["beta"] else []
         return trainer, [*metrics, "policy_loss", *kl, "entropy"], ("grpo", {**grpo_args, **theirs})
     if case in ("mix", "mix_chord"):

@@ -206,7 +206,7 @@ def test_gradient_accumulation_is_normalized_per_pair_over_the_window(random_tin
 
 def test_two_processes_match_one(random_tiny_model, tmp_path, float_tolerance):
     """2 processes × 2 pairs per step = 1 process × 4 pairs (torchrun, gloo): same update, same window metrics."""
-    script = os.path.join(HERE, "scripts", "dpo_run.py")
+    script = os.path.join(os.path.dirname(HERE), "distributed", "scripts", "dpo_run.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     outs = {}
     for name, launcher, batch in [

@@ -15,7 +15,7 @@ from trainer_helpers import CPU
 import trl_ext
 from trl_ext.trainers.devices import check_device, check_device_map
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 MISSING_GPU = f"cuda:{GPUS}"  # one past the last GPU: no such device whether this machine has GPUs or not
 MISSING = r"(does not exist: this machine has \d+ cuda device|names a cuda device, but cuda is not available)"

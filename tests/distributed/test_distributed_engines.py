@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO-2 and ZeRO-3 on CPU: 2 processes, gloo, fp32, launched by `accelerate launch` with
 configs/accelerate/deepspeed_zero{2,3}_cpu.yaml.
 
-* The window test's 16 fixed completions (tests/scripts/window_run.py, every algorithm and mode of
+* The window test's 16 fixed completions (tests/distributed/scripts/window_run.py, every algorithm and mode of
   test_window_normalization) trained as 2 processes × 2 accumulation steps under each engine give the same two
   updates and logged window values as 1 process × 1 step with 4× the batch and 1 process × 4 steps (plain runs).
   Measured (SGD, fp32): max |Δupdate| 1.2e-7 for updates of up to 6e-2 (one ulp of the RMSNorm weights, 1, that
@@ -42,7 +42,7 @@ from trainer_helpers import free_port
 
 import trl_ext
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "window_run.py")
 ALGORITHMS, KEYS = WINDOW_ALGORITHMS, WINDOW_KEYS  # critic PPO's critic is a second engine beside the policy's
 ENGINES = {"zero2": 2, "zero3": 3}  # name -> ZeRO stage; config configs/accelerate/deepspeed_<name>_cpu.yaml

@@ -1,7 +1,7 @@
 """A user's first hour with the training scripts: their own environment (never with the toy's reward or rows), their
 own dataset (a local file, a path that does not exist, a missing column), a misspelled flag or algorithm, and an
 algorithm's help. Each mistake is one line naming the flag, exit status 2 from the command line, before the model
-loads (`tests/test_cli_usage.py` holds the other usage errors)."""
+loads (`tests/cli/test_cli_usage.py` holds the other usage errors)."""
 
 from __future__ import annotations
 

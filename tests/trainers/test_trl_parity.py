@@ -1,5 +1,5 @@
 """The SAPO, CISPO, GSPO (and GRPO) trainers make the same updates as TRL's own GRPOTrainer with the
-equivalent `loss_type` (the mapping documented in the README), on the same seed.
+equivalent `loss_type` (`trainer_helpers.TRL_EQUIVALENTS`, documented in docs/algorithms/grpo.md), on the same seed.
 
 SGD without gradient clipping makes the update −lr × gradient, so a gradient difference shows directly (Adam's
 first step is ≈ lr·sign(g) and would hide it). Three steps with `beta > 0`: the first step's KL gradient is 0
@@ -11,36 +11,17 @@ from __future__ import annotations
 import pytest
 import torch
 import trl
-from trainer_helpers import cpu_config, toy_trainer, train_update
+from trainer_helpers import TRL_EQUIVALENTS, TRL_SHARED_SETTINGS, cpu_config, toy_trainer, train_update
 
 import trl_ext
 
-# ours: (trainer, config overrides)  <->  TRL GRPOConfig overrides
-MAPPING = {
-    "sapo": ({"loss_agg_mode": "seq-mean-token-mean"}, {"loss_type": "sapo"}),
-    "cispo": ({"clip_range_high": 4.0}, {"loss_type": "cispo", "epsilon_high": 5.0}),
-    # TRL's bias-corrected KL multiplies by the *sequence* ratio under sequence-level IS: compare plain k3.
-    "gspo": (
-        {"kl_loss_fn": "k3"},
-        {
-            "loss_type": "grpo",
-            "importance_sampling_level": "sequence",
-            "epsilon": 3e-4,
-            "epsilon_high": 4e-4,
-            "use_bias_correction_kl": False,
-        },
-    ),
-    "grpo": ({"loss_agg_mode": "token-mean"}, {"loss_type": "dapo"}),
-}
 # Two iterations per generation: the second update of each batch is off-policy (ratio != 1), which exercises
 # the gate / clip / IS weight itself rather than its on-policy value. Off-policy, Trinity-RFT's corrected_k3
 # clamps its IS weight at 2 and TRL's bias-corrected k3 does not (some token ratios exceed 2 here), so these
 # cases compare the plain k3 KL.
 OFF_POLICY = ({"num_iterations": 2, "kl_loss_fn": "k3"}, {"num_iterations": 2, "use_bias_correction_kl": False})
-CASES = {name: (name, ({}, {})) for name in MAPPING}
+CASES = {name: (name, ({}, {})) for name in TRL_EQUIVALENTS}
 CASES.update({f"{name}-2-iterations": (name, OFF_POLICY) for name in ("sapo", "cispo", "grpo")})
-# TRL normalizes advantages by (group std + 1e-4) and adds the bias-corrected k3 KL.
-SHARED_OURS = {"advantage_epsilon": 1e-4, "kl_loss_fn": "corrected_k3"}
 SGD = {
     "optim": "sgd",
     "learning_rate": 0.05,
@@ -60,11 +41,13 @@ def _train(trainer_class, config, model_path):
 @pytest.mark.parametrize("case", list(CASES))
 def test_same_updates_as_trl(case, tiny_model, tmp_path):
     algorithm, (ours_case, trl_case) = CASES[case]
-    ours_overrides, trl_overrides = MAPPING[algorithm]
+    ours_overrides, trl_overrides = TRL_EQUIVALENTS[algorithm]
     spec = trl_ext.get_algorithm(algorithm)
     ours, ours_update = _train(
         spec.trainer_class,
-        cpu_config(spec.config_class, str(tmp_path / "ours"), **SGD, **{**SHARED_OURS, **ours_overrides, **ours_case}),
+        cpu_config(
+            spec.config_class, str(tmp_path / "ours"), **SGD, **{**TRL_SHARED_SETTINGS, **ours_overrides, **ours_case}
+        ),
         tiny_model,
     )
     theirs, theirs_update = _train(
