@@ -183,5 +183,5 @@ def test_kl_fields_come_from_the_kl_specs():
     config = trl_ext.SAPOConfig(
         output_dir="out", use_cpu=True, beta=0.1, adaptive_kl=True, target_kl=0.05, kl_horizon=300
     )
-    kl = config.build_kl_fn()
+    kl = config.components.kl_fn
     assert (kl.kl_coef, kl.adaptive, kl.target_kl, kl.horizon) == (0.1, True, 0.05, 300)

@@ -494,7 +494,7 @@ def test_generated_config_and_trainer(tmp_path):
     assert (fields["m2_threshold"], fields["log_ratio_clip"], fields["loss_agg_mode"]) == (0.04, 20.0, "token-mean")
     assert (fields["policy_loss_fn"], fields["advantage_fn"], fields["num_generations"]) == ("m2po", "grpo", 8)
     config = cpu_config(trl_ext.M2POConfig, str(tmp_path), m2_threshold=0.01, log_ratio_clip=5.0)
-    assert config.build_policy_loss().args == {
+    assert config.components.policy_loss.args == {
         "m2_threshold": 0.01,
         "loss_agg_mode": "token-mean",
         "log_ratio_clip": 5.0,

@@ -281,7 +281,7 @@ def test_dppo_clip_ratio_c_must_exceed_one(name):
     with pytest.raises(ValueError, match=rf"^{config_class.__name__}\b.*clip_ratio_c=0\.5 is not valid; must be > 1$"):
         config_class(output_dir="/tmp/trl_ext_unused", **CPU, clip_ratio_c=0.5)
     config = config_class(output_dir="/tmp/trl_ext_unused", **CPU, clip_ratio_c=1.5)
-    assert config.build_policy_loss().clip_ratio_c == 1.5
+    assert config.components.policy_loss.clip_ratio_c == 1.5
 
 
 # ==================================================================================================

@@ -28,7 +28,7 @@ def _config(config_class, **overrides):
 
 
 def _built(config):
-    return repr(config.build_policy_loss()), repr(config.build_advantage_fn())
+    return repr(config.components.policy_loss), repr(config.components.advantage_fn)
 
 
 @pytest.mark.parametrize("target", sorted(GRPO_CONFIGS))
@@ -86,17 +86,17 @@ def test_a_different_part_makes_a_different_update(tiny_model, tmp_path):
 
 def test_flat_fields_configure_the_algorithms_own_parts_and_pass_on_when_taken():
     own = _config(trl_ext.GRPOConfig, clip_range=0.3, policy_loss_fn_args={"clip_ratio_c": 4.0})
-    assert (own.build_policy_loss().clip_range, own.build_policy_loss().clip_ratio_c) == (0.3, 4.0)
+    assert (own.components.policy_loss.clip_range, own.components.policy_loss.clip_ratio_c) == (0.3, 4.0)
     # loss_agg_mode is also an argument of sapo: set on the field, it reaches the composed loss
     composed = _config(trl_ext.GRPOConfig, policy_loss_fn="sapo", loss_agg_mode="seq-mean-token-mean")
-    assert composed.build_policy_loss().loss_agg_mode == "seq-mean-token-mean"
-    assert composed.aggregation == "seq-mean-token-mean"  # the KL / entropy terms follow the trained loss
+    assert composed.components.policy_loss.loss_agg_mode == "seq-mean-token-mean"
+    assert composed.components.loss_agg_mode == "seq-mean-token-mean"  # the KL / entropy terms follow the trained loss
     # an *_args entry equal to its field is not a contradiction
     same = _config(trl_ext.GRPOConfig, clip_range=0.3, policy_loss_fn_args={"clip_range": 0.3})
-    assert same.build_policy_loss().clip_range == 0.3
+    assert same.components.policy_loss.clip_range == 0.3
     # advantage arguments by the component's names (the field is `advantage_epsilon`)
     eps = _config(trl_ext.SAPOConfig, advantage_fn_args={"epsilon": 1e-3})
-    assert eps.build_advantage_fn().epsilon == 1e-3
+    assert eps.components.advantage_fn.epsilon == 1e-3
 
 
 BAD = [
@@ -148,16 +148,16 @@ def test_args_from_the_command_line_and_yaml(tmp_path):
             "--kl_penalty_fn", "k2", "--kl_penalty_fn_args", '{"kl_coef": 0.01}',
         ]
     )  # fmt: skip
-    loss = args.build_policy_loss()
+    loss = args.components.policy_loss
     assert (type(loss).__name__, loss.tau_pos, loss.tau_neg) == ("SAPOPolicyLoss", 1.5, 2.0)
-    assert args.build_kl_penalty_fn().kl_coef == 0.01
+    assert args.components.kl_penalty_fn.kl_coef == 0.01
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         f"output_dir: {tmp_path}\nuse_cpu: true\nbf16: false\nadvantage_fn: opmd\n"
         "advantage_fn_args:\n  opmd_baseline: logavgexp\n  tau: 0.5\n"
     )
     (args,) = TrlParser([trl_ext.SAPOConfig]).parse_args_and_config(["--config", str(recipe)])
-    fn = args.build_advantage_fn()
+    fn = args.components.advantage_fn
     assert (fn.name, fn.opmd_baseline, fn.tau) == ("opmd", "logavgexp", 0.5)
 
 

@@ -59,8 +59,8 @@ def test_kl_loss_fn_none_turns_the_kl_term_off(make, algorithm):
     name = kl_field(config_class)
     config = make(config_class, kl_loss_fn="none")
     assert getattr(config, name) == 0 and type(getattr(config, name)) is float
-    assert config.build_kl_fn().name == "none"
-    assert make(config_class, kl_loss_fn="none", **{name: 0.0}).build_kl_fn().name == "none"
+    assert config.components.kl_fn.name == "none"
+    assert make(config_class, kl_loss_fn="none", **{name: 0.0}).components.kl_fn.name == "none"
     with raises_naming(config_class, name, 0.1, "kl_loss_fn='none'"):
         make(config_class, kl_loss_fn="none", **{name: 0.1})
     # the explicit documented default counts as set: it contradicts "none"
@@ -73,7 +73,7 @@ def test_kl_loss_fn_none_turns_the_kl_term_off(make, algorithm):
 def test_dpo_kl_loss_fn_none_with_the_default_coefficient():
     """The failing case of the brief: kl_coef defaults to 0.001, and `kl_loss_fn="none"` alone turns it off."""
     config = trl_ext.DPOConfig(output_dir="/tmp/trl_ext_unused", **CPU, kl_loss_fn="none")
-    assert config.kl_coef == 0.0 and config.build_kl_fn().name == "none"
+    assert config.kl_coef == 0.0 and config.components.kl_fn.name == "none"
     # no per-token reference log-probs needed any more: precompute_ref_log_probs is fine
     trl_ext.DPOConfig(output_dir="/tmp/trl_ext_unused", **CPU, kl_loss_fn="none", precompute_ref_log_probs=True)
 
@@ -89,8 +89,8 @@ def test_kl_coefficient_defaults_are_documented_and_resolved(make, algorithm):
     assert repr(expected) in f.metadata["help"]
     config = make(config_class)
     assert getattr(config, name) == expected and type(getattr(config, name)) is float  # a plain float once built
-    assert config.build_kl_fn().name == ("k2" if expected else "none")
-    assert make(config_class, **{name: expected}).build_kl_fn().kl_coef == expected  # explicit default: same run
+    assert config.components.kl_fn.name == ("k2" if expected else "none")
+    assert make(config_class, **{name: expected}).components.kl_fn.kl_coef == expected  # explicit default: same run
 
 
 def test_trl_ext_list_shows_the_real_kl_default():
@@ -144,11 +144,11 @@ def test_grpo_config_trains_trls_loss_when_a_trl_loss_field_is_set(make, field):
     value = _trl_value(field)
     config = make(trl_ext.GRPOConfig, **{field: value})
     assert config.uses_trl_loss and config.policy_loss_name == "trl_grpo"
-    assert getattr(config.build_policy_loss(), field) == value
+    assert getattr(config.components.policy_loss, field) == value
     assert config.kl_loss_fn == "k3"  # TRL's estimator
-    assert config.build_advantage_fn().epsilon == 1e-4  # TRL's (R - mean) / (std + 1e-4)
+    assert config.components.advantage_fn.epsilon == 1e-4  # TRL's (R - mean) / (std + 1e-4)
     assert config.advantage_epsilon == 1e-4  # and the config says so (the model card, the logged dict)
-    assert make(trl_ext.GRPOConfig, **{field: value}, advantage_epsilon=1e-3).build_advantage_fn().epsilon == 1e-3
+    assert make(trl_ext.GRPOConfig, **{field: value}, advantage_epsilon=1e-3).components.advantage_fn.epsilon == 1e-3
     assert config.to_dict()[field] == value  # kept in the logged dict (it re-loads)
     plain = make(trl_ext.GRPOConfig)
     assert not plain.uses_trl_loss and plain.policy_loss_name == "ppo" and plain.kl_loss_fn == "k2"
@@ -195,7 +195,7 @@ def test_trl_loss_fields_on_the_command_line_and_in_yaml(tmp_path):
 )
 def test_dpo_config_takes_every_trl_loss_option(make, kwargs):
     config = make(trl_ext.DPOConfig, **kwargs)
-    loss = config.build_policy_loss()
+    loss = config.components.policy_loss
     for field, value in kwargs.items():
         if field == "loss_type":  # the loss keeps the list of loss types as a tuple
             assert loss.loss_type == tuple(value if isinstance(value, list) else [value])
@@ -476,8 +476,8 @@ def test_duplicate_experiences_field():
 @pytest.mark.skipif(not HAS_DUPLICATE_EXPERIENCES, reason="grpo advantage without duplicate_experiences yet")
 def test_duplicate_experiences_reaches_the_advantage_function(make):
     config = make(trl_ext.GRPOConfig, std_threshold=0.0, duplicate_experiences=True)
-    assert config.build_advantage_fn().duplicate_experiences is True
-    assert make(trl_ext.MIXConfig).build_advantage_fn().duplicate_experiences is False
+    assert config.components.advantage_fn.duplicate_experiences is True
+    assert make(trl_ext.MIXConfig).components.advantage_fn.duplicate_experiences is False
     with raises_naming(trl_ext.GRPOConfig, "duplicate_experiences", True, "std_threshold"):
         make(trl_ext.GRPOConfig, duplicate_experiences=True)
 
@@ -488,7 +488,7 @@ def test_gspo_config_clip_range_sets_both_bounds(tmp_path):
     kwargs = {"output_dir": str(tmp_path), "report_to": "none", "use_cpu": True}
 
     def bounds(**fields):
-        fn = trl_ext.GSPOConfig(**kwargs, **fields).build_policy_loss()
+        fn = trl_ext.GSPOConfig(**kwargs, **fields).components.policy_loss
         return fn.clip_range_low, fn.clip_range_high
 
     assert bounds(clip_range=0.2) == (0.2, 0.2)

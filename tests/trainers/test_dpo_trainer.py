@@ -42,15 +42,15 @@ def test_attached_to_the_algorithm_table():
     assert issubclass(DPOTrainer, trl.DPOTrainer) and issubclass(DPOConfig, trl.DPOConfig)
     args = DPOConfig(output_dir="unused", **CPU)
     assert (args.beta, args.label_smoothing, args.kl_loss_fn, args.kl_coef) == (0.1, 0.0, "k2", 0.001)
-    loss, kl = args.build_policy_loss(), args.build_kl_fn()
+    loss, kl = args.components.policy_loss, args.components.kl_fn
     assert type(loss) is TRLDPOLoss and loss.name == "dpo" and (kl.name, kl.kl_coef) == ("k2", 0.001)
     # every loss option is a trl.DPOConfig field with TRL's default, and the loss's default
     trl_defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                     for f in dataclasses.fields(trl.DPOConfig)}  # fmt: skip
     assert loss.args == {**{name: trl_defaults[name] for name in TRLDPOLoss.default_args()}, "loss_weights": [1.0]}
-    assert DPOConfig(output_dir="unused", kl_coef=0.0, **CPU).build_kl_fn().name == "none"
+    assert DPOConfig(output_dir="unused", kl_coef=0.0, **CPU).components.kl_fn.name == "none"
     options = {"loss_type": ["ipo", "sft"], "loss_weights": [1.0, 0.5], "ld_alpha": 0.5, "discopop_tau": 0.1}
-    built = DPOConfig(output_dir="unused", **CPU, **options).build_policy_loss()
+    built = DPOConfig(output_dir="unused", **CPU, **options).components.policy_loss
     assert built.args == {**TRLDPOLoss.default_args(), **options}
 
 
@@ -92,9 +92,9 @@ def test_precomputed_reference_with_the_default_config(random_tiny_model, tmp_pa
     """`precompute_ref_log_probs=True` alone trains: the KL term (it needs per-token reference log-probs) is off unless
     kl_coef is set, and setting it is the error above. kl_loss_fn='none' or kl_coef=0 are accepted as well."""
     args = _config(DPOConfig, tmp_path, precompute_ref_log_probs=True)
-    assert args.kl_coef == 0.0 and type(args.kl_coef) is float and args.build_kl_fn().name == "none"
+    assert args.kl_coef == 0.0 and type(args.kl_coef) is float and args.components.kl_fn.name == "none"
     for explicit in ({"kl_coef": 0.0}, {"kl_loss_fn": "none"}):
-        assert _config(DPOConfig, tmp_path, precompute_ref_log_probs=True, **explicit).build_kl_fn().name == "none"
+        assert _config(DPOConfig, tmp_path, precompute_ref_log_probs=True, **explicit).components.kl_fn.name == "none"
     trainer = DPOTrainer(
         model=random_tiny_model, args=args, train_dataset=toy_preference_dataset(8), processing_class=build_tokenizer()
     )
@@ -107,7 +107,7 @@ def test_loss_options_on_the_command_line():
     parser = trl.TrlParser((DPOConfig,))
     base = ["--output_dir", "unused", "--use_cpu", "--bf16", "false", "--report_to", "none"]
     (config,) = parser.parse_args_and_config([*base, "--loss_type", "ipo", "sft", "--loss_weights", "1", "0.5"])
-    loss = config.build_policy_loss()
+    loss = config.components.policy_loss
     assert (loss.loss_type, loss.loss_weights) == (("ipo", "sft"), (1.0, 0.5))
     (config,) = parser.parse_args_and_config([*base, "--precompute_ref_log_probs", "true"])
     assert config.kl_coef == 0.0

@@ -44,8 +44,8 @@ def test_fields_are_the_loss_and_advantage_arguments(algorithm):
         assert fields["rank_penalty"].default is None
     # The defaults build exactly the library's default components.
     config = make(config_class)
-    assert repr(config.build_policy_loss()) == repr(POLICY_LOSSES[spec.policy_loss_fn]())
-    assert repr(config.build_advantage_fn()) == repr(ADVANTAGE_FNS[spec.advantage_fn]())
+    assert repr(config.components.policy_loss) == repr(POLICY_LOSSES[spec.policy_loss_fn]())
+    assert repr(config.components.advantage_fn) == repr(ADVANTAGE_FNS[spec.advantage_fn]())
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -132,14 +132,14 @@ def test_bad_arguments_fail_at_config_construction(config_class, kwargs, message
 
 
 def test_renamed_fields_reach_the_loss():
-    assert make(trl_ext.SPPOConfig, sppo_epsilon=0.5).build_policy_loss().epsilon == 0.5
-    rec = make(trl_ext.RECConfig, rec_clip_mode="ring", rec_epsilon_high_prime=3.0).build_policy_loss()
+    assert make(trl_ext.SPPOConfig, sppo_epsilon=0.5).components.policy_loss.epsilon == 0.5
+    rec = make(trl_ext.RECConfig, rec_clip_mode="ring", rec_epsilon_high_prime=3.0).components.policy_loss
     assert (rec.clip_mode, rec.epsilon_high_prime) == ("ring", 3.0)
-    assert make(trl_ext.OPMDConfig, advantage_tau=2.0, tau=0.5).build_advantage_fn().tau == 2.0
-    assert make(trl_ext.OPMDConfig, advantage_tau=2.0, tau=0.5).build_policy_loss().tau == 0.5
-    kl = make(trl_ext.GRPOConfig, beta=0.2, kl_loss_fn="low_var_kl").build_kl_fn()
+    assert make(trl_ext.OPMDConfig, advantage_tau=2.0, tau=0.5).components.advantage_fn.tau == 2.0
+    assert make(trl_ext.OPMDConfig, advantage_tau=2.0, tau=0.5).components.policy_loss.tau == 0.5
+    kl = make(trl_ext.GRPOConfig, beta=0.2, kl_loss_fn="low_var_kl").components.kl_fn
     assert (kl.name, kl.kl_coef) == ("low_var_kl", 0.2)
-    assert make(trl_ext.GRPOConfig).build_kl_fn().name == "none"  # beta = 0: no KL term, no reference model
+    assert make(trl_ext.GRPOConfig).components.kl_fn.name == "none"  # beta = 0: no KL term, no reference model
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml"))))
@@ -160,4 +160,4 @@ def test_recipes_parse_into_their_config(path):
         recipe = yaml.safe_load(f)
     for key, value in recipe.items():
         assert getattr(config, key) == value, key
-    config.build_policy_loss()
+    config.components.policy_loss

@@ -54,7 +54,7 @@ def test_algorithm_trains_and_logs_its_loss_metrics(algorithm, tiny_model, tmp_p
     before = snapshot(trainer.model)
     trainer.train()
     assert len(changed(before, trainer.model)) == len(before)  # every parameter moved (full fine-tuning)
-    loss_fn = trainer.args.build_policy_loss()
+    loss_fn = trainer.args.components.policy_loss
     assert type(trainer.policy_loss_fn) is type(loss_fn)
     assert type(loss_fn) is type(get_policy_loss(trl_ext.get_algorithm(algorithm).policy_loss_fn))
     last = [entry for entry in trainer.state.log_history if "policy_loss" in entry][-1]

@@ -46,8 +46,8 @@ def test_algorithms_are_attached(tiny_model):
         assert issubclass(trainer, __import__("trl").GRPOTrainer)
     args = MIXConfig(output_dir="unused", **CPU)
     assert (args.expert_data_ratio, args.entropy_loss_fn, args.reference_weighting) == (0.5, "mix", False)
-    assert args.build_policy_loss().mu == 0.1
-    chord = MIXCHORDConfig(output_dir="unused", **CPU).build_policy_loss()
+    assert args.components.policy_loss.mu == 0.1
+    chord = MIXCHORDConfig(output_dir="unused", **CPU).components.policy_loss
     assert (chord.mu_peak, chord.mu_valley, chord.enable_phi_function) == (0.1, 0.1, True)
 
 

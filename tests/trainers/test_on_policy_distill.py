@@ -68,9 +68,9 @@ def test_attached_to_the_algorithm_table():
     assert spec.trainer_class is OnPolicyDistillTrainer and spec.config_class is OnPolicyDistillConfig
     args = OnPolicyDistillConfig(output_dir="unused", **CPU)
     assert (args.kl_coef, args.distill_baseline, args.reward_weight, args.policy_loss_fn) == (1.0, "none", 0.0, "ppo")
-    assert args.build_policy_loss().name == "ppo" and args.build_advantage_fn().name == "on_policy_distill"
+    assert args.components.policy_loss.name == "ppo" and args.components.advantage_fn.name == "on_policy_distill"
     unclipped = OnPolicyDistillConfig(output_dir="unused", policy_loss_fn="importance_sampling", **CPU)
-    assert unclipped.build_policy_loss().name == "importance_sampling"
+    assert unclipped.components.policy_loss.name == "importance_sampling"
     assert (
         "teacher_model_name_or_path" in OnPolicyDistillConfig.__doc__
         and "reward_weight" in OnPolicyDistillConfig.__doc__

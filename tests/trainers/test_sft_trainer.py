@@ -86,14 +86,14 @@ def test_config_fields_and_losses():
 
     args = SFTConfig(output_dir="unused", **CPU)
     assert (args.sft_loss_fn, args.cutoff_prob, args.loss_agg_mode, args.loss_type) == ("sft", 1.0, "token-mean", "nll")
-    assert type(args.build_policy_loss()) is SFTLoss
+    assert type(args.components.policy_loss) is SFTLoss
     assert "loss_type" not in args.to_dict()  # TRL's selector was not given: the dict re-loads without it
     saved = json.loads(json.dumps(args.to_dict()))
     assert SFTConfig(output_dir="unused", **CPU, sft_loss_fn=saved["sft_loss_fn"]).loss_type == "nll"
     phi = SFTConfig(
         output_dir="unused", sft_loss_fn="sft_phi", cutoff_prob=0.5, loss_agg_mode="seq-mean-token-mean", **CPU
     )
-    loss = phi.build_policy_loss()
+    loss = phi.components.policy_loss
     assert type(loss) is SFTPhiLoss and (loss.cutoff_prob, loss.loss_agg_mode) == (0.5, "seq-mean-token-mean")
     assert phi.loss_type == "nll"  # what TRL's own code reads (it only checks nll / dft)
 
@@ -102,7 +102,7 @@ def test_config_fields_and_losses():
 def test_trl_loss_type_selects_the_same_loss(loss_type, expected):
     with pytest.warns(FutureWarning) if loss_type == "chunked_nll" else contextlib.nullcontext():
         args = SFTConfig(output_dir="unused", loss_type=loss_type, **CPU)
-    assert type(args.build_policy_loss()) is expected and args.loss_type in ("nll", "dft")
+    assert type(args.components.policy_loss) is expected and args.loss_type in ("nll", "dft")
     assert args.to_dict()["loss_type"] == args.loss_type  # given: kept
     saved = json.loads(json.dumps(args.to_dict()))  # the loss fields of the logged dict re-load
     again = SFTConfig(output_dir="unused", **CPU, **{k: saved[k] for k in ("loss_type", "sft_loss_fn", "cutoff_prob")})
@@ -115,10 +115,10 @@ def test_command_line_flags():
     parser = trl.TrlParser((SFTConfig,))
     flags = ["--output_dir", "unused", "--use_cpu", "--bf16", "false", "--report_to", "none"]
     (args,) = parser.parse_args_into_dataclasses([*flags, "--sft_loss_fn", "sft_phi", "--cutoff_prob", "0.9"])
-    loss = args.build_policy_loss()
+    loss = args.components.policy_loss
     assert type(loss) is SFTPhiLoss and loss.cutoff_prob == 0.9 and args.loss_type == "nll"
     (args,) = parser.parse_args_into_dataclasses([*flags, "--loss_type", "dft"])  # a TRL command line
-    assert args.sft_loss_fn == "sft_is" and type(args.build_policy_loss()) is SFTISLoss
+    assert args.sft_loss_fn == "sft_is" and type(args.components.policy_loss) is SFTISLoss
     with pytest.raises(ValueError, match=r"loss_type='dft'.*sft_loss_fn='sft'"):
         parser.parse_args_into_dataclasses([*flags, "--loss_type", "dft", "--sft_loss_fn", "sft"])
 

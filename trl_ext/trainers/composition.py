@@ -1,11 +1,17 @@
 """Resolving the parts of a composition: the policy loss (`policy_loss_fn`), the advantage function (`advantage_fn`),
 the KL term (`kl_loss_fn`, `beta`), the KL penalty on the rewards (`kl_penalty_fn`) and the entropy bonus
-(`entropy_loss_fn`), each built from the config's fields and its `*_args` dict (`ComposedComponents`).
+(`entropy_loss_fn`), each built from the config's fields and its `*_args` dict (`ComposedComponents`), all together
+into the config's one `Components` object (`trl_ext.trainers.resolved`).
 
 A part left to the algorithm takes every field of its arguments; a part composed in its place (`policy_loss_fn="sapo"`
-on a PPOConfig, ...) takes only the fields the user set that it has, and its `*_args`. Each part is built once when the
-config is made, so that a bad argument is a ValueError naming the config class and its field, and the parts are
-checked to get every input the family's trainer provides (`_check_pairing`).
+on a PPOConfig, ...) takes only the fields the user set that it has, and its `*_args`. The parts are built once, when
+the config is made (`resolve_components`), so that a bad argument is a ValueError naming the config class and its
+field; they are checked to get every input the family's trainer provides (`_check_pairing`), and the trainer trains
+a copy of the same object.
+
+The path from a field to its loss: `SAPOConfig(tau_pos=1.5)` → `resolve_components` → `_build_policy_loss` →
+`composed_kwargs("policy_loss_fn")` (the fields of the loss's `Argument` specs, `policy_loss_fn_args`) →
+`get_policy_loss("sapo", tau_pos=1.5, ...)`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from ..losses.trl_grpo import TRLGRPOLoss
 from ..losses.trl_grpo import aggregation as trl_loss_aggregation
 from .arguments import config_arguments, config_renames, passed_arguments, set_arguments
 from .config_fields import build_named, check_kwargs
+from .resolved import Components, ResolvedComponents
 from .trl_loss_fields import TRL_LOSS_FIELDS, plain_value
 
 COMPONENT_REGISTRIES = {"policy_loss_fn": POLICY_LOSSES, "advantage_fn": ADVANTAGE_FNS}
@@ -30,10 +37,29 @@ KL_PENALTY_DEFAULTS: dict[str, Any] = {"adaptive": False, "kl_coef": 0.001}
 """The reference's `kl_penalty_fn_args` when none are given (Trinity-RFT's `KLFn.default_args()`)."""
 
 
-class ComposedComponents:
+class ComposedComponents(ResolvedComponents):
     """Mixin of `GRPOFamilyConfig`: the trained parts, the algorithm's or composed in their place, checked and built
-    from the config's fields (`CompositionArguments`, the KL and entropy fields, the algorithm's own arguments). The
-    family configs override what their trainers train differently (MIX's rollout loss, distillation's dense term)."""
+    from the config's fields (`CompositionArguments`, the KL and entropy fields, the algorithm's own arguments) into
+    `components`. The family configs override what their trainers train differently (MIX's rollout loss,
+    distillation's dense term)."""
+
+    def resolve_components(self) -> Components:
+        """The parts from the current fields. The KL term is aggregated as the policy loss is, and so is the entropy
+        bonus (Trinity-RFT), except with TRL's own loss: TRL's token mean."""
+        policy_loss = self._build_policy_loss()
+        if self.uses_trl_loss:
+            loss_agg_mode, entropy_loss_agg_mode = trl_loss_aggregation(self.loss_type), "token-mean"
+        else:
+            loss_agg_mode = entropy_loss_agg_mode = getattr(policy_loss, "loss_agg_mode", "token-mean")
+        return Components(
+            policy_loss=policy_loss,
+            advantage_fn=self._build_advantage_fn(),
+            kl_fn=self._build_kl_fn(),
+            kl_penalty_fn=self._build_kl_penalty_fn(),
+            entropy_fn=self._build_entropy_fn(),
+            loss_agg_mode=loss_agg_mode,
+            entropy_loss_agg_mode=entropy_loss_agg_mode,
+        )
 
     def _check_composition_fields(self) -> None:
         """`policy_loss_fn` / `advantage_fn` name registered components, the `*_args` fields are dicts (parsed from
@@ -58,12 +84,11 @@ class ComposedComponents:
         """The composed parts can train together in this family's trainer: each gets every input it needs (a
         `ValueError` names the part, the input and who provides it)."""
         family = get_algorithm(self.algorithm).family
-        loss = self.build_policy_loss()
+        loss, advantage = self.components.policy_loss, self.components.advantage_fn
         needed = required_inputs(loss)
         if getattr(loss, "rollout_loss", None) is not None:  # MIX with another rollout loss: what that one needs too
             needed += required_inputs(loss.rollout_loss)
         parts = [("policy_loss_fn", self.policy_loss_name, needed, family.loss_inputs)]
-        advantage = self.build_advantage_fn()
         if advantage is not None:
             parts.append(("advantage_fn", self.advantage_fn_name, advantage.needed_inputs(), family.advantage_inputs))
         for kind, name, needed, provided in parts:
@@ -178,7 +203,7 @@ class ComposedComponents:
             return {name: plain_value(getattr(self, name)) for name in TRL_LOSS_FIELDS}
         return self.composed_kwargs("policy_loss_fn")
 
-    def build_policy_loss(self):
+    def _build_policy_loss(self):
         if self.uses_trl_loss:
             return self._named(lambda: TRLGRPOLoss(**self.policy_loss_kwargs()), "TRL's loss")
         name, kwargs = self.policy_loss_name, self.policy_loss_kwargs()
@@ -195,7 +220,7 @@ class ComposedComponents:
                 kwargs["std_cal_level"] = scale
         return kwargs
 
-    def build_advantage_fn(self):
+    def _build_advantage_fn(self):
         name = self.advantage_fn_name
         if name is None:
             return None
@@ -203,12 +228,12 @@ class ComposedComponents:
         kwargs = self.advantage_kwargs()
         return self._named(lambda: get_advantage_fn(name, **kwargs), "advantage function", renames)
 
-    def build_kl_fn(self):
+    def _build_kl_fn(self):
         name = self.kl_loss_fn if self.beta != 0 else "none"
         kwargs = {"kl_coef": self.beta, **passed_arguments(self, KLFn)}
         return self._named(lambda: get_kl_fn(name, **kwargs), "KL", {"beta": "kl_coef", **config_renames(KLFn)})
 
-    def build_kl_penalty_fn(self):
+    def _build_kl_penalty_fn(self):
         """The KL penalty on the rewards (`kl_penalty_fn`, its arguments `kl_penalty_fn_args`), or None."""
         if self.kl_penalty_fn == "none":
             return None
@@ -226,7 +251,7 @@ class ComposedComponents:
             {f"kl_penalty_fn_args[{k!r}]": k for k in KLFn.default_args()},
         )
 
-    def build_entropy_fn(self):
+    def _build_entropy_fn(self):
         return self._named(lambda: get_entropy_fn(self.entropy_loss_fn, entropy_coef=self.entropy_coef), "entropy")
 
     def composition(self) -> dict[str, str]:
@@ -253,16 +278,3 @@ class ComposedComponents:
         given = getattr(self, f"{kind}_args", None) or {}
         text = name + (" (" + ", ".join(f"{k}={v!r}" for k, v in given.items()) + ")" if given else "")
         return text if name == own or self.uses_trl_loss else f"{text}, composed (the algorithm's: {own})"
-
-    @property
-    def aggregation(self) -> str:
-        """The `loss_agg_mode` of the KL term: the policy loss's."""
-        if self.uses_trl_loss:
-            return trl_loss_aggregation(self.loss_type)
-        return getattr(self.build_policy_loss(), "loss_agg_mode", "token-mean")
-
-    @property
-    def entropy_aggregation(self) -> str:
-        """The `loss_agg_mode` of the entropy bonus: the policy loss's (Trinity-RFT), or TRL's token mean with
-        TRL's own loss."""
-        return "token-mean" if self.uses_trl_loss else self.aggregation

@@ -62,7 +62,7 @@ class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
             )
 
     def _check_group_size(self) -> None:
-        advantage = self.build_advantage_fn()
+        advantage = self.components.advantage_fn
         if self.num_generations == 1 and getattr(advantage, "uses_groups", True):
             raise ValueError(
                 f"{type(self).__name__}: num_generations=1 gives every prompt a group of one, but advantage_fn="

@@ -22,10 +22,11 @@ from ..losses.kl import KL_FNS
 from .arguments import DPOKLArguments, is_documented_default
 from .config_fields import build_named, document_parameters, resolve_kl_coefficient
 from .devices import check_hardware
+from .resolved import Components, ResolvedComponents
 
 
 @dataclass
-class DPOConfig(DPOKLArguments, TRLDPOConfig):
+class DPOConfig(ResolvedComponents, DPOKLArguments, TRLDPOConfig):
     r"""
     Configuration of [`trl_ext.DPOTrainer`]: the preference losses of `trl.DPOTrainer` (Direct Preference
     Optimization, Rafailov et al. 2023, arXiv 2305.18290, and its variants) plus Trinity-RFT's KL term
@@ -68,8 +69,9 @@ class DPOConfig(DPOKLArguments, TRLDPOConfig):
         check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))
         check_number(owner, "kl_coef", self.kl_coef, ge=0)
         self.kl_coef = self._resolve_kl_coef(owner)
-        self.build_policy_loss()  # a bad loss option fails here, naming the field
-        self.build_kl_fn()
+        # Built before TRL's checks, so that a bad loss option fails naming the field (TRL's own message is vaguer);
+        # the fields TRL then normalizes make the trainer build the parts once more, from the final values.
+        _ = self.components
         super().__post_init__()
         check_hardware(self)
 
@@ -88,14 +90,15 @@ class DPOConfig(DPOKLArguments, TRLDPOConfig):
             coef = 0.0
         return coef
 
-    def build_policy_loss(self) -> TRLDPOLoss:
-        """The trainer's loss, from the fields of its arguments (same names as TRL's fields)."""
+    def resolve_components(self) -> Components:
+        """The trainer's loss, from the fields of its arguments (same names as TRL's fields), and the KL term."""
+        owner = type(self).__name__
         kwargs = {name: getattr(self, name) for name in TRLDPOLoss.default_args()}
-        return build_named(type(self).__name__, "policy loss", partial(TRLDPOLoss, **kwargs))
-
-    def build_kl_fn(self):
-        name = self.kl_loss_fn if self.kl_coef != 0 else "none"
-        return build_named(type(self).__name__, "KL", partial(get_kl_fn, name, kl_coef=self.kl_coef))
+        kl_name = self.kl_loss_fn if self.kl_coef != 0 else "none"
+        return Components(
+            policy_loss=build_named(owner, "policy loss", partial(TRLDPOLoss, **kwargs)),
+            kl_fn=build_named(owner, "KL", partial(get_kl_fn, kl_name, kl_coef=self.kl_coef)),
+        )
 
 
 document_parameters(DPOConfig, TRLDPOConfig, "Every other parameter is `trl.DPOConfig`'s.")

@@ -95,8 +95,8 @@ class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
         args = trainer_config(owner, model, args, self.config_class, "dpo")
         super().__init__(model, ref_model, args, *posargs, **kwargs)
         self.algorithm = "dpo"
-        self.policy_loss_fn = args.build_policy_loss()
-        self.kl_fn = args.build_kl_fn()
+        components = args.components.for_trainer()
+        self.policy_loss_fn, self.kl_fn = components.policy_loss, components.kl_fn
 
     # ---- optimizer-window normalization ----------------------------------------------------------------------
 

@@ -221,21 +221,17 @@ class GRPOFamilyConfig(TRLLossFields, ComposedComponents, CompositionArguments, 
                 "entropy bonus, or leave the entropy bonus off"
             )
         self._check_scale_rewards()
+        super().__post_init__()
         if self.algorithm:
-            # Build every component once so that a bad argument fails here, naming the config field.
-            self.build_policy_loss()
-            self.build_advantage_fn()
-            self.build_kl_fn()
-            self.build_entropy_fn()
-            self.build_kl_penalty_fn()
+            # The parts are built here, once, from the final fields: a bad argument fails now, naming its field.
             self._check_pairing()
-            if self.turns_as_samples and not self.aggregation.startswith("seq-mean"):
+            aggregation = self.components.loss_agg_mode
+            if self.turns_as_samples and not aggregation.startswith("seq-mean"):
                 raise ValueError(
                     f"{owner}: turns_as_samples=True changes only the seq-mean-* aggregations, but loss_agg_mode is "
-                    f"{self.aggregation!r} (every token weighs the same, turn or completion); choose a seq-mean-* "
+                    f"{aggregation!r} (every token weighs the same, turn or completion); choose a seq-mean-* "
                     "loss_agg_mode or leave turns_as_samples=False"
                 )
-        super().__post_init__()
         check_hardware(self)
 
     def use_toy_task(self) -> None:

@@ -123,7 +123,8 @@ class GRPOFamilyTrainer(GRPOScoring, AlgorithmModelCard, WindowNormalization, Mu
                 if not environment:
                     _check_prompt_column(type(self).__name__, split if key is None else f"{split}[{key!r}]", data)
 
-        if "reward_baselines" in args.build_advantage_fn().needed_inputs():
+        components = args.components.for_trainer()
+        if "reward_baselines" in components.advantage_fn.needed_inputs():
             for name in ("rollout_func", "tools", "environment_factory"):
                 if kwargs.get(name):
                     raise ValueError(
@@ -145,14 +146,14 @@ class GRPOFamilyTrainer(GRPOScoring, AlgorithmModelCard, WindowNormalization, Mu
         self.beta = beta
 
         self.algorithm = algorithm
-        self.policy_loss_fn = args.build_policy_loss()
-        self.advantage_fn = args.build_advantage_fn()
-        self.kl_penalty_fn = args.build_kl_penalty_fn()
-        self.kl_fn = args.build_kl_fn()
-        self.entropy_fn = args.build_entropy_fn()
+        self.policy_loss_fn = components.policy_loss
+        self.advantage_fn = components.advantage_fn
+        self.kl_penalty_fn = components.kl_penalty_fn
+        self.kl_fn = components.kl_fn
+        self.entropy_fn = components.entropy_fn
+        self.loss_agg_mode = components.loss_agg_mode
+        self.entropy_loss_agg_mode = components.entropy_loss_agg_mode
         self.rollout_correction = args.build_rollout_correction()
-        self.loss_agg_mode = args.aggregation
-        self.entropy_loss_agg_mode = args.entropy_aggregation
         self._gathered_rewards: torch.Tensor | None = None
         self._window_batches: list[Any] | None = None  # the raw batches of the next optimizer window
         self._window_queue: list[dict[str, Any]] = []  # its prepared micro-batches, with the window's counts

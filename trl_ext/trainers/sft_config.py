@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 from trl import SFTConfig as TRLSFTConfig
 
 from .._validation import check_choice, check_number
-from ..losses import get_policy_loss
-from ..losses.base import LOSS_AGG_MODES, PolicyLoss
+from ..losses import get_kl_fn, get_policy_loss
+from ..losses.base import LOSS_AGG_MODES
 from ..losses.sft import SFTLoss, SFTPhiLoss
 from .arguments import _DocumentedDefaultStr, config_field, documented_default, is_documented_default
 from .config_fields import build_named, document_parameters
 from .devices import check_hardware
+from .resolved import Components, ResolvedComponents
 
 SFT_LOSS_FNS = ("sft", "sft_is", "sft_phi")
 """The supervised losses an `SFTConfig` can select (`sft_loss_fn`)."""
@@ -45,7 +46,7 @@ class _UnsetChoice(_DocumentedDefaultStr):
 
 
 @dataclass
-class SFTConfig(TRLSFTConfig):
+class SFTConfig(ResolvedComponents, TRLSFTConfig):
     r"""
     Configuration of [`trl_ext.SFTTrainer`]: supervised fine-tuning with `trl.SFTTrainer`'s data pipeline and one of
     Trinity-RFT's supervised losses, normalized over the optimizer window (all micro-batches of one optimizer step, on
@@ -118,8 +119,8 @@ class SFTConfig(TRLSFTConfig):
                 "computes label smoothing from the full [B, T, V] logits (an extra forward pass), while "
                 f"sft_loss_fn={self.sft_loss_fn!r} is computed on the fused LM head's per-token log-probs"
             )
-        self.build_policy_loss()  # the loss's own checks (cutoff_prob in (0, 1]) fail here, naming the config
         super().__post_init__()
+        _ = self.components  # built once, here, from the final fields: the loss's checks (cutoff_prob) fail now
         check_hardware(self)
 
     def _resolve_loss_type(self, owner: str) -> None:
@@ -167,13 +168,12 @@ class SFTConfig(TRLSFTConfig):
         """The `trl_ext.losses` name of the loss this config trains (the model card names it)."""
         return str(self.sft_loss_fn)
 
-    def build_policy_loss(self) -> PolicyLoss:
+    def resolve_components(self) -> Components:
         """The trainer's loss: `sft_loss_fn` built with its arguments (a bad value is a ValueError naming the
-        config)."""
+        config). SFT has no KL term."""
         name = str(self.sft_loss_fn)
-        return build_named(
-            type(self).__name__, "policy loss", partial(get_policy_loss, name, **self.policy_loss_kwargs())
-        )
+        build = partial(get_policy_loss, name, **self.policy_loss_kwargs())
+        return Components(policy_loss=build_named(type(self).__name__, "policy loss", build), kl_fn=get_kl_fn("none"))
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

@@ -36,7 +36,7 @@ from transformers import TrainingArguments
 from trl.data_utils import get_dataset_column_names
 
 from ..components import MEAN, SHARE
-from ..losses import aggregate_loss, get_kl_fn
+from ..losses import aggregate_loss
 from .config_conversion import trainer_config
 from .model_card import AlgorithmModelCard
 from .sft_config import SFTConfig
@@ -158,8 +158,8 @@ class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
                     f"shard count; train with {kind}_size=1 (or use trl.SFTTrainer)"
                 )
         self.algorithm = "sft"
-        self.policy_loss_fn = args.build_policy_loss()
-        self.kl_fn = get_kl_fn("none")  # SFT has no KL term
+        components = args.components.for_trainer()
+        self.policy_loss_fn, self.kl_fn = components.policy_loss, components.kl_fn
 
     # ---- optimizer-window normalization ----------------------------------------------------------------------
 
