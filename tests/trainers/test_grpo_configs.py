@@ -160,4 +160,4 @@ def test_recipes_parse_into_their_config(path):
         recipe = yaml.safe_load(f)
     for key, value in recipe.items():
         assert getattr(config, key) == value, key
-    config.components.policy_loss
+    assert config.components.policy_loss.name in trl_ext.losses.POLICY_LOSSES  # the recipe builds its loss
