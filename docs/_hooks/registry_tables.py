@@ -228,7 +228,7 @@ def entropy_terms() -> str:
 
 def aggregation_modes() -> str:
     from trl_ext.losses import LOSS_AGG_MODES
-    from trl_ext.losses.base import LOSS_AGG_HELP
+    from trl_ext.losses.aggregation import LOSS_AGG_HELP
 
     return f"`loss_agg_mode` is one of {', '.join(f'`{m}`' for m in LOSS_AGG_MODES)}. {LOSS_AGG_HELP}"
 

@@ -1,4 +1,4 @@
-"""The inputs of the losses, the KL and entropy terms and `aggregate_loss` (`trl_ext.losses.base`, rules 1-5).
+"""The inputs of the losses, the KL and entropy terms and `aggregate_loss` (`trl_ext.losses.inputs`, rules 1-5).
 
 1. Inputs are declared (`PolicyLoss.inputs()`); documented batch keys a loss does not read are ignored, any
    other keyword is a ValueError naming it.
@@ -26,10 +26,11 @@ from trl_ext.losses import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
     aggregate_loss,
-    base,
     get_entropy_fn,
     get_kl_fn,
     get_policy_loss,
+    inputs,
+    masked_batch,
 )
 from trl_ext.losses import m2po as m2po_module
 
@@ -163,7 +164,7 @@ EXPECTED_INPUTS = {
 
 
 def test_batch_inputs_vocabulary():
-    assert base.BATCH_INPUTS == (
+    assert inputs.BATCH_INPUTS == (
         "logprob",
         "old_logprob",
         "ref_logprob",
@@ -177,7 +178,7 @@ def test_batch_inputs_vocabulary():
         "expert_valid_toks",
         "expert_valid_seqs",
     )
-    assert base.WINDOW_INPUTS == _WINDOW
+    assert inputs.WINDOW_INPUTS == _WINDOW
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
@@ -187,7 +188,7 @@ def test_inputs_literal(name):
     assert get_policy_loss(name).inputs() == EXPECTED_INPUTS[name]  # on an instance too
     # every input is a documented batch key, or the optional importance-sampling correction, which a trainer hands
     # only to a loss that declares it (an undeclared one stays an unknown-input error)
-    assert set(cls.inputs()) <= {*base.BATCH_INPUTS, "importance_sampling_ratio"}
+    assert set(cls.inputs()) <= {*inputs.BATCH_INPUTS, "importance_sampling_ratio"}
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
@@ -240,7 +241,7 @@ def test_exactly_the_declared_inputs_give_the_same_loss(name, kwargs):
     are ignored."""
     fn = build(name, **kwargs)
     batch = full_batch()
-    assert set(batch) == set(base.BATCH_INPUTS)
+    assert set(batch) == set(inputs.BATCH_INPUTS)
     loss_all, metrics_all, _ = call(fn, batch)
     loss_own, metrics_own, _ = call(fn, {k: batch[k] for k in fn.inputs() if k in batch})
     assert torch.isfinite(loss_all)
@@ -438,8 +439,8 @@ def test_a_number_mask_multiplies_and_selects_only_when_an_input_is_not_finite(n
     batch = full_batch() if name.startswith("mix") else make_batch()
     want, want_metrics = fn(**batch)
     selects = []
-    real_select = base._Select.apply
-    monkeypatch.setattr(base._Select, "apply", lambda *a: selects.append(1) or real_select(*a))
+    real_select = masked_batch._Select.apply
+    monkeypatch.setattr(masked_batch._Select, "apply", lambda *a: selects.append(1) or real_select(*a))
     number = {**batch, "action_mask": batch["action_mask"].to(batch["logprob"].dtype)}
     got, got_metrics = fn(**number)
     assert torch.equal(got, want)

@@ -49,7 +49,7 @@ import torch
 
 from .._validation import required_inputs
 from ..losses import WINDOW_INPUTS, PolicyLoss, get_policy_loss
-from ..losses.base import Metrics, check_window_input
+from ..losses.inputs import Metrics, check_window_input
 
 __all__ = ["DATA_KEYS", "REFUSED", "LossInputType", "LossType", "NeMoRLLoss", "as_loss_function"]
 

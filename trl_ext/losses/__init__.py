@@ -7,7 +7,7 @@ Pure torch: importing this package needs nothing but torch.
     loss, metrics = fn(logprob=lp, old_logprob=olp, action_mask=m, advantages=adv)
 
 `fn.inputs()` lists the keywords a loss reads; the input rules (unknown keywords, masks, empty batches,
-non-finite values) are in `trl_ext.losses.base`. The critic's loss of PPO is a plain function,
+non-finite values) are in `trl_ext.losses.inputs`. The critic's loss of PPO is a plain function,
 `clipped_value_loss(vpreds, values, returns, response_mask, cliprange_value)` (with `explained_variance`, in
 `trl_ext.losses.value`).
 """
@@ -16,18 +16,8 @@ import importlib
 import pkgutil
 
 from ..components import MAX, MEAN, MIN, SHARE, Argument
-from .base import (
-    BATCH_INPUTS,
-    EPS,
-    LOSS_AGG_MODES,
-    POLICY_LOSSES,
-    WINDOW_INPUTS,
-    MaskedBatch,
-    PolicyLoss,
-    aggregate_loss,
-    get_policy_loss,
-    register_policy_loss,
-)
+from .aggregation import EPS, LOSS_AGG_MODES
+from .base import POLICY_LOSSES, PolicyLoss, get_policy_loss, register_policy_loss
 from .cispo import CISPOPolicyLoss
 from .cov import ClipCovPolicyLoss, KLCovPolicyLoss
 from .dpo import DPOLoss, TRLDPOLoss
@@ -38,8 +28,10 @@ from .gmpo import GMPOPolicyLoss
 from .gpg import GPGPolicyLoss
 from .gspo import GSPOPolicyLoss
 from .importance_sampling import ImportanceSamplingLoss
+from .inputs import BATCH_INPUTS, WINDOW_INPUTS
 from .kl import KL_FNS, KLFn, get_kl_fn
 from .m2po import M2POPolicyLoss, m2po_mask
+from .masked_batch import MaskedBatch, aggregate_loss
 from .mix import MIXCHORDPolicyLoss, MIXPolicyLoss, mu_schedule
 from .opmd import OPMDPolicyLoss
 from .ppo import PPOPolicyLoss

@@ -19,7 +19,8 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss
+from .inputs import Metrics
 
 
 @register_policy_loss("cispo")

@@ -51,15 +51,10 @@ from typing import Any, ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import (
-    EPS,
-    MaskedBatch,
-    Metrics,
-    PolicyLoss,
-    loss_agg_mode_argument,
-    register_policy_loss,
-    resolve_clip_range,
-)
+from .aggregation import EPS
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .inputs import Metrics
+from .masked_batch import MaskedBatch
 
 
 class _CovPolicyLoss(PolicyLoss):

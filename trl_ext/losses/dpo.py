@@ -78,7 +78,9 @@ import torch
 import torch.nn.functional as F
 
 from ..components import MEAN, SHARE, Argument
-from .base import MaskedBatch, Metrics, PolicyLoss, check_window_input, register_policy_loss
+from .base import PolicyLoss, register_policy_loss
+from .inputs import Metrics, check_window_input
+from .masked_batch import MaskedBatch
 
 DPO_LOSS_TYPES = (
     "sigmoid",

@@ -32,13 +32,8 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import (
-    Metrics,
-    PolicyLoss,
-    loss_agg_mode_argument,
-    register_policy_loss,
-    resolve_clip_range,
-)
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .inputs import Metrics
 
 BINARY_KL_EPS = 1e-8
 """The ε inside the log of the binary KL (verl's)."""

@@ -10,7 +10,7 @@ the bonus from the loss (maximizing entropy for a positive coefficient), as the 
 
 Metric: `entropy_loss` = agg(entropy) (unscaled).
 
-Inputs follow the losses' rules (`trl_ext.losses.base`): `inputs()` lists what a term reads, the other
+Inputs follow the losses' rules (`trl_ext.losses.inputs`): `inputs()` lists what a term reads, the other
 documented batch keys are ignored and any other keyword is a ValueError; a non-bool `action_mask` must hold
 only 0 and 1 (one device sync: pass a bool mask to skip the check); NaN / ±inf in `entropy` at a valid
 position make the bonus NaN, at masked positions they are ignored.
@@ -22,18 +22,12 @@ from typing import Any, ClassVar
 
 import torch
 
+from .._validation import declared_inputs
 from ..components import SHARE, Argument, Component, Registry
-from .base import (
-    WINDOW_INPUTS,
-    Metrics,
-    check_inputs,
-    check_loss_agg_mode,
-    check_window_inputs,
-    declared_inputs,
-    masked_batch,
-    multiplying_number_masks,
-    part_windows,
-)
+from .aggregation import check_loss_agg_mode, part_windows
+from .inputs import WINDOW_INPUTS, Metrics, check_inputs, check_window_inputs
+from .masked_batch import masked_batch
+from .number_masks import multiplying_number_masks
 
 
 class EntropyFn(Component):

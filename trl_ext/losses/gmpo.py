@@ -32,7 +32,9 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import EPS, Metrics, PolicyLoss, register_policy_loss, resolve_clip_range
+from .aggregation import EPS
+from .base import PolicyLoss, register_policy_loss, resolve_clip_range
+from .inputs import Metrics
 
 LOG_WEIGHT_EPS = 1e-10
 """verl's ε in the log of the importance-sampling correction: log(w + 1e-10)."""

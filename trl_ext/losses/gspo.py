@@ -22,7 +22,8 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .inputs import Metrics
 
 PAPER_CLIP_RANGE_LOW = 3e-4
 PAPER_CLIP_RANGE_HIGH = 4e-4

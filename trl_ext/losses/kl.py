@@ -27,19 +27,12 @@ from typing import Any, ClassVar
 
 import torch
 
+from .._validation import declared_inputs
 from ..components import MEAN, SHARE, Argument, Component, Registry
-from .base import (
-    LOSS_AGG_MODES,
-    WINDOW_INPUTS,
-    MaskedBatch,
-    Metrics,
-    check_inputs,
-    check_loss_agg_mode,
-    declared_inputs,
-    masked_batch,
-    multiplying_number_masks,
-    scalar,
-)
+from .aggregation import LOSS_AGG_MODES, check_loss_agg_mode
+from .inputs import WINDOW_INPUTS, Metrics, check_inputs, scalar
+from .masked_batch import MaskedBatch, masked_batch
+from .number_masks import multiplying_number_masks
 
 
 class KLFn(Component):

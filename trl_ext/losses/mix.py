@@ -59,22 +59,10 @@ import torch
 
 from .._validation import check_number, declared_inputs
 from ..components import MEAN, SHARE, Argument
-from .base import (
-    EPS,
-    EXPERT_WINDOW_INPUTS,
-    LOSS_AGG_MODES,
-    WINDOW_INPUTS,
-    Metrics,
-    PolicyLoss,
-    check_float,
-    check_window_inputs,
-    loss_agg_mode_argument,
-    part_windows,
-    register_policy_loss,
-    resolve_clip_range,
-    scalar,
-)
+from .aggregation import EPS, LOSS_AGG_MODES, part_windows
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
 from .dpo import DPOLoss
+from .inputs import EXPERT_WINDOW_INPUTS, WINDOW_INPUTS, Metrics, check_float, check_window_inputs, scalar
 from .ppo import SEQUENCE_MASKING_METRICS, PPOPolicyLoss
 from .sft import SFTLoss, SFTPhiLoss
 

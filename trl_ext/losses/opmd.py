@@ -17,7 +17,8 @@ from typing import ClassVar
 import torch
 
 from ..components import SHARE, Argument
-from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss
+from .inputs import Metrics
 
 
 @register_policy_loss("opmd")

@@ -23,7 +23,8 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .inputs import Metrics
 
 SEQUENCE_MASKING_METRICS = {"seq_mask/masked_tokens": MEAN, "seq_mask/mean_sequence_kl": MEAN}
 """The metrics PPO adds with `enable_sequence_masking`."""

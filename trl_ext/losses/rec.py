@@ -29,7 +29,8 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, register_policy_loss
+from .base import PolicyLoss, register_policy_loss
+from .inputs import Metrics
 
 CLIP_MODES = ("none", "one-side", "two-side", "ring", "gspo-one-side")
 WEIGHTS = ("none", "importance_sampling", "gspo_importance_sampling", "advantage")

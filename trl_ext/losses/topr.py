@@ -18,7 +18,8 @@ from typing import ClassVar
 import torch
 
 from ..components import MEAN, SHARE, Argument
-from .base import Metrics, PolicyLoss, loss_agg_mode_argument, register_policy_loss, scalar
+from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss
+from .inputs import Metrics, scalar
 
 
 @register_policy_loss("topr")

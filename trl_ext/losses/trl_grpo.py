@@ -41,7 +41,9 @@ from typing import ClassVar
 import torch
 
 from ..components import MAX, MEAN, MIN, Argument
-from .base import MaskedBatch, Metrics, PolicyLoss, check_float
+from .base import PolicyLoss
+from .inputs import Metrics, check_float
+from .masked_batch import MaskedBatch
 
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
 """TRL 1.16's `loss_type` values."""

@@ -16,7 +16,7 @@ Metrics, verl's definitions (detached 0-dim tensors, no host sync): `vf_loss` (t
 
 `explained_variance(values, returns, mask)` is verl's `critic/vf_explained_var` metric.
 
-Inputs follow the loss rules of `trl_ext.losses.base`: `[B, T]` floating-point tensors, a bool or 0/1 mask,
+Inputs follow the loss rules of `trl_ext.losses.inputs`: `[B, T]` floating-point tensors, a bool or 0/1 mask,
 masked positions selected away before any arithmetic (NaN / inf there reach neither the loss nor the gradient),
 NaN / inf at a valid position make the loss NaN, an empty batch gives 0.
 """
@@ -30,7 +30,9 @@ from typing import Any
 import torch
 
 from ..components import MEAN, SHARE
-from .base import WINDOW_INPUTS, MaskedBatch, Metrics, bool_mask, check_inputs, check_loss_agg_mode
+from .aggregation import check_loss_agg_mode
+from .inputs import WINDOW_INPUTS, Metrics, bool_mask, check_inputs
+from .masked_batch import MaskedBatch
 
 OWNER = "clipped_value_loss"
 

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ..losses.base import bool_mask, check_float
+from ..losses.inputs import bool_mask, check_float
 
 SAFETY_BOUND = 20.0
 """verl's bound on a log ratio before it is exponentiated (exp(20) ≈ 4.9e8)."""

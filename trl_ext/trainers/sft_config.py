@@ -16,7 +16,7 @@ from trl import SFTConfig as TRLSFTConfig
 
 from .._validation import check_choice, check_number
 from ..losses import get_kl_fn, get_policy_loss
-from ..losses.base import LOSS_AGG_MODES
+from ..losses.aggregation import LOSS_AGG_MODES
 from ..losses.sft import SFTLoss, SFTPhiLoss
 from .arguments import _DocumentedDefaultStr, config_field, documented_default, is_documented_default
 from .config_fields import build_named, document_parameters

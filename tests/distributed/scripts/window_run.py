@@ -29,7 +29,7 @@ from datasets import Dataset  # noqa: E402
 
 import trl_ext  # noqa: E402
 from trl_ext.losses import get_policy_loss  # noqa: E402
-from trl_ext.losses.base import LOSS_AGG_MODES  # noqa: E402
+from trl_ext.losses.aggregation import LOSS_AGG_MODES  # noqa: E402
 
 GROUP = 4
 PROMPTS = 4  # 16 completions per optimizer window
