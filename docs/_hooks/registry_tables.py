@@ -272,15 +272,19 @@ def _api_blocks(which: int) -> str:
         seen.add(cls)
         options = f"heading_level: 2\n      show_root_full_path: false\n      members: {members}"
         blocks.append(f"::: {cls.__module__}.{cls.__name__}\n    options:\n      {options}\n")
+        if which == 0:  # a config's parameters: their help is stated once, in the specs (not in the class statement)
+            blocks.append(settings(spec.name) + "\n")
     return "\n".join(blocks)
 
 
-def modules(package: str) -> str:
-    """One API block (`:::`) per module of `trl_ext.<package>` (its registry's members; `base` is rendered apart)."""
+def modules(package: str, apart: str = "base") -> str:
+    """One API block (`:::`) per module of `trl_ext.<package>` but those rendered apart on the page (`apart`,
+    comma-separated module names: `<!-- registry: modules losses apart=base,kl -->`)."""
     import pkgutil
 
     pkg = importlib.import_module(f"trl_ext.{package}")
-    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name != "base")
+    skipped = set(apart.split(","))
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name not in skipped)
     return "\n".join(f"::: trl_ext.{package}.{name}\n    options:\n      heading_level: 3\n" for name in names)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from trl import DPOConfig as TRLDPOConfig
 from trl import SFTConfig as TRLSFTConfig
 
-from .classes import algorithm_class_names, algorithm_classes
+from .classes import algorithm_class_names, algorithm_classes, document_written_classes
 from .critic_config import CriticFamilyConfig
 from .critic_trainer import CriticFamilyTrainer
 from .distill_config import DistillFamilyConfig
@@ -36,6 +36,7 @@ register_family_classes("distill", DistillFamilyConfig, DistillFamilyTrainer, se
 register_family_classes("critic", CriticFamilyConfig, CriticFamilyTrainer, settings_base=GRPOFamilyConfig)
 register_family_classes("dpo", DPOConfig, DPOTrainer, settings_base=TRLDPOConfig)
 register_family_classes("sft", SFTConfig, SFTTrainer, settings_base=TRLSFTConfig)
+document_written_classes()
 
 __all__ = [
     "DPOConfig",

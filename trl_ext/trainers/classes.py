@@ -53,15 +53,30 @@ def _paragraph(text: str, indent: str = "    ") -> list[str]:
     return wrap.wrap(text)
 
 
-def config_docstring(spec: AlgorithmSpec) -> str:
-    """The config's docstring: what the algorithm is, its paper and details, then its own parameters (the fields it
-    has beyond the family's shared settings, `settings_base`) with their types, defaults and help."""
+def config_summary(spec: AlgorithmSpec) -> list[str]:
+    """The first paragraph of the config's docstring: what the algorithm is, its paper and details."""
     _, trainer_name = spec.class_names
     cited = f" Paper: {spec.paper}." if spec.paper else ""
     intro = f"Configuration of [`{trainer_name}`]: {spec.description}{cited}"
     if spec.details:
         intro += f" {spec.details}"
-    lines = ["", *_paragraph(intro), "", "    Parameters specific to this algorithm:", ""]
+    return ["", *_paragraph(intro)]
+
+
+def written_config_docstring(spec: AlgorithmSpec) -> str:
+    """The docstring of a config's class statement (`grpo_algorithms.py`): the summary only. Each parameter's help is
+    stated once, in its `Argument` spec; `document_written_classes` completes the docstring when the package loads."""
+    closing = (
+        "Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; "
+        "the documentation renders them as a table)."
+    )
+    return "\n".join([*config_summary(spec), "", *_paragraph(closing), ""]) + "    "
+
+
+def config_docstring(spec: AlgorithmSpec) -> str:
+    """The config's docstring: what the algorithm is, its paper and details, then its own parameters (the fields it
+    has beyond the family's shared settings, `settings_base`) with their types, defaults and help."""
+    lines = [*config_summary(spec), "", "    Parameters specific to this algorithm:", ""]
     classes = get_family_classes(spec.trainer)
     shared = {f.name for f in dataclasses.fields(classes.settings_base)}
     own = {name: (kind, value) for name, kind, value in algorithm_fields(spec.name)}
@@ -111,6 +126,15 @@ def build_classes(spec: AlgorithmSpec) -> tuple[type, type]:
     )  # fmt: skip
     globals().update({config_name: config, trainer_name: trainer})  # where pickle finds them (checkpoints)
     return config, trainer
+
+
+def document_written_classes() -> None:
+    """Give each class statement of `grpo_algorithms.py` its full docstring (`config_docstring`), once the families'
+    classes are registered: the written file states no help text, so that each is stated once."""
+    for spec in ALGORITHMS.values():
+        if spec.has_trainer and spec.family.per_algorithm_classes:
+            config_name, _ = spec.class_names
+            getattr(grpo_algorithms, config_name).__doc__ = config_docstring(spec)
 
 
 @cache
