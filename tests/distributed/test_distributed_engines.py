@@ -43,7 +43,7 @@ from trainer_helpers import free_port
 import trl_ext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "tests", "scripts", "window_run.py")
+SCRIPT = os.path.join(ROOT, "tests", "distributed", "scripts", "window_run.py")
 ALGORITHMS, KEYS = WINDOW_ALGORITHMS, WINDOW_KEYS  # critic PPO's critic is a second engine beside the policy's
 ENGINES = {"zero2": 2, "zero3": 3}  # name -> ZeRO stage; config configs/accelerate/deepspeed_<name>_cpu.yaml
 
