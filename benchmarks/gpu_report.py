@@ -1,12 +1,15 @@
 """Step time, tokens per second and peak CUDA memory of trl_ext's trainers against TRL's, at a realistic shape.
 
-Run (from the repository root, on one GPU; about 9 minutes on an H100 before the `distillation` rows, which run four
-trainers, replaced the two-trainer `on_policy_distill` row: not yet timed)::
+Run (from the repository root, on one GPU; every row at the defaults has not been timed yet: seven of the rows, 4
+rounds x 4 steps, took about 9 minutes on an H100)::
 
     python benchmarks/gpu_report.py                       # writes gpu_report.md
-    python benchmarks/gpu_report.py --rows sapo,grpo --rounds 6 --output report.md
+    python benchmarks/gpu_report.py --rows sapo,grpo --rounds 6 --output report.md --json report.json
     python benchmarks/gpu_report.py --rows distillation   # trl.DistillationTrainer against teacher_top_k 0, 64, -1
     python benchmarks/gpu_report.py --shape tiny          # CPU or GPU, a few seconds per run: checks the script
+
+`benchmarks/gpu_check.sh` runs every row at a budget (`--rounds 2 --steps 1 --time-limit`) after the GPU test suite,
+in at most 8 minutes.
 
 Shape (`--shape 0.5b`, the default): a randomly initialized Qwen2-architecture model with Qwen2.5-0.5B's
 dimensions (hidden 896, 24 layers, 14 heads / 2 KV heads, MLP 4864, vocabulary 151,936, tied embeddings: 494M
@@ -28,8 +31,8 @@ Rows (trl_ext / TRL, in one process, interleaved: each round runs every row's tw
 first):
 
 * `sapo`, `cispo`, `gspo`, `grpo`: the trl_ext trainer against `trl.GRPOTrainer` with the equivalent `loss_type`
-  (`benchmarks/trainers.py`'s mapping, checked update by update in `tests/test_trl_parity.py`). Targets: step time
-  and peak memory <= 1.00x TRL.
+  (`benchmarks/trainers.py`'s mapping, checked update by update in `tests/trainers/test_trl_parity.py`). Targets:
+  step time and peak memory <= 1.00x TRL.
 * `mix_chord`: `MIXCHORDTrainer` (its default share of expert demonstrations, of the same lengths, in every batch)
   against `trl.GRPOTrainer` (`dapo`) on the same batch. TRL has no such algorithm; the ratio is what the expert rows
   cost over plain GRPO.
@@ -51,6 +54,9 @@ first):
   values), critic (its values at generation, its value-loss forward and backward, its optimizer step) and policy (the
   rest of the step: the policy's forward, backward and optimizer step), each part timed with CUDA synchronized at its
   ends (in this row only).
+* `multi_turn`: trl_ext's `GiGPOTrainer` against `trl.GRPOTrainer` on the toy tool-using agent
+  (`trl_ext.toy_agent`, TRL's `environment_factory`), both sampling their episodes through TRL's tool loop: what
+  the per-turn advantages cost. Its model is the toy agent's at every shape (see `gpu_agent.py`).
 
 Before the rounds, every trainer runs once untimed on the same batches (Triton compiles its log-prob kernel for each
 new sequence length, cuBLAS and attention pick kernels per shape). Order still matters: on an H100 the first trainer
@@ -65,15 +71,21 @@ included). Medians over all measured steps of all rounds, with a 95% bootstrap i
 holds 1.00 does not differ from TRL's in that run. Below the table, each row's targets and whether this run meets
 them (a time ratio whose interval holds the target is reported as not told apart from it). The script exits 0
 whatever the numbers: it is a report.
+
+The Markdown (`--output`) and, with `--json`, the same figures as JSON (`gpu_figures.row_figures` per row, the
+settings and versions) are written after every round, so a run stopped from outside keeps its finished rounds. With
+`--time-limit S`, a row group's runs of a round start only if they fit in S seconds from the start (estimated from
+that group's previous pass): the rows it leaves out of a round have fewer rounds (`runs` in the JSON), and a row
+with none is listed as not measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -95,7 +107,11 @@ from datasets import Dataset  # noqa: E402
 import trl_ext  # noqa: E402
 from trl_ext import toy  # noqa: E402
 
+# The sibling modules in benchmarks/ (ratio_interval is unused here: tests import it from this module, its old home)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_agent import make_agent_trainer  # noqa: E402
+from gpu_figures import part_lines, ratio_interval, row_figures, table, target_lines  # noqa: E402, F401
+from gpu_meters import PartMeter, StepMeter, count_tokens  # noqa: E402
 from trainers import EQUIVALENT  # noqa: E402
 
 SHAPES: dict[str, dict[str, Any]] = {
@@ -110,12 +126,15 @@ SHAPES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 GENERATIONS = 8
 GRPO_ROWS = ("sapo", "cispo", "gspo", "grpo")
-ROWS = (*GRPO_ROWS, "mix_chord", "distillation", "dpo", "ppo")
+ROWS = (*GRPO_ROWS, "mix_chord", "distillation", "dpo", "ppo", "multi_turn")
 # The `distillation` row's sub-rows: OnPolicyDistillTrainer's teacher_top_k (each against TRL's runs)
 DISTILL_TOP_K = {"distillation[k=0]": 0, "distillation[k=64]": 64, "distillation[k=-1]": -1}
 DISTILL_GENERATIONS = 2  # trl_ext's completions per prompt in the distillation rows (TRL's GRPO machinery needs >= 2)
 # row: (step time ratio, peak memory ratio) at most; rows not named here have no target
 TARGETS = {**{row: (1.00, 1.00) for row in GRPO_ROWS}, "distillation[k=64]": (0.80, 0.50)}
+NOTES = {"mix_chord": "against plain GRPO: TRL has no MIX-CHORD"}  # after "no target" in the row's target line
+PART_ROWS = ("ppo",)  # the rows whose step is broken down into parts (the breakdown adds CUDA synchronizations)
+PART_NAMES = {"ppo": ("critic PPO", "trl_ext GRPO")}  # the two sides in a row's table of parts
 
 
 def table_rows(selected: list[str]) -> list[str]:
@@ -200,104 +219,6 @@ def _letters(lengths: tuple[int, int], rng: torch.Generator) -> str:
     return " " + " ".join(toy.LETTERS[int(i)] for i in torch.randint(0, len(toy.LETTERS), (n,), generator=rng))
 
 
-class StepMeter(transformers.TrainerCallback):
-    """Wall time of each optimizer step after `warmup` (CUDA synchronized) and the peak CUDA memory over them."""
-
-    def __init__(self, warmup: int, cuda: bool) -> None:
-        self.warmup, self.cuda = warmup, cuda
-        self.times: list[float] = []
-        self.peak = 0.0
-        self.measuring = False
-
-    def _sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._sync()
-        self.measuring = state.global_step >= self.warmup
-        if self.measuring and self.cuda and state.global_step == self.warmup:
-            torch.cuda.reset_peak_memory_stats()
-        self.start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self._sync()
-        if self.measuring:
-            self.times.append(time.perf_counter() - self.start)
-            if self.cuda:
-                self.peak = torch.cuda.max_memory_allocated() / 2**30
-
-
-PARTS = {  # a part of the step: the trainer methods whose time is its own (a call's nested timed calls excluded)
-    "generation": ("_generate_and_score_completions",),
-    "critic": ("_old_values", "_add_trainer_terms", "_step_critic"),
-}
-PART_ROWS = ("ppo",)  # the rows whose step is broken down into parts (the breakdown adds CUDA synchronizations)
-
-
-class PartMeter:
-    """The time of each part (`PARTS`) in every measured step, and the policy's: the rest of the step."""
-
-    def __init__(self, trainer: Any, meter: StepMeter) -> None:
-        self.meter = meter
-        self.per_step: list[dict[str, float]] = []
-        self.current = dict.fromkeys(PARTS, 0.0)
-        self.nested: list[float] = []  # per open timed call: the time of the timed calls inside it
-        for part, methods in PARTS.items():
-            for name in methods:
-                if hasattr(trainer, name):
-                    setattr(trainer, name, self._timed(part, getattr(trainer, name)))
-        trainer.add_callback(self)
-
-    def _timed(self, part: str, method):
-        def timed(*args, **kwargs):
-            self.meter._sync()
-            start = time.perf_counter()
-            self.nested.append(0.0)
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self.meter._sync()
-                total = time.perf_counter() - start
-                inside = self.nested.pop()
-                if self.nested:
-                    self.nested[-1] += total
-                if self.meter.measuring:
-                    self.current[part] += total - inside
-
-        return timed
-
-    # the callback's hooks: the meter's callback runs first (it was added first), so its step time is there
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.meter.measuring:
-            parts = dict(self.current)
-            parts["policy"] = self.meter.times[-1] - sum(parts.values())
-            self.per_step.append(parts)
-        self.current = dict.fromkeys(PARTS, 0.0)
-
-    def __getattr__(self, name: str):  # every other TrainerCallback hook: nothing
-        if name.startswith("on_"):
-            return lambda *args, **kwargs: None
-        raise AttributeError(name)
-
-
-def count_tokens(trainer: Any, meter: StepMeter) -> list[torch.Tensor]:
-    """Wrap `compute_loss` to add up the tokens (attention mask) of every measured micro-batch."""
-    counted: list[torch.Tensor] = []
-    compute_loss = trainer.compute_loss
-
-    def counting(model, inputs, *args, **kwargs):
-        if meter.measuring and model.training:
-            if "attention_mask" in inputs:  # DPO: chosen and rejected rows
-                counted.append(inputs["attention_mask"].sum())
-            else:
-                counted.append(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-        return compute_loss(model, inputs, *args, **kwargs)
-
-    trainer.compute_loss = counting
-    return counted
-
-
 def make_trainer(
     row: str, kind: str, paths: dict[str, str], shape: dict[str, Any], args: argparse.Namespace, steps: int
 ):
@@ -307,6 +228,8 @@ def make_trainer(
         gradient_accumulation_steps=shape["accumulation"], max_steps=steps, logging_steps=1, learning_rate=1e-6,
         report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
     )  # fmt: skip
+    if row == "multi_turn":
+        return make_agent_trainer(kind, paths["out"], steps, cuda)
     tokenizer = transformers.AutoTokenizer.from_pretrained(paths["model"])
     if row == "dpo":
         rng = torch.Generator().manual_seed(0)
@@ -439,141 +362,18 @@ def run(row: str, kind: str, paths: dict[str, str], shape: dict[str, Any], args:
     return result
 
 
-def ratio_interval(ours: list[float], theirs: list[float], resamples: int = 2000) -> tuple[float, float]:
-    """A 95% bootstrap interval of median(ours) / median(theirs), resampling the step times of each side: a ratio
-    whose interval holds 1.00 is not told apart from TRL's by this run."""
-    rng = random.Random(0)
-    ratios = sorted(
-        statistics.median(rng.choices(ours, k=len(ours))) / statistics.median(rng.choices(theirs, k=len(theirs)))
-        for _ in range(resamples)
-    )
-    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+def measured_figures(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> dict[str, dict[str, Any]]:
+    """`gpu_figures.row_figures` of every row measured so far (a row group's runs of a round run all or none)."""
+    return {
+        row: row_figures(results[row, "trl_ext"], results[baseline(row), "trl"], TARGETS.get(row))
+        for row in rows
+        if (row, "trl_ext") in results
+    }
 
 
-def figures(runs: list[dict]) -> tuple[list[float], float, float]:
-    """The step times of all runs, tokens per second over them, and the peak memory (GiB) over them."""
-    times = [t for r in runs for t in r["times"]]
-    rate = sum(r["tokens"] for r in runs) / sum(sum(r["times"]) for r in runs)
-    return times, rate, max(r["peak"] for r in runs)
-
-
-def sides(results: dict[tuple[str, str], list[dict]], row: str) -> tuple[tuple, tuple]:
-    """`figures` of a table row's trl_ext runs and of its TRL runs (shared by the distillation sub-rows)."""
-    return figures(results[row, "trl_ext"]), figures(results[baseline(row), "trl"])
-
-
-def table(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[str]:
-    lines = [
-        "| row | step s trl_ext | step s TRL | time ratio | 95% interval | tokens/s trl_ext | tokens/s TRL "
-        "| tokens/s ratio | peak GiB trl_ext | peak GiB TRL | memory ratio |",
-        "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        (t1, r1, p1), (t2, r2, p2) = sides(results, row)
-        s1, s2 = statistics.median(t1), statistics.median(t2)
-        low, high = ratio_interval(t1, t2)
-        peaks = f"{p1:.2f} | {p2:.2f} | {p1 / p2:.3f}" if p2 else "n/a | n/a | n/a"  # no CUDA allocator
-        lines.append(
-            f"| {row} | {s1:.3f} | {s2:.3f} | {s1 / s2:.3f} | {low:.2f}-{high:.2f} | {r1:,.0f} | {r2:,.0f} "
-            f"| {r1 / r2:.3f} | {peaks} |"
-        )
-    return lines
-
-
-def target_lines(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[str]:
-    """Each row's time and memory ratios against its targets (`TARGETS`), or without a target. The time target is met
-    when the whole 95% interval of the ratio lies at or below it, missed when the whole interval lies above it."""
-    lines = ["Targets (ratios trl_ext / TRL):", ""]
-    for row in rows:
-        (t1, _, p1), (t2, _, p2) = sides(results, row)
-        ratio = statistics.median(t1) / statistics.median(t2)
-        low, high = ratio_interval(t1, t2)
-        time = f"step time {ratio:.3f} (95% interval {low:.2f}-{high:.2f})"
-        memory = f"peak memory {p1 / p2:.3f}" if p2 else "peak memory n/a (no CUDA allocator)"
-        if row not in TARGETS:
-            against = " (against plain GRPO: TRL has no MIX-CHORD)" if row == "mix_chord" else ""
-            lines.append(f"- {row}: {time}, {memory}: no target{against}")
-            continue
-        time_target, memory_target = TARGETS[row]
-        time_verdict = "met" if high <= time_target else "missed" if low > time_target else "not told apart"
-        memory_verdict = ("met" if p1 / p2 <= memory_target else "missed") if p2 else "not measured"
-        lines.append(
-            f"- {row}: {time}, target <= {time_target:.2f}: {time_verdict}; {memory}, target <= "
-            f"{memory_target:.2f}: {memory_verdict}"
-        )
-    return lines
-
-
-def part_lines(results: dict[tuple[str, str], list[dict]], rows: list[str]) -> list[str]:
-    """For each row broken down into parts: the median seconds of each part per step, both sides."""
-    lines = []
-    for row in rows:
-        if row not in PART_ROWS:
-            continue
-        ours, theirs = ([p for r in results[row, kind] for p in r["parts"]] for kind in ("trl_ext", "trl"))
-        names = {"ppo": ("critic PPO", "trl_ext GRPO")}.get(row, ("trl_ext", "TRL"))
-        lines += [f"Step parts of `{row}` (median seconds per step):", ""]
-        lines += [f"| part | {names[0]} | {names[1]} | difference |", "|---|---:|---:|---:|"]
-        for part in (*PARTS, "policy"):
-            a, b = (statistics.median(p[part] for p in side) for side in (ours, theirs))
-            lines.append(f"| {part} | {a:.3f} | {b:.3f} | {a - b:+.3f} |")
-        lines.append("")
-    return lines
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
-    choices = (*ROWS, *DISTILL_TOP_K)
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(choices)}")
-    parser.add_argument("--rounds", type=int, default=4, help="even: each trainer of a row goes first equally often")
-    parser.add_argument("--steps", type=int, default=4, help="measured optimizer steps per run")
-    parser.add_argument("--warmup", type=int, default=1, help="optimizer steps per run before measuring")
-    parser.add_argument("--output", default="gpu_report.md")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args()
-    selected = args.rows.split(",")
-    unknown = sorted(set(selected) - set(choices))
-    if unknown:
-        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
-    rows = table_rows(selected)
-    groups = measured_groups(rows)
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    shape = SHAPES[args.shape]
-    began = time.perf_counter()
-    results: dict[tuple[str, str], list[dict]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = toy.build_tokenizer()
-        tokenizer.model_max_length = 4096
-        paths = {name: os.path.join(tmp, name) for name in ("model", "teacher", "out")}
-        parameters = build_model(shape, tokenizer, paths["model"], 0, args.device)
-        if any(baseline(row) == "distillation" for row in rows):  # the teacher: same shape, another seed
-            build_model(shape, tokenizer, paths["teacher"], 1, args.device)
-        # Untimed: one whole run of each trainer on the same batches, so that no measured run pays a one-time cost
-        # (Triton kernel compilation for each new sequence length, cuBLAS and attention kernel selection for these
-        # shapes, allocator growth): without it the first trainer of each row measured up to 1.6x slower.
-        for group in groups:
-            for row, kind in group:
-                run(row, kind, paths, shape, args)
-        print(f"warm-up done (elapsed {time.perf_counter() - began:.0f} s)", flush=True)
-        for round_index in range(args.rounds):
-            for group in groups:
-                for row, kind in group if round_index % 2 == 0 else reversed(group):
-                    result = run(row, kind, paths, shape, args)
-                    results.setdefault((row, kind), []).append(result)
-                    print(
-                        f"round {round_index} {row:<20} {kind:<8} median step {statistics.median(result['times']):.3f}"
-                        f" s, peak {result['peak']:.2f} GiB, run {result['wall']:.1f} s "
-                        f"(elapsed {time.perf_counter() - began:.0f} s); steps "
-                        + " ".join(f"{t:.3f}" for t in result["times"]),
-                        flush=True,
-                    )
-    device = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
-    header = [
-        f"# trl_ext vs TRL on {device}",
-        "",
+def description(args: argparse.Namespace, shape: dict[str, Any], parameters: int) -> str:
+    """The paragraph under the report's title: the shape, the settings, the versions and what each row compares."""
+    return (
         f"Shape `{args.shape}`: Qwen2 architecture, {parameters / 1e6:.0f}M parameters (hidden {shape['hidden']}, "
         f"{shape['layers']} layers, vocabulary {shape['vocab']:,}), {'bf16' if args.device == 'cuda' else 'fp32'}; "
         f"{GENERATIONS} generations per prompt, prompts {shape['prompt'][0]}-{shape['prompt'][1]} tokens, "
@@ -586,14 +386,136 @@ def main() -> None:
         f"`trl.DistillationTrainer(beta=1)` on the same completions, {shape['micro_batch'] * shape['accumulation']} "
         f"prompts x 1 completion per step (trl_ext: {DISTILL_GENERATIONS} completions per prompt, same number of "
         "completions), teacher: a second model of the same shape; ppo (critic PPO) runs against trl_ext's GRPO on "
-        "the same completions (TRL has no PPO): the ratio is what the critic costs.",
-        "",
-    ]
-    text = "\n".join([*header, *table(results, rows), "", *part_lines(results, rows), *target_lines(results, rows), ""])
-    print(text)
+        "the same completions (TRL has no PPO): the ratio is what the critic costs; multi_turn runs GiGPO against "
+        "`trl.GRPOTrainer` on the toy tool-using agent (its own 113k-parameter Qwen3 at every shape, 8 prompts x 8 "
+        "episodes per step, sampled through TRL's tool loop): the ratio is what the per-turn advantages cost."
+    )
+
+
+def write_report(
+    args: argparse.Namespace,
+    meta: dict[str, Any],
+    figures: dict[str, dict[str, Any]],
+    rows: list[str],
+) -> str:
+    """Write the Markdown report (and the JSON with `--json`) of the rows measured so far; the Markdown text."""
+    not_measured = [row for row in rows if row not in figures]
+    fewer = [f"{row} {f['trl_ext']['runs']}" for row, f in figures.items() if f["trl_ext"]["runs"] < args.rounds]
+    notes = []
+    if fewer:
+        notes.append(f"Fewer rounds than {args.rounds} (--time-limit): " + ", ".join(fewer) + ".")
+    if not_measured:
+        notes.append("Not measured (--time-limit): " + ", ".join(not_measured) + ".")
+    text = "\n".join(
+        [
+            f"# trl_ext vs TRL on {meta['device']}",
+            "",
+            meta["description"],
+            "",
+            *table(figures),
+            "",
+            *[line for note in notes for line in (note, "")],
+            *part_lines(figures, PART_NAMES),
+            *target_lines(figures, NOTES),
+            "",
+        ]
+    )
     with open(args.output, "w") as f:
         f.write(text)
-    print(f"written to {args.output} ({time.perf_counter() - began:.0f} s in all)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**meta, "rows": figures, "not_measured": not_measured}, f, indent=1)
+    return text
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    choices = (*ROWS, *DISTILL_TOP_K)
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(choices)}")
+    parser.add_argument("--rounds", type=int, default=4, help="even: each trainer of a row goes first equally often")
+    parser.add_argument("--steps", type=int, default=4, help="measured optimizer steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="optimizer steps per run before measuring")
+    parser.add_argument("--output", default="gpu_report.md", help="the Markdown report")
+    parser.add_argument("--json", help="also write the figures as JSON to this path")
+    parser.add_argument("--time-limit", type=float, help="seconds: start no row group's round that would end later")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    unknown = sorted(set(args.rows.split(",")) - set(choices))
+    if unknown:
+        parser.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+    if args.rounds < 1 or args.steps < 1:
+        parser.error(f"--rounds and --steps: at least 1 (got {args.rounds} and {args.steps})")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    rows = table_rows(args.rows.split(","))
+    groups = measured_groups(rows)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    shape = SHAPES[args.shape]
+    began = time.perf_counter()
+    deadline = began + args.time_limit if args.time_limit is not None else math.inf
+    results: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = toy.build_tokenizer()
+        tokenizer.model_max_length = 4096
+        paths = {name: os.path.join(tmp, name) for name in ("model", "teacher", "out")}
+        parameters = build_model(shape, tokenizer, paths["model"], 0, args.device)
+        if any(baseline(row) == "distillation" for row in rows):  # the teacher: same shape, another seed
+            build_model(shape, tokenizer, paths["teacher"], 1, args.device)
+        meta: dict[str, Any] = {
+            "device": torch.cuda.get_device_name() if args.device == "cuda" else "CPU",
+            "description": description(args, shape, parameters),
+            "settings": {
+                "shape": args.shape, **shape, "parameters": parameters, "generations": GENERATIONS,
+                "rows": rows, "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup,
+                "time_limit_s": args.time_limit,
+            },
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "trl": trl.__version__, "trl_ext": trl_ext.__version__},
+            "left_out": [],  # per round: the rows --time-limit left out of it
+        }  # fmt: skip
+        # Untimed: one whole run of each trainer on the same batches, so that no measured run pays a one-time cost
+        # (Triton kernel compilation for each new sequence length, cuBLAS and attention kernel selection for these
+        # shapes, allocator growth): without it the first trainer of each row measured up to 1.6x slower. Each
+        # group's pass also times it, for --time-limit.
+        last_pass: list[float] = []
+        for group in groups:
+            start = time.perf_counter()
+            for row, kind in group:
+                run(row, kind, paths, shape, args)
+            last_pass.append(time.perf_counter() - start)
+        print(f"warm-up done (elapsed {time.perf_counter() - began:.0f} s)", flush=True)
+        for round_index in range(args.rounds):
+            left_out: list[str] = []
+            for index, group in enumerate(groups):
+                if time.perf_counter() + last_pass[index] > deadline:
+                    left_out += [row for row, kind in group if kind == "trl_ext"]
+                    continue
+                start = time.perf_counter()
+                for row, kind in group if round_index % 2 == 0 else reversed(group):
+                    result = run(row, kind, paths, shape, args)
+                    results.setdefault((row, kind), []).append(result)
+                    print(
+                        f"round {round_index} {row:<20} {kind:<8} median step {statistics.median(result['times']):.3f}"
+                        f" s, peak {result['peak']:.2f} GiB, run {result['wall']:.1f} s "
+                        f"(elapsed {time.perf_counter() - began:.0f} s); steps "
+                        + " ".join(f"{t:.3f}" for t in result["times"]),
+                        flush=True,
+                    )
+                last_pass[index] = time.perf_counter() - start
+            if left_out:
+                print(f"round {round_index}: --time-limit left out {', '.join(left_out)}", flush=True)
+                meta["left_out"].append({"round": round_index, "rows": left_out})
+            meta["elapsed_s"] = time.perf_counter() - began
+            text = write_report(args, meta, measured_figures(results, rows), rows)
+    print(text)
+    written = args.output + (f" and {args.json}" if args.json else "")
+    print(f"written to {written} ({time.perf_counter() - began:.0f} s in all)")
 
 
 if __name__ == "__main__":

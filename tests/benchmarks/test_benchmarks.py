@@ -37,24 +37,6 @@ def test_learning_curves_write_the_plot_and_numbers(toy_cache, tiny_teacher, tmp
     assert os.path.getsize(out_prefix + ".png") > 10_000
 
 
-def test_gpu_report_ppo_row_measures_the_critic_against_grpo(toy_cache, tmp_path):
-    """The `ppo` row at the tiny shape (CPU): trl_ext.PPOTrainer against trl_ext's GRPOTrainer on the same
-    completions; a real ratio of two measured medians, and the header says what the other side is."""
-    output = tmp_path / "report.md"
-    _run("gpu_report.py", "--shape", "tiny", "--rows", "ppo", "--rounds", "2", "--steps", "2", "--warmup", "1",
-         "--output", str(output))  # fmt: skip
-    text = output.read_text()
-    (row,) = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ppo")]
-    assert 0.5 < float(row[3]) < 5.0
-    assert "ppo (critic PPO) runs against trl_ext's GRPO" in text
-    # The step broken down: only critic PPO spends time in a critic, and both sides generate and train a policy.
-    parts = {line.split("|")[1].strip(): [float(x) for x in line.split("|")[2:4]] for line in text.splitlines()
-             if line.startswith(("| generation", "| critic", "| policy"))}  # fmt: skip
-    assert set(parts) == {"generation", "critic", "policy"}
-    assert parts["critic"][0] > 0.0 and parts["critic"][1] < 0.1 * parts["critic"][0]
-    assert all(side > 0 for part in ("generation", "policy") for side in parts[part])
-
-
 def test_multi_turn_comparison_writes_the_plot_and_numbers(toy_cache, tiny_agent, tmp_path):
     out_prefix = str(tmp_path / "multi_turn")
     out = _run("multi_turn.py", "--trainers", "trl_grpo,gigpo", "--seeds", "0", "--steps", "6", "--out", out_prefix)
@@ -65,64 +47,6 @@ def test_multi_turn_comparison_writes_the_plot_and_numbers(toy_cache, tiny_agent
     # Same seed, same model: the first step's rollouts are the same for both trainers.
     assert runs["gigpo"][0]["reward"][0] == runs["trl_grpo"][0]["reward"][0]
     assert os.path.getsize(out_prefix + ".png") > 10_000
-
-
-def test_gpu_report_runs_at_the_tiny_shape(toy_cache, tmp_path):
-    """The GPU report's whole path (warm-up runs, interleaved rounds, the table) at its CPU-sized shape."""
-    output = tmp_path / "report.md"
-    _run(
-        "gpu_report.py",
-        "--shape",
-        "tiny",
-        "--rows",
-        "sapo,dpo",
-        "--rounds",
-        "2",
-        "--steps",
-        "2",
-        "--output",
-        str(output),
-    )
-    rows = [line.split("|")[1:-1] for line in output.read_text().splitlines() if line.startswith(("| sapo", "| dpo"))]
-    assert [cells[0].strip() for cells in rows] == ["sapo", "dpo"]
-    for cells in rows:
-        ours, theirs, ratio = (float(cells[i]) for i in (1, 2, 3))
-        assert abs(ratio - ours / theirs) < 0.01  # the ratio is of the two measured medians
-        low, high = map(float, cells[4].split("-"))
-        assert low <= ratio <= high
-
-
-def test_gpu_report_distillation_rows_share_trls_runs(toy_cache, tmp_path):
-    """The `distillation` row at the tiny shape: trl.DistillationTrainer and OnPolicyDistillTrainer at teacher_top_k
-    0, 64 and -1 train (same completions, fixed), each sub-row against the same TRL runs, with k=64's targets."""
-    output = tmp_path / "report.md"
-    _run("gpu_report.py", "--shape", "tiny", "--rows", "distillation", "--rounds", "2", "--steps", "1",
-         "--output", str(output))  # fmt: skip
-    text = output.read_text()
-    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| distillation")]
-    names = ["distillation[k=0]", "distillation[k=64]", "distillation[k=-1]"]
-    assert [cells[0].strip() for cells in rows] == names
-    assert len({cells[2] for cells in rows}) == 1  # one TRL measurement for the three sub-rows
-    for cells in rows:
-        ours, theirs, ratio = (float(cells[i]) for i in (1, 2, 3))
-        assert abs(ratio - ours / theirs) < 0.01
-    targets = {line.split(":")[0][2:]: line for line in text.splitlines() if line.startswith("- distillation")}
-    assert set(targets) == set(names)
-    assert "target <= 0.80" in targets["distillation[k=64]"] and "target <= 0.50" in targets["distillation[k=64]"]
-    assert targets["distillation[k=0]"].endswith("no target") and targets["distillation[k=-1]"].endswith("no target")
-
-
-def test_ratio_interval_brackets_the_ratio():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    try:
-        from gpu_report import ratio_interval
-    finally:
-        sys.path.pop(0)
-    theirs = [1.0 + 0.01 * i for i in range(20)]
-    assert ratio_interval([2 * t for t in theirs], theirs)[0] > 1.8  # twice as slow: the interval excludes 1
-    low, high = ratio_interval(theirs, theirs)
-    assert low < 1.0 < high and high - low < 0.3
-    assert ratio_interval([3.0] * 5, [1.5] * 5) == (2.0, 2.0)
 
 
 def test_distillation_benchmark_prints_held_out_rewards_and_the_gaps(toy_cache, tiny_teacher, tmp_path):
