@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from trainer_helpers import CPU, cpu_config, logged, toy_trainer, train_update
 
 import trl_ext
@@ -42,10 +43,17 @@ def test_remax_baseline_is_a_greedy_completions_reward(tiny_model, tmp_path):
     assert max(u.abs().max().item() for u in update.values()) > 0
 
 
-def test_remax_refuses_what_cannot_make_a_greedy_completion(tiny_model, tmp_path):
+def test_remax_refuses_what_cannot_make_a_greedy_completion(tiny_model, tmp_path, monkeypatch):
+    # 12 rows per generation, whole groups of 4 on one process: accepted (TRL sets steps_per_generation = 2)
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="remax", per_device_train_batch_size=6,
+                        num_generations=4, generation_batch_size=12)  # fmt: skip
+    assert config.steps_per_generation == 2
+    # the same 12 rows over 2 processes: 6 rows each, a group split across them
+    monkeypatch.setattr(transformers.TrainingArguments, "world_size", property(lambda self: 2))
     with pytest.raises(ValueError, match=r"each process's 6 rows .* must be whole groups of num_generations=4"):
         cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="remax", per_device_train_batch_size=6,
-                   num_generations=3 + 1, generation_batch_size=12)  # fmt: skip
+                   num_generations=4, generation_batch_size=12)  # fmt: skip
+    monkeypatch.undo()
     config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="remax")
     with pytest.raises(ValueError, match=r"advantage_fn='remax' .* cannot be made with rollout_func"):
         trl_ext.GRPOTrainer(model=tiny_model, reward_funcs=lambda completions, **_: [0.0] * len(completions),
