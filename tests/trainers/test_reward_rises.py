@@ -1,5 +1,10 @@
 """Every GRPO-family algorithm learns the toy task: the logged reward clearly rises within a short run on the
-tiny offline model (`trl_ext.toy.FAST_TRAINING`: 100 steps of 64 completions, about 7 s each)."""
+tiny offline model (`LEARNING_RUN`: the first 60 of `trl_ext.toy.FAST_TRAINING`'s 100 steps of 64 completions, about
+4 s each).
+
+Measured (2026-11-27, seed 0): over those 60 steps the mean of the last five logged rewards exceeds that of the
+first five by 0.35 (raft) to 0.77 (asymre), 0.49 for most algorithms, against the +0.2 asserted; the toy agent's
+40 steps gain 0.53-0.54 against +0.3."""
 
 from __future__ import annotations
 
@@ -11,11 +16,13 @@ from trainer_helpers import CPU, algorithm_classes, logged
 import trl_ext
 from trl_ext.toy import FAST_TRAINING, build_tokenizer, toy_dataset, toy_reward
 
+LEARNING_RUN = {**FAST_TRAINING, "max_steps": 60}
+
 
 @pytest.mark.parametrize("algorithm", list(algorithm_classes("grpo")))
 def test_toy_reward_rises(algorithm, tiny_model, tmp_path):
     spec = trl_ext.get_algorithm(algorithm)
-    args = spec.config_class(output_dir=str(tmp_path), **{**CPU, **FAST_TRAINING})
+    args = spec.config_class(output_dir=str(tmp_path), **{**CPU, **LEARNING_RUN})
     trainer = spec.trainer_class(
         model=tiny_model,
         reward_funcs=toy_reward,
@@ -32,11 +39,11 @@ def test_toy_reward_rises(algorithm, tiny_model, tmp_path):
 @pytest.mark.parametrize("algorithm", ["multi_step_grpo", "gigpo"])
 def test_toy_agent_reward_rises(algorithm, tiny_agent, tmp_path):
     """The multi-turn algorithms on the toy agent (`trl_ext.toy_agent`: look a secret up with a tool, then answer),
-    through TRL's tool loop, 60 steps of `AGENT_TRAINING`: the model learns to look the prompt's box up."""
+    through TRL's tool loop, 40 steps of `AGENT_TRAINING`: the model learns to look the prompt's box up."""
     from trl_ext import toy_agent
 
     spec = trl_ext.get_algorithm(algorithm)
-    args = spec.config_class(output_dir=str(tmp_path), **{**CPU, **toy_agent.AGENT_TRAINING, "max_steps": 60})
+    args = spec.config_class(output_dir=str(tmp_path), **{**CPU, **toy_agent.AGENT_TRAINING, "max_steps": 40})
     trainer = spec.trainer_class(
         model=tiny_agent,
         reward_funcs=toy_agent.lookup_reward,
@@ -52,8 +59,8 @@ def test_toy_agent_reward_rises(algorithm, tiny_agent, tmp_path):
 
 
 def test_ppo_reward_rises(tiny_model, tmp_path):
-    """Critic PPO on the toy task with `FAST_TRAINING`: the value model learns beside the policy, the reward rises."""
-    args = trl_ext.PPOConfig(output_dir=str(tmp_path), **{**CPU, **FAST_TRAINING})
+    """Critic PPO on the toy task with `LEARNING_RUN`: the value model learns beside the policy, the reward rises."""
+    args = trl_ext.PPOConfig(output_dir=str(tmp_path), **{**CPU, **LEARNING_RUN})
     data, tokenizer = toy_dataset(), build_tokenizer()
     trainer = trl_ext.PPOTrainer(
         model=tiny_model, reward_funcs=toy_reward, args=args, train_dataset=data, processing_class=tokenizer
