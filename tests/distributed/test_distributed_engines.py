@@ -72,11 +72,10 @@ def deepspeed() -> None:
     assert result.returncode == 0, "building DeepSpeed's CPU shared-memory op failed:\n" + result.stderr[-3000:]
 
 
-def _window_run(out: str, model: str, teacher: str, batch: int, accumulation: int, algorithms: str, engine=None):
-    command = [sys.executable]
-    if engine is not None:
-        command += ["-m", "accelerate.commands.launch", "--config_file", _config(engine), "--num_processes", "2"]
-        command += ["--main_process_port", str(free_port())]
+def _window_run(out: str, model: str, teacher: str, batch: int, accumulation: int, algorithms: str, engine: str):
+    """The window script on 2 processes under the DeepSpeed `engine` (accelerate launch)."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", _config(engine)]
+    command += ["--num_processes", "2", "--main_process_port", str(free_port())]
     command += [SCRIPT, out, "--model", model, "--teacher", teacher, "--algorithms", algorithms]
     command += ["--batch", str(batch), "--accumulation", str(accumulation)]
     return subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=600)
@@ -88,14 +87,10 @@ def _load(result: subprocess.CompletedProcess, out: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def references(deepspeed, random_tiny_model, tiny_model, tmp_path_factory):
-    """The plain one-process runs: 1 × 1 step with the whole window, 1 × 4 accumulation steps."""
-    tmp = tmp_path_factory.mktemp("engines_reference")
-    runs = {}
-    for split, batch, accumulation in (("1x1", 16, 1), ("1x4", 4, 4)):
-        out = str(tmp / f"{split}.pt")
-        runs[split] = _load(_window_run(out, random_tiny_model, tiny_model, batch, accumulation, ALGORITHMS), out)
-    return runs
+def references(deepspeed, one_process_window_runs) -> dict:
+    """The plain one-process runs (1 × 1 step with the whole window, 1 × 4 accumulation steps), shared with
+    test_window_normalization.py."""
+    return one_process_window_runs
 
 
 @pytest.fixture(scope="module", params=list(ENGINES))

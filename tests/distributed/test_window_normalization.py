@@ -36,7 +36,9 @@ ALGORITHMS += ",ppo:default+shared"
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
-def _run(out, model, teacher, batch, accumulation, processes=1, *extra):
+def run_window_script(out, model, teacher, batch, accumulation, processes=1, *extra):
+    """The window script's results (`scripts/window_run.py`) of every algorithm of `ALGORITHMS`, trained with the given
+    micro-batch, accumulation steps and processes (torchrun, gloo)."""
     launcher = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run"]
     if processes > 1:
         launcher += ["--standalone", "--nproc_per_node", str(processes)]
@@ -49,14 +51,13 @@ def _run(out, model, teacher, batch, accumulation, processes=1, *extra):
 
 
 @pytest.fixture(scope="module")
-def runs(random_tiny_model, tiny_model, tmp_path_factory):
+def runs(one_process_window_runs, random_tiny_model, tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("window")
     model, teacher = random_tiny_model, tiny_model  # the teacher: the pretrained toy model, same tokenizer
     return {
-        "1x4": _run(str(tmp / "a.pt"), model, teacher, 4, 4),
-        "1x1": _run(str(tmp / "b.pt"), model, teacher, 16, 1),
-        "2x2": _run(str(tmp / "c.pt"), model, teacher, 4, 2, 2),
-        "local": _run(str(tmp / "d.pt"), model, teacher, 4, 4, 1, "--local"),
+        **one_process_window_runs,  # "1x1" and "1x4", shared with test_distributed_engines.py
+        "2x2": run_window_script(str(tmp / "c.pt"), model, teacher, 4, 2, 2),
+        "local": run_window_script(str(tmp / "d.pt"), model, teacher, 4, 4, 1, "--local"),
     }
 
 
