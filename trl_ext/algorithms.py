@@ -246,7 +246,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         "paper's. Setting any of TRL's loss fields (`loss_type`, `importance_sampling_level`, `epsilon`, "
         "`epsilon_high`, `delta`, `sapo_temperature_*`, `vespo_*`) trains TRL's own loss instead, exactly (its "
         "advantages, KL estimator `k3` and token-mean entropy bonus included); trl_ext's KL estimators, advantage "
-        "arguments and window normalization still apply."),
+        "arguments and window normalization still apply. TRL's equivalent is `loss_type='dapo'` with "
+        "`loss_agg_mode='token-mean'`."),
     AlgorithmSpec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.",
         Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262"),
         use_reference=True, repeat_times=8,
@@ -295,7 +296,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         use_reference=True, repeat_times=8,
         policy_loss_fn="gspo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
         details="GSPO-token form: the ratio exp(mean_t log r_t) keeps a per-token gradient path, so token-level "
-        "advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence'`."),
+        "advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence', "
+        "epsilon=3e-4, epsilon_high=4e-4`."),
     AlgorithmSpec("sapo", "SAPO: soft, temperature-controlled gate instead of hard clipping.",
         Paper("Soft Adaptive Policy Optimization", "2511.20347"),
         use_reference=True, repeat_times=8,

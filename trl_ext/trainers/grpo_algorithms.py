@@ -125,7 +125,7 @@ class GRPOConfig(GRPOFamilyConfig):
     any of TRL's loss fields (`loss_type`, `importance_sampling_level`, `epsilon`, `epsilon_high`, `delta`,
     `sapo_temperature_*`, `vespo_*`) trains TRL's own loss instead, exactly (its advantages, KL estimator `k3` and
     token-mean entropy bonus included); trl_ext's KL estimators, advantage arguments and window normalization still
-    apply.
+    apply. TRL's equivalent is `loss_type='dapo'` with `loss_agg_mode='token-mean'`.
 
     Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
     documentation renders them as a table).
@@ -379,7 +379,8 @@ class GSPOConfig(GRPOFamilyConfig):
     """
     Configuration of [`GSPOTrainer`]: GSPO: sequence-level (length-normalized) importance ratio. Paper: Group Sequence
     Policy Optimization (arXiv 2507.18071). GSPO-token form: the ratio exp(mean_t log r_t) keeps a per-token gradient
-    path, so token-level advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence'`.
+    path, so token-level advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence',
+    epsilon=3e-4, epsilon_high=4e-4`.
 
     Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
     documentation renders them as a table).
