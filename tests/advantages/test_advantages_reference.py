@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 import torch
-from test_advantages import py_reinforce_pp
+from test_advantages_token import py_reinforce_pp
 
 from trl_ext.advantages import get_advantage_fn
 

@@ -16,8 +16,8 @@ import re
 import pytest
 import torch
 from test_defaults import EXPECTED_DEFAULTS  # literal defaults of every policy loss
-from test_loss_inputs import CASES, build, make_batch
-from test_validation import EXPERT, MASK, B, T
+from test_loss_inputs_declared import CASES, build, make_batch
+from test_validation_masked import EXPERT, MASK, B, T
 
 from trl_ext.losses import (
     ENTROPY_FNS,
