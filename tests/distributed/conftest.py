@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 
@@ -14,7 +16,9 @@ def one_process_window_runs(random_tiny_model, tiny_model, tmp_path_factory) -> 
 
     tmp = tmp_path_factory.mktemp("window_one_process")
     splits = {"1x1": (16, 1), "1x4": (4, 4)}
-    return {
-        split: run_window_script(str(tmp / f"{split}.pt"), random_tiny_model, tiny_model, batch, accumulation)
-        for split, (batch, accumulation) in splits.items()
-    }
+    with ThreadPoolExecutor(len(splits)) as pool:  # two one-thread processes: one core each
+        futures = {
+            split: pool.submit(run_window_script, str(tmp / f"{split}.pt"), random_tiny_model, tiny_model, *sizes)
+            for split, sizes in splits.items()
+        }
+        return {split: future.result() for split, future in futures.items()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -45,12 +46,13 @@ def _run(out, model, batch, accumulation, processes=1, *extra, algorithms=ALGORI
 @pytest.fixture(scope="module")
 def runs(random_tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mix_reference")
-    return {
-        "1x4": _run(str(tmp / "a.pt"), random_tiny_model, 4, 4),
-        "2x2": _run(str(tmp / "b.pt"), random_tiny_model, 4, 2, 2),
-        # the factor does not depend on the rollout loss: one is enough for the control
-        "control": _run(str(tmp / "c.pt"), random_tiny_model, 4, 2, 2, "--no-process-scale", algorithms=CONTROL),
-    }
+    with ThreadPoolExecutor(2) as pool:  # the one-process run beside the first two-process one
+        one = pool.submit(_run, str(tmp / "a.pt"), random_tiny_model, 4, 4)
+        two = pool.submit(_run, str(tmp / "b.pt"), random_tiny_model, 4, 2, 2)
+        runs = {"1x4": one.result(), "2x2": two.result()}
+    # the factor does not depend on the rollout loss: one is enough for the control
+    runs["control"] = _run(str(tmp / "c.pt"), random_tiny_model, 4, 2, 2, "--no-process-scale", algorithms=CONTROL)
+    return runs
 
 
 def _tolerance(run, float_tolerance):

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -54,11 +55,11 @@ def run_window_script(out, model, teacher, batch, accumulation, processes=1, *ex
 def runs(one_process_window_runs, random_tiny_model, tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("window")
     model, teacher = random_tiny_model, tiny_model  # the teacher: the pretrained toy model, same tokenizer
-    return {
-        **one_process_window_runs,  # "1x1" and "1x4", shared with test_distributed_engines.py
-        "2x2": run_window_script(str(tmp / "c.pt"), model, teacher, 4, 2, 2),
-        "local": run_window_script(str(tmp / "d.pt"), model, teacher, 4, 4, 1, "--local"),
-    }
+    with ThreadPoolExecutor(2) as pool:  # the one-process control beside the two-process run
+        two = pool.submit(run_window_script, str(tmp / "c.pt"), model, teacher, 4, 2, 2)
+        local = pool.submit(run_window_script, str(tmp / "d.pt"), model, teacher, 4, 4, 1, "--local")
+        # "1x1" and "1x4" are shared with test_distributed_engines.py
+        return {**one_process_window_runs, "2x2": two.result(), "local": local.result()}
 
 
 KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "reinforceplusplus/default", "raft/default"]

@@ -1,12 +1,10 @@
 """The DPO trainer: trl.DPOTrainer with trl_ext's DPO loss and the KL term (tiny model, CPU). TRL's loss options, one
-by one against trl.DPOTrainer, are in test_dpo_trl_losses.py."""
+by one against trl.DPOTrainer, are in test_dpo_trl_losses.py; 2 processes against 1, in
+tests/distributed/test_dpo_window.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,8 +16,6 @@ import trl_ext
 from trl_ext import DPOConfig, DPOTrainer
 from trl_ext.losses.dpo import TRLDPOLoss
 from trl_ext.toy import build_tokenizer, toy_preference_dataset
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _config(cls, out, **overrides):
@@ -202,36 +198,6 @@ def test_gradient_accumulation_is_normalized_per_pair_over_the_window(random_tin
     trl_split.train()
     pairs = zip(one.model.parameters(), trl_split.model.parameters(), strict=True)
     assert any(not torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in pairs)
-
-
-def test_two_processes_match_one(random_tiny_model, tmp_path, float_tolerance):
-    """2 processes × 2 pairs per step = 1 process × 4 pairs (torchrun, gloo): same update, same window metrics."""
-    script = os.path.join(os.path.dirname(HERE), "distributed", "scripts", "dpo_run.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    outs = {}
-    for name, launcher, batch in [
-        ("1x4", [sys.executable], 4),
-        ("2x2", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"], 2),
-    ]:
-        out = str(tmp_path / f"{name}.pt")
-        result = subprocess.run(
-            [*launcher, script, out, "--model", random_tiny_model, "--batch", str(batch)],
-            capture_output=True, text=True, env=env, timeout=600,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        outs[name] = torch.load(out)
-    assert outs["1x4"]["update"].norm() > 1e-3
-    logs, update = outs["1x4"]["logs"], outs["1x4"]["update"]
-    # float32 sums over the step's tokens, of weights up to 1 (the RMSNorm weights) plus the update
-    torch.testing.assert_close(
-        outs["2x2"]["update"], update, **float_tolerance(torch.float32, logs["num_tokens"], 1 + update.abs().max())
-    )
-    # the metrics are made of the sequences' summed log-probs
-    tol = float_tolerance(
-        torch.float32, logs["num_tokens"], max(abs(logs["logps/chosen"]), abs(logs["logps/rejected"]))
-    )
-    for key in ("dpo_loss", "kl", "chosen_reward", "accuracy_mean"):
-        assert outs["2x2"]["logs"][key] == pytest.approx(logs[key], rel=tol["rtol"], abs=tol["atol"]), key
 
 
 def _preference(model, dataset) -> torch.Tensor:
