@@ -19,7 +19,8 @@ mismatch raises; otherwise the script exits 0 whatever the numbers: it is a repo
 
 Inputs: logprob = -|randn|·0.5 (a leaf requiring grad), old = logprob + 0.05·randn, ref = logprob +
 0.02·randn, per-sequence advantages `[B]` ~ randn, a right-padded mask with row lengths uniform in
-[T/4, T], `expert_mask` on odd rows, `step` = 10, entropy = |randn| (a second leaf).
+[T/4, T], `expert_mask` on odd rows, `step` = 10, entropy = |randn| (a second leaf), prox = logprob + 0.03·randn
+(decoupled_ppo's proximal policy).
 
 Time: one measurement = forward + `loss.backward()` (leaf grads reset to None before, outside the timer;
 CUDA synchronized around it). After 3 warm-up rounds the two implementations alternate (ours, plain,
@@ -54,6 +55,7 @@ import torch
 from plain_losses import (  # benchmarks/: the script's own folder
     plain_cispo,
     plain_clip_cov,
+    plain_decoupled_ppo,
     plain_dpo,
     plain_dppo,
     plain_dro,
@@ -148,6 +150,12 @@ CASES: dict[str, tuple[Callable[[], Callable], Callable]] = {
     "kl_cov": (partial(ours_loss, "kl_cov"), plain_kl_cov),
     "dppo_tv": (partial(ours_loss, "dppo_tv"), plain_dppo),
     "dppo_kl": (partial(ours_loss, "dppo_kl"), partial(plain_dppo, divergence="kl")),
+    "decoupled_ppo": (partial(ours_loss, "decoupled_ppo"), plain_decoupled_ppo),
+    # a cap that about a fifth of this batch's behaviour weights exceed (the default 5.0 masks none): both sides mask
+    "decoupled_ppo/cap": (
+        partial(ours_loss, "decoupled_ppo", behave_imp_weight_cap=1.05),
+        partial(plain_decoupled_ppo, cap=1.05),
+    ),
     "kl/k2": (partial(ours_kl, "k2"), partial(plain_kl_loss, estimator=plain_k2)),
     "kl/low_var_kl": (partial(ours_kl, "low_var_kl"), partial(plain_kl_loss, estimator=plain_low_var_kl)),
     "entropy": (ours_entropy, plain_entropy),
@@ -170,6 +178,7 @@ def make_inputs(batch: int, seq: int, device: str, dtype: torch.dtype, seed: int
         "ref_logprob": logprob + 0.02 * torch.randn(batch, seq, generator=g),
         "advantages": torch.randn(batch, generator=g),
         "entropy": torch.randn(batch, seq, generator=g).abs(),
+        "prox_logprob": logprob + 0.03 * torch.randn(batch, seq, generator=g),  # drawn last: the others unchanged
     }
     inputs = {k: v.to(device=device, dtype=dtype) for k, v in inputs.items()}
     inputs["logprob"].requires_grad_(True)

@@ -261,6 +261,35 @@ def plain_m2po(logprob, old_logprob, action_mask, advantages, m2_threshold=0.04,
     }
 
 
+def plain_decoupled_ppo(logprob, old_logprob, prox_logprob, action_mask, advantages, clip=0.2, cap=5.0, **_):
+    """AReaL's `ppo_actor_loss_fn` (token level, `behave_imp_weight_mode="token_mask"`, no dual clip), written out:
+    the PPO clip on π_θ/π_prox, times the behaviour weight π_prox/μ zeroed above the cap, over all valid tokens."""
+    adv = advantages.unsqueeze(-1).expand_as(logprob)
+    valid = action_mask.bool()
+    ratio = torch.where(valid, torch.exp(logprob - prox_logprob), 0)
+    pg_loss1 = -adv * ratio
+    pg_loss2 = -adv * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
+    clip_mask = pg_loss1.detach() < pg_loss2.detach()
+    pg_losses = torch.max(pg_loss1, pg_loss2)
+    behave_kl = prox_logprob - old_logprob
+    raw_weight = behave_kl.exp()
+    behave_weight = torch.where(valid, torch.where(raw_weight > cap, 0.0, raw_weight), 0.0)
+    behave_mask = (behave_weight > 0) & valid
+    n_behave = behave_mask.sum() + EPS
+    pg_loss = masked_mean(pg_losses * behave_weight, action_mask)
+    metrics = {
+        "pg_clipfrac": masked_mean((clip_mask & valid).float(), action_mask).item(),
+        "pg_clipfrac_lower": 0.0,
+        "ppo_kl": masked_mean(prox_logprob - logprob, action_mask).item(),
+        "pg_loss": pg_loss.detach().item(),
+        "decoupled/behave_weight_mean": (behave_weight.sum() / n_behave).item(),
+        "decoupled/behave_weight_max": torch.where(valid, raw_weight, 0.0).max().item(),
+        "decoupled/behave_masked_fraction": masked_mean((raw_weight > cap).float(), action_mask).item(),
+        "decoupled/behave_approx_kl": (torch.where(behave_mask, behave_kl, 0.0).sum() / n_behave).item(),
+    }
+    return pg_loss, metrics
+
+
 def plain_k2(logprob, ref_logprob):
     return 0.5 * (logprob - ref_logprob).square()
 

@@ -37,6 +37,15 @@ _MIX_SHARED = {
 }
 
 EXPECTED_DEFAULTS: dict[str, dict] = {
+    "decoupled_ppo": {
+        "clip_range": 0.2,
+        "clip_range_low": None,
+        "clip_range_high": None,
+        "clip_ratio_c": None,
+        "loss_agg_mode": "token-mean",
+        "behave_imp_weight_cap": 5.0,
+        "behave_imp_weight_mode": "mask",
+    },
     "ppo": {
         "clip_range": 0.2,
         "clip_range_low": None,
@@ -215,7 +224,7 @@ DOCUMENTED_DEVIATIONS: dict[str, set[str]] = {
 
 def test_policy_loss_names():
     assert set(POLICY_LOSSES) == set(EXPECTED_DEFAULTS)
-    assert len(POLICY_LOSSES) == 23
+    assert len(POLICY_LOSSES) == 24
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_DEFAULTS))
@@ -276,7 +285,7 @@ VERL_LOSSES = {"gpg", "geo_mean", "dro", "clip_cov", "kl_cov", "dppo_tv", "dppo_
 
 
 def test_reference_args_cover_every_reference_class():
-    assert set(REFERENCE_INIT) == set(POLICY_LOSSES) - {"importance_sampling"} - VERL_LOSSES
+    assert set(REFERENCE_INIT) == set(POLICY_LOSSES) - {"importance_sampling", "decoupled_ppo"} - VERL_LOSSES
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_DEFAULTS))

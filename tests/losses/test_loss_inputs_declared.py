@@ -33,6 +33,7 @@ def make_batch(rows: int = B, cols: int = T, seed: int = 0, dtype=torch.float64)
         "action_mask": mask,
         "expert_mask": expert,
         "step": 3,
+        "prox_logprob": lp + 0.2 * torch.randn(rows, cols, generator=g, dtype=dtype),
     }
 
 
@@ -53,6 +54,8 @@ def call(fn, batch: dict, leaf_keys=("logprob",)):
 # (id, loss, kwargs): every loss, some with options that change which inputs they read.
 CASES = [
     ("ppo", "ppo", {}),
+    ("decoupled_ppo", "decoupled_ppo", {"behave_imp_weight_cap": 1.3, "clip_ratio_c": 3.0}),
+    ("decoupled_ppo-truncate", "decoupled_ppo", {"behave_imp_weight_cap": 1.3, "behave_imp_weight_mode": "truncate"}),
     ("ppo-seqmask", "ppo", {"enable_sequence_masking": True, "delta_sequence_masking": -1.0}),
     ("ppo-fallback", "ppo", {"fallback_to_policy_gradient": True}),
     ("gspo", "gspo", {}),
@@ -111,6 +114,7 @@ _MIX = (
     "normalizer",
 )
 EXPECTED_INPUTS = {
+    "decoupled_ppo": ("logprob", "old_logprob", "action_mask", "advantages", "prox_logprob", *_WINDOW),
     "ppo": _PG,
     "gspo": _PG,
     "cispo": _PG,
@@ -148,6 +152,7 @@ def test_batch_inputs_vocabulary():
     assert inputs.BATCH_INPUTS == (
         "logprob",
         "old_logprob",
+        "prox_logprob",
         "ref_logprob",
         "action_mask",
         "advantages",

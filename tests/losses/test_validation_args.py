@@ -21,6 +21,16 @@ VALID_MODES_RE = ", ".join(re.escape(repr(m)) for m in LOSS_AGG_MODES)
 # --------------------------------------------------------------------------------------------------
 
 BAD_ARGS = [
+    (
+        "decoupled_ppo",
+        {"behave_imp_weight_cap": -1.0},
+        r"decoupled_ppo: behave_imp_weight_cap=-1\.0 is not valid; must be > 1 or None$",
+    ),
+    (
+        "decoupled_ppo",
+        {"behave_imp_weight_mode": "token_mask"},
+        r"behave_imp_weight_mode='token_mask' is not valid; must be one of 'mask', 'truncate'",
+    ),
     # ppo
     ("ppo", {"clip_ratio_c": 1.0}, r"ppo: clip_ratio_c=1\.0 is not valid; must be > 1$"),
     ("ppo", {"clip_ratio_c": 0.5}, r"clip_ratio_c=0\.5 .*must be > 1"),

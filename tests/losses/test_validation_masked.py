@@ -44,12 +44,15 @@ def make_batch(seed: int = 0, dtype=torch.float64) -> dict[str, torch.Tensor]:
         "action_mask": MASK.clone(),
         "expert_mask": EXPERT.clone(),
         "step": torch.full((B,), 3),
+        "prox_logprob": lp + 0.2 * torch.randn(B, T, generator=g, dtype=dtype),
     }
 
 
 # (id, loss name, kwargs): every loss, several with non-default options.
 CASES = [
     ("ppo", "ppo", {}),
+    ("decoupled_ppo", "decoupled_ppo", {"behave_imp_weight_cap": 1.3, "clip_ratio_c": 3.0}),
+    ("decoupled_ppo-truncate", "decoupled_ppo", {"behave_imp_weight_cap": 1.3, "behave_imp_weight_mode": "truncate"}),
     (
         "ppo-seqmask",
         "ppo",

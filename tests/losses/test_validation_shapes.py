@@ -15,7 +15,20 @@ from trl_ext.losses import POLICY_LOSSES, get_policy_loss
 # Call-time shape errors
 # --------------------------------------------------------------------------------------------------
 
-USES_OLD = ["ppo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "importance_sampling", "mix", "mix_chord", "m2po"]
+USES_OLD = [
+    "ppo",
+    "gspo",
+    "cispo",
+    "sapo",
+    "topr",
+    "sppo",
+    "rec",
+    "importance_sampling",
+    "mix",
+    "mix_chord",
+    "m2po",
+    "decoupled_ppo",
+]
 USES_OLD += ["geo_mean", "dro"]
 USES_OLD += ["clip_cov", "kl_cov", "dppo_tv", "dppo_kl"]
 USES_ADVANTAGES = [*USES_OLD, "opmd", "gpg"]

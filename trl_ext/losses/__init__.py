@@ -20,6 +20,7 @@ from .aggregation import EPS, LOSS_AGG_MODES
 from .base import POLICY_LOSSES, PolicyLoss, get_policy_loss, register_policy_loss
 from .cispo import CISPOPolicyLoss
 from .cov import ClipCovPolicyLoss, KLCovPolicyLoss
+from .decoupled_ppo import DecoupledPPOPolicyLoss, loglinear_proximal_logprob
 from .dpo import DPOLoss, TRLDPOLoss
 from .dppo import DPPOKLPolicyLoss, DPPOTVPolicyLoss
 from .dro import DROPolicyLoss
@@ -66,6 +67,7 @@ __all__ = [
     "DPPOKLPolicyLoss",
     "DPPOTVPolicyLoss",
     "DROPolicyLoss",
+    "DecoupledPPOPolicyLoss",
     "EntropyFn",
     "GMPOPolicyLoss",
     "GPGPolicyLoss",
@@ -95,6 +97,7 @@ __all__ = [
     "get_entropy_fn",
     "get_kl_fn",
     "get_policy_loss",
+    "loglinear_proximal_logprob",
     "m2po_mask",
     "mu_schedule",
     "register_policy_loss",

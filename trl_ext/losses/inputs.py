@@ -59,6 +59,7 @@ EXPERT_WINDOW_INPUTS = ("expert_valid_toks", "expert_valid_seqs")
 BATCH_INPUTS = (
     "logprob",
     "old_logprob",
+    "prox_logprob",
     "ref_logprob",
     "action_mask",
     "advantages",
