@@ -22,6 +22,7 @@ from ..algorithms import DEFAULT_KL_ESTIMATOR, get_algorithm
 from ..components import Argument, Component
 from ..losses import POLICY_LOSSES
 from ..losses.kl import KL_FNS, KLFn
+from ..rollout_correction import RolloutCorrection
 
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
@@ -345,6 +346,70 @@ class TeacherArguments:
 
 
 _ARGS_RULE = "a dict (a JSON object on the command line, e.g. '{\"clip_range\": 0.3}')"
+
+
+@dataclass
+class RolloutCorrectionArguments:
+    """verl 0.9's rollout correction (`trl_ext.rollout_correction`), the same names and values as verl's
+    `algorithm.rollout_correction`: π_old is the trained policy's log-probs (at generation time in the synchronous
+    trainers, at the optimizer step in the asynchronous one), π_rollout the sampler's (vLLM's, or the rollout
+    worker's)."""
+
+    rollout_is: str | None = field(
+        default=None,
+        metadata=_help(
+            "verl's rollout correction, importance sampling: multiply each token's policy loss by w = π_old/π_rollout "
+            "(the trained policy's probability over the sampler's), per `token` or per `sequence` (the product over "
+            "the row), bounded by `rollout_is_threshold`; None (default): no weights. Needs `use_vllm=True` (the "
+            "sampler's log-probs). It replaces TRL's vLLM correction: `vllm_importance_sampling_correction` is turned "
+            "off (setting TRL's mode or clip bounds as well is an error), so no token is weighted twice."
+        ),
+    )
+    rollout_is_threshold: float | str | None = field(
+        default=2.0,
+        metadata=_help(
+            "Bound of the `rollout_is` weights: a number U truncates them at U (TIS; verl's default 2.0); a string "
+            "'L_U' (e.g. '0.5_5.0') sets the weights outside [L, U] to 0 (IcePop)."
+        ),
+    )
+    rollout_is_batch_normalize: bool = field(
+        default=False,
+        metadata=_help(
+            "Divide the `rollout_is` weights by their mean over the generation batch (all processes): over the valid "
+            "tokens for `token`, over the sequences for `sequence`."
+        ),
+    )
+    rollout_rs: str | None = field(
+        default=None,
+        metadata=_help(
+            "verl's rollout correction, rejection: leave out of the loss (and of the window's token count) the tokens "
+            "or whole sequences whose divergence between π_old and π_rollout passes `rollout_rs_threshold`. One of "
+            "token_k1, token_k2, token_k3, seq_sum_k1, seq_sum_k2, seq_sum_k3, seq_mean_k1, seq_mean_k2, seq_mean_k3, "
+            "seq_max_k2, seq_max_k3, or a comma-separated list (all must pass); per token, with ℓ = "
+            "log(π_old/π_rollout), k1 = −ℓ, k2 = ½ℓ², k3 = e^ℓ − 1 − ℓ, judged per token (`token_*`) or by the row's "
+            "sum / mean / max (`seq_*`, rejecting the row). None (default): no rejection. Needs `use_vllm=True`; "
+            "composes with either importance-sampling correction (`rollout_is` or TRL's)."
+        ),
+    )
+    rollout_rs_threshold: float | str | None = field(
+        default=None,
+        metadata=_help(
+            "Thresholds of `rollout_rs`, one per criterion (comma-separated) or one for all: for k1 'L_U' keeps "
+            "π_rollout/π_old in [L, U] (a single U means [1/U, U]); for k2 / k3 an upper bound U > 0. Required with "
+            "`rollout_rs`."
+        ),
+    )
+
+    def build_rollout_correction(self) -> RolloutCorrection:
+        """verl's rollout correction from the `rollout_*` fields (each checked: an error names its field)."""
+        return RolloutCorrection(
+            self.rollout_is,
+            self.rollout_is_threshold,
+            self.rollout_is_batch_normalize,
+            self.rollout_rs,
+            self.rollout_rs_threshold,
+            owner=type(self).__name__,
+        )
 
 
 @dataclass
