@@ -1,0 +1,390 @@
+"""Score one complete group of completions in the rollout worker: rewards, then a trl_ext advantage estimator.
+
+TRL's asynchronous GRPO (`trl.experimental.async_grpo`) scores in its rollout worker, one group at a time (all the
+`num_generations` completions of one prompt), and stamps ONE advantage per sequence on each `RolloutSample`.
+`GroupScorer` does the same as TRL's `_AsyncRolloutLoop._score_group`, with any trl_ext group estimator in place of
+TRL's fixed `(R - mean) / (std + 1e-8)`:
+
+1. every reward function is called with `prompts=`, `completions=`, `completion_ids=` and the dataset's other
+   columns as keyword arguments (sync ones in turn, async ones awaited together); a `None` (or NaN) reward is
+   NaN: not scored by that function;
+2. the reward of sample `i` is the weighted NaN-sum `R_i = Σ_f w_f r_{f,i}` over the functions that scored it; a
+   sample that no function scored (every reward None) is *unscorable*: `R_i = NaN`, advantage 0 (still enqueued,
+   as TRL does);
+3. the estimator (`trl_ext.advantages.get_advantage_fn(name, **args)`) runs on the scorable samples, all with the
+   group's id, e.g. GRPO (Shao et al. 2024, arXiv 2402.03300) `A_i = (R_i - mean) / (std + ε)`; a seeded
+   `generator` (seed from the scorer's base seed and the group id) and the completion masks built from the
+   completion lengths are passed when the estimator declares them;
+4. the estimator's `keep` tells which samples enter the loss: the worker does not enqueue the others.
+
+`check_async_estimator` refuses the estimators that cannot run this way: token-level ones (a sample carries one
+advantage), multi-turn ones (`step_rewards`), those needing inputs the worker does not have (log-probs, entropy,
+values, teacher log-probs, reward baselines, run ids) and GRPO's `duplicate_experiences` (it copies rows between
+groups: a result with `source`). The rollout worker runs in a spawned process, so the scorer must pickle:
+`check_picklable` (called at construction) names the reward function that does not (lambdas, closures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+import numbers
+import pickle
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..advantages import AdvantageFn, get_advantage_fn
+
+__all__ = ["WORKER_INPUTS", "GroupScore", "GroupScorer", "check_async_estimator", "reward_func_name"]
+
+WORKER_INPUTS = ("response_mask", "completion_mask", "generator")
+"""The estimator inputs the rollout worker can provide per group (besides the rewards and the group ids)."""
+
+_RESERVED_KWARGS = ("prompts", "completions", "completion_ids")
+
+
+def reward_func_name(func: Callable) -> str:
+    """A reward function's display name (TRL's `get_callable_name`): a function's `__name__`, the wrapped function's
+    for a `functools.partial`, the class name for a callable instance."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def _is_async(func: Callable) -> bool:
+    while isinstance(func, functools.partial):
+        func = func.func
+    call = type(func).__call__ if not inspect.isroutine(func) else None
+    return inspect.iscoroutinefunction(func) or (call is not None and inspect.iscoroutinefunction(call))
+
+
+def check_async_estimator(fn: AdvantageFn) -> None:
+    """Raise `ValueError` when the advantage estimator `fn` cannot run per group in the rollout worker.
+
+    The reasons (all listed): it is token-level (a `RolloutSample` carries one advantage per sequence), multi-turn
+    (`step_rewards`), it needs inputs the worker cannot provide (anything besides `WORKER_INPUTS`, e.g. `logprobs`,
+    `entropy`, `values`, `teacher_logprob`, `reward_baselines`), or it copies rows between groups (GRPO's
+    `duplicate_experiences`, a result with `source`).
+    """
+    if not isinstance(fn, AdvantageFn):
+        raise TypeError(f"check_async_estimator: expected an AdvantageFn, got {type(fn).__name__}")
+    reasons = []
+    if type(fn).token_level:
+        reasons.append(
+            "it is token-level (one advantage per token) while TRL's RolloutSample carries one advantage per sequence"
+        )
+    if type(fn).step_rewards:
+        reasons.append("it is a multi-turn estimator (step_rewards: one row per step of a run)")
+    missing = [name for name in fn.needed_inputs() if name not in WORKER_INPUTS]
+    if missing:
+        reasons.append(
+            f"it needs inputs the rollout worker does not provide: {', '.join(missing)} "
+            f"(the worker provides {', '.join(WORKER_INPUTS)})"
+        )
+    if getattr(fn, "duplicate_experiences", False):
+        reasons.append(
+            "duplicate_experiences copies rows between groups (a result with `source`), which scoring one group "
+            "at a time cannot do"
+        )
+    if reasons:
+        raise ValueError(
+            f"check_async_estimator: advantage estimator {fn.name!r} cannot run per group in the rollout worker: "
+            + "; ".join(reasons)
+        )
+
+
+@dataclass(frozen=True)
+class GroupScore:
+    """The scores of one group of `n` completions (index `i` is completion `i` of the group).
+
+    Attributes:
+        rewards: `[n]` float64, the weighted reward sums; NaN for an unscorable sample.
+        advantages: `[n]` float64; 0 for unscorable samples and for those the estimator drops.
+        keep: `[n]` bool; False for the samples the estimator drops (not enqueued). Unscorable samples are kept.
+        rewards_per_func: `[F, n]` float64, each function's (unweighted) reward, NaN where it returned None.
+        func_names: the `F` reward functions' names.
+        metrics: group metrics: `reward_mean`, `reward_std` (population std over the scorable samples, NaN when
+            none), `unscorable`, `dropped` (counts) and the estimator's metrics as `advantages/<name>`.
+    """
+
+    rewards: np.ndarray
+    advantages: np.ndarray
+    keep: np.ndarray
+    rewards_per_func: np.ndarray
+    func_names: tuple[str, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def sample_metrics(self, i: int) -> dict[str, float]:
+        """The per-sample metrics TRL stamps on `RolloutSample.metrics`: `reward`, `reward_std`, `rewards/<func>`."""
+        return {
+            "reward": float(self.rewards[i]),
+            "reward_std": float(self.metrics["reward_std"]),
+            **{f"rewards/{name}": float(self.rewards_per_func[f, i]) for f, name in enumerate(self.func_names)},
+        }
+
+
+class GroupScorer:
+    """Scores complete groups: reward functions, weighted NaN-sum, then a trl_ext advantage estimator (see the module
+    docstring). Picklable (for the spawned rollout worker); built once, `score` called once per group.
+
+    Args:
+        reward_funcs: A callable or a list of callables (TRL's reward signature: `(prompts, completions,
+            completion_ids, **columns) -> list[float | None]`; `async def` ones are awaited). Model ids / paths
+            (str) are not accepted: load a reward model inside a picklable callable. May be empty for a loop that
+            computes the rewards itself and calls `group_advantages` (`score` then raises).
+        reward_weights: One finite weight per function (default all 1).
+        advantage_fn: A registered trl_ext estimator name (`trl_ext.advantages.ADVANTAGE_FNS`) that
+            `check_async_estimator` accepts.
+        advantage_fn_args: The estimator's arguments.
+        seed: Base seed of the per-group `generator` (estimators with random choices, e.g. REC's `drop`).
+    """
+
+    def __init__(
+        self,
+        reward_funcs: Callable | Sequence[Callable],
+        *,
+        reward_weights: Sequence[float] | None = None,
+        advantage_fn: str = "grpo",
+        advantage_fn_args: dict[str, Any] | None = None,
+        seed: int = 0,
+    ):
+        funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        for i, func in enumerate(funcs):
+            if isinstance(func, str) or not callable(func):
+                raise ValueError(
+                    f"GroupScorer: reward_funcs[{i}]={func!r} is not valid; must be a callable (model ids / paths "
+                    "are not loaded by the rollout worker: wrap a reward model in a picklable callable)"
+                )
+        self.reward_funcs = funcs
+        self.func_names = tuple(reward_func_name(f) for f in funcs)
+        if reward_weights is None:
+            weights = [1.0] * len(funcs)
+        else:
+            weights = list(reward_weights)
+            if len(weights) != len(funcs):
+                raise ValueError(
+                    f"GroupScorer: reward_weights has {len(weights)} entries but there are {len(funcs)} reward "
+                    "functions; must be one weight per function"
+                )
+            for i, w in enumerate(weights):
+                if not isinstance(w, numbers.Real) or isinstance(w, bool) or not math.isfinite(w):
+                    raise ValueError(f"GroupScorer: reward_weights[{i}]={w!r} is not valid; must be a finite number")
+        self.reward_weights = np.asarray(weights, dtype=np.float64)
+        if not isinstance(advantage_fn, str):
+            raise TypeError(
+                f"GroupScorer: advantage_fn must be an estimator name (str), got {type(advantage_fn).__name__}"
+            )
+        if advantage_fn_args is not None and not isinstance(advantage_fn_args, dict):
+            raise TypeError(
+                f"GroupScorer: advantage_fn_args must be a dict or None, got {type(advantage_fn_args).__name__}"
+            )
+        self.advantage_fn_name = advantage_fn
+        self.advantage_fn_args = dict(advantage_fn_args or {})
+        self.estimator = get_advantage_fn(advantage_fn, **self.advantage_fn_args)
+        check_async_estimator(self.estimator)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"GroupScorer: seed={seed!r} is not valid; must be an integer")
+        self.seed = seed
+        self._inputs = tuple(name for name in self.estimator.inputs() if name in WORKER_INPUTS)
+        self.check_picklable()
+
+    def check_picklable(self) -> None:
+        """Raise `TypeError` naming the reward function (or the estimator) that cannot be pickled: the rollout worker
+        runs in a spawned process (TRL's rule: module-level functions, `functools.partial` or callable instances,
+        never lambdas or closures)."""
+        for i, func in enumerate(self.reward_funcs):
+            try:
+                pickle.dumps(func)
+            except Exception as e:
+                raise TypeError(
+                    f"GroupScorer: reward function reward_funcs[{i}] ({self.func_names[i]!r}) cannot be pickled "
+                    f"({type(e).__name__}: {e}); the rollout worker runs in a spawned process, so use a module-level "
+                    "function, functools.partial or a callable class instance, not a lambda or a closure"
+                ) from e
+        try:
+            pickle.dumps(self.estimator)
+        except Exception as e:
+            raise TypeError(
+                f"GroupScorer: advantage estimator {self.advantage_fn_name!r} cannot be pickled ({e})"
+            ) from e
+
+    def generator(self, group_id: int) -> torch.Generator:
+        """The group's random generator, seeded from the base seed and the group id (reproducible per group)."""
+        state = np.random.SeedSequence([self.seed & 0xFFFFFFFF, int(group_id) & 0xFFFFFFFFFFFFFFFF]).generate_state(2)
+        return torch.Generator().manual_seed(int(state[0]) << 31 ^ int(state[1]))
+
+    def _call_reward_funcs(self, kwargs: dict[str, Any]) -> list[Any]:
+        results: list[Any] = [None] * len(self.reward_funcs)
+        coroutines = {}
+        for f, func in enumerate(self.reward_funcs):
+            if _is_async(func):
+                coroutines[f] = func(**kwargs)
+            else:
+                results[f] = func(**kwargs)
+        if coroutines:
+            for f, value in zip(coroutines, _run_coroutines(list(coroutines.values())), strict=True):
+                results[f] = value
+        return results
+
+    def _check_rewards(self, f: int, values: Any, n: int) -> list[float]:
+        name = self.func_names[f]
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | np.ndarray | torch.Tensor):
+            raise ValueError(
+                f"GroupScorer: reward function {name!r} returned {type(values).__name__}; must return a list of "
+                f"{n} floats (or None)"
+            )
+        values = values.tolist() if isinstance(values, np.ndarray | torch.Tensor) else list(values)
+        if len(values) != n:
+            raise ValueError(
+                f"GroupScorer: reward function {name!r} returned {len(values)} rewards for {n} completions"
+            )
+        out = []
+        for i, value in enumerate(values):
+            if value is None:
+                out.append(math.nan)
+                continue
+            if not isinstance(value, numbers.Real):  # bools count as 0 / 1, as in TRL
+                raise ValueError(
+                    f"GroupScorer: reward function {name!r} returned {value!r} for completion {i}; must be a float "
+                    "or None"
+                )
+            if math.isinf(value):
+                raise ValueError(f"GroupScorer: reward function {name!r} returned {value} for completion {i}")
+            out.append(float(value))
+        return out
+
+    def score(
+        self,
+        *,
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids: list[list[int]],
+        group_id: int,
+        reward_kwargs: dict[str, list[Any]] | None = None,
+    ) -> GroupScore:
+        """Score one complete group of `n = len(completions)` samples (all generated for the same prompt).
+
+        Args:
+            prompts / completions / completion_ids: The `n` prompts (repeated), completions (text, or assistant
+                messages for conversational prompts) and completion token ids, as the reward functions receive them.
+            group_id: The group's id (the estimator's group id; seeds the group's `generator`).
+            reward_kwargs: The dataset's other columns, one list of `n` values each, passed to the reward functions.
+        """
+        n = len(completions)
+        if len(prompts) != n or len(completion_ids) != n:
+            raise ValueError(
+                f"GroupScorer.score: prompts ({len(prompts)}), completions ({n}) and completion_ids "
+                f"({len(completion_ids)}) must have the same length"
+            )
+        if n == 0:
+            raise ValueError("GroupScorer.score: the group is empty")
+        if not self.reward_funcs:
+            raise ValueError("GroupScorer.score: the scorer has no reward functions (reward_funcs is empty)")
+        extra = dict(reward_kwargs or {})
+        clash = [k for k in extra if k in _RESERVED_KWARGS]
+        if clash:
+            raise ValueError(f"GroupScorer.score: reward_kwargs may not contain {', '.join(clash)}")
+        kwargs = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **extra)
+        raw = self._call_reward_funcs(kwargs)
+        per_func = np.array([self._check_rewards(f, values, n) for f, values in enumerate(raw)], dtype=np.float64)
+        unscorable = np.all(np.isnan(per_func), axis=0)
+        rewards = np.nansum(per_func * self.reward_weights[:, None], axis=0)
+        rewards[unscorable] = np.nan
+
+        advantages, keep, metrics = self._group_advantages(rewards, completion_ids, group_id)
+        return GroupScore(rewards, advantages, keep, per_func, self.func_names, metrics)
+
+    def group_advantages(
+        self, rewards: Any, completion_ids: list[list[int]], group_id: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The estimator's `(advantages [n], keep [n])` for one group's rewards `[n]` (NaN: unscorable, advantage 0,
+        kept), the step after the reward functions in `score` (for a loop that computes the rewards itself, e.g.
+        TRL's `_score_group`). `completion_ids` gives the completion lengths (the masks some estimators read)."""
+        rewards = np.asarray(rewards, dtype=np.float64)
+        if rewards.ndim != 1 or rewards.size != len(completion_ids) or rewards.size == 0:
+            raise ValueError(
+                f"GroupScorer.group_advantages: rewards must be 1-D [n] with one entry per completion_ids row (n >= "
+                f"1), got shape {rewards.shape} for {len(completion_ids)} completions"
+            )
+        advantages, keep, _ = self._group_advantages(rewards, completion_ids, group_id)
+        return advantages, keep
+
+    def _group_advantages(
+        self, rewards: np.ndarray, completion_ids: list[list[int]], group_id: int
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        n = rewards.size
+        unscorable = np.isnan(rewards)
+        advantages = np.zeros(n, dtype=np.float64)
+        keep = np.ones(n, dtype=bool)
+        metrics: dict[str, float] = {}
+        scorable = np.flatnonzero(~unscorable)
+        if scorable.size:
+            result = self._advantages(rewards[scorable], [completion_ids[i] for i in scorable], group_id)
+            kept = result.keep.cpu().numpy().astype(bool)
+            advantages[scorable] = np.where(kept, result.advantages.double().cpu().numpy(), 0.0)
+            keep[scorable] = kept
+            metrics.update({f"advantages/{k}": float(v) for k, v in (result.metrics or {}).items()})
+            metrics["reward_mean"] = float(rewards[scorable].mean())
+            metrics["reward_std"] = float(rewards[scorable].std())
+        else:
+            metrics["reward_mean"] = metrics["reward_std"] = math.nan
+        metrics["unscorable"] = float(unscorable.sum())
+        metrics["dropped"] = float((~keep).sum())
+        return advantages, keep, metrics
+
+    def _advantages(self, rewards: np.ndarray, completion_ids: list[list[int]], group_id: int):
+        inputs: dict[str, Any] = {}
+        if "generator" in self._inputs:
+            inputs["generator"] = self.generator(group_id)
+        if "response_mask" in self._inputs or "completion_mask" in self._inputs:
+            lengths = torch.tensor([len(ids) for ids in completion_ids])
+            mask = torch.arange(max(1, int(lengths.max()))) < lengths[:, None]
+            for name in ("response_mask", "completion_mask"):
+                if name in self._inputs:
+                    inputs[name] = mask
+        m = rewards.size
+        result = self.estimator.compute(torch.from_numpy(rewards.copy()), [group_id] * m, **inputs)
+        if result.source is not None:
+            raise RuntimeError(
+                f"GroupScorer: advantage estimator {self.advantage_fn_name!r} returned a `source` (rows copied "
+                "between groups), which per-group scoring cannot honour"
+            )
+        if result.advantages.shape != (m,) or result.keep.shape != (m,):
+            raise RuntimeError(
+                f"GroupScorer: advantage estimator {self.advantage_fn_name!r} returned advantages of shape "
+                f"{tuple(result.advantages.shape)} and keep of shape {tuple(result.keep.shape)}; expected ({m},)"
+            )
+        return result
+
+
+def _run_coroutines(coroutines: list[Any]) -> list[Any]:
+    """Await the async reward functions' coroutines together (in a thread when an event loop already runs here)."""
+
+    async def gather() -> list[Any]:
+        return list(await asyncio.gather(*coroutines))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(gather())
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(gather())
+        except BaseException as e:
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name="group-scorer-async-rewards")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
