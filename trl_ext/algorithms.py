@@ -395,7 +395,22 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         "generation batch feeds several optimizer steps and π_old lags behind π. Among the trust-region tokens (A > 0 "
         "with r > 1, A < 0 with r < 1) the largest (log r)² are masked until their mean is at most `m2_threshold`; "
         "the kept tokens get the unclipped −A·r (Trinity-RFT main's `m2po`). The selection runs per micro-batch: "
-        "with `gradient_accumulation_steps=1` on one process it is the paper's selection over the optimizer batch."),
+        "with `gradient_accumulation_steps=1` on one process it is the paper's selection over the optimizer batch. "
+        "Its natural home is asynchronous training, where the samples really are stale: "
+        "`AsyncGRPOConfig(policy_loss_fn='m2po')` selects over the whole optimizer window (every micro-batch and "
+        "process) against the sampler's log-probs."),
+    AlgorithmSpec("async_grpo", "Asynchronous GRPO: a rollout worker generates while the trainer trains on samples "
+        "up to `max_staleness` versions old.",
+        Paper("AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language Reasoning", "2505.24298"),
+        use_reference=True, repeat_times=8, trainer="async",
+        policy_loss_fn="ppo", advantage_fn="grpo", kl_loss_fn="k2", entropy_loss_fn="default",
+        class_prefix="AsyncGRPO", display_name="Async GRPO",
+        details="On TRL's experimental `AsyncGRPOTrainer`: the advantage is computed in the rollout worker on each "
+        "complete group, the loss against the sampler's log-probs μ. Any policy loss and group advantage composes "
+        "(`policy_loss_fn`, `advantage_fn`); for stale samples `policy_loss_fn='decoupled_ppo'` (AReaL's decoupled "
+        "PPO), `'m2po'` (over the optimizer window) or verl's `rollout_is` / `rollout_rs` against μ. With "
+        "`max_staleness=0` and the same samples the update equals the synchronous trainer's. TRL's equivalent is "
+        "`trl.experimental.async_grpo.AsyncGRPOTrainer` (PPO clip `epsilon`, GRPO advantages)."),
     AlgorithmSpec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.",
         Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
         use_reference=True, repeat_times=8,

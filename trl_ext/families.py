@@ -44,6 +44,14 @@ def _generation_geometry(args: Any) -> str:
     )
 
 
+def _async_geometry(args: Any) -> str:
+    return (
+        f"rollouts    num_generations {args.num_generations} per prompt, max_completion_length "
+        f"{args.max_completion_length}, temperature {args.temperature:g}; samples at most max_staleness "
+        f"{args.max_staleness} versions old, weights synced every {args.weight_sync_steps} step(s)"
+    )
+
+
 def _sequence_length(args: Any) -> str:
     if getattr(args, "max_length", None) is None:
         return "length      no truncation (max_length None)"
@@ -230,6 +238,15 @@ register_family(TrainerFamily(
     class_names=("CriticFamilyConfig", "CriticFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", uses_critic=True, loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "values"),
+))  # fmt: skip
+register_family(TrainerFamily(
+    "async", "`AsyncGRPOTrainer`: a rollout worker generates and scores groups while the trainer trains on them, "
+    "up to `max_staleness` policy versions old (TRL's experimental async GRPO).",
+    class_names=("AsyncGRPOConfig", "AsyncGRPOTrainer"), components=COMPONENT_KINDS, schema="experience",
+    per_algorithm_classes=False, group_size_field="num_generations",
+    loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob"),
+    advantage_inputs=("response_mask", "completion_mask", "generator"),
+    geometry=_async_geometry,
 ))  # fmt: skip
 register_family(TrainerFamily(
     "dpo", "`trl.DPOTrainer` on (chosen, rejected) pairs.",

@@ -45,6 +45,7 @@ FAMILY_PAGES = {
     "mix": "algorithms/mix.md",
     "distill": "algorithms/distillation.md",
     "critic": "algorithms/ppo.md",
+    "async": "algorithms/async.md",
     "dpo": "algorithms/dpo.md",
     "sft": "algorithms/sft.md",
 }

@@ -41,11 +41,19 @@ REFERENCE_FLAGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
 # advantage except GPG (verl's `gpg` estimator), with no critic, reference model or KL term.
 VERL_ALGORITHMS = {"gpg": "gpg", "geo_mean": "grpo", "dro": "grpo", "clip_cov": "grpo", "kl_cov": "grpo"}
 VERL_ALGORITHMS |= {"dppo_tv": "grpo", "dppo_kl": "grpo"}
+# trl_ext's own records beyond the references' tables: the asynchronous trainer's (TRL's AsyncGRPOTrainer)
+OWN_ALGORITHMS = {"async_grpo": ("ppo", "grpo", "async")}
 
 
 def test_table_has_exactly_the_reference_algorithms():
     assert len(REFERENCE_FLAGS) == 21
-    assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS) | set(VERL_ALGORITHMS)
+    assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS) | set(VERL_ALGORITHMS) | set(OWN_ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", sorted(OWN_ALGORITHMS))
+def test_own_records_name_their_parts_and_family(name):
+    spec = trl_ext.get_algorithm(name)
+    assert (spec.policy_loss_fn, spec.advantage_fn, spec.trainer) == OWN_ALGORITHMS[name]
 
 
 @pytest.mark.parametrize("name", sorted(VERL_ALGORITHMS))
@@ -152,6 +160,7 @@ def test_unhashable_algorithm_name():
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
     "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo", "ppo", *VERL_ALGORITHMS,
+    *OWN_ALGORITHMS,
 }  # fmt: skip
 
 

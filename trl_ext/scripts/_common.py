@@ -392,13 +392,38 @@ def parse(parser: TrlParser, argv: Sequence[str]) -> tuple:
         raise UsageError(str(error)) from error
 
 
+def model_arguments(config_class: type) -> type:
+    """`trl.ModelConfig`, without the fields that `config_class` declares itself (TRL's `AsyncGRPOConfig` has its own
+    `dtype`): each flag parsed into one field, the training config's."""
+    from trl import ModelConfig
+
+    own = {f.name for f in dataclasses.fields(config_class)}
+    clashes = [f for f in dataclasses.fields(ModelConfig) if f.name in own]
+    if not clashes:
+        return ModelConfig
+    kept = [
+        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory, metadata=f.metadata))
+        for f in dataclasses.fields(ModelConfig)
+        if f.name not in own
+    ]
+    return dataclasses.make_dataclass(
+        "ModelConfig", kept, bases=(), namespace={"__post_init__": ModelConfig.__post_init__}
+    )
+
+
 def set_model_init_kwargs(training_args, model_args) -> None:
-    """`ModelConfig`'s loading options into the config's `model_init_kwargs` (explicit entries win)."""
-    training_args.model_init_kwargs = {
+    """`ModelConfig`'s loading options into the config's `model_init_kwargs` (explicit entries win; an option left
+    unset stays out, so that the trainer's own choice holds: TRL's asynchronous trainer sets the attention)."""
+    dtype = getattr(model_args, "dtype", getattr(training_args, "dtype", None))
+    model_args.dtype = dtype  # where the training config declares it (`model_arguments`), its value
+    options = {
         "revision": model_args.model_revision,
         "trust_remote_code": training_args.trust_remote_code,
         "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
+        "dtype": dtype,
+    }
+    training_args.model_init_kwargs = {
+        **{name: value for name, value in options.items() if value is not None},
         **(training_args.model_init_kwargs or {}),
     }
 

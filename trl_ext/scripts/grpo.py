@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trl import DatasetMixtureConfig, ModelConfig, get_peft_config, get_quantization_config
+from trl import DatasetMixtureConfig, get_peft_config, get_quantization_config
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..algorithms import get_algorithm
@@ -62,6 +62,7 @@ from ._common import (
     ToyDefaults,
     UsageError,
     did_you_mean,
+    model_arguments,
     parse,
     run_summary,
     script_help_command,
@@ -272,7 +273,13 @@ def family_arguments(algorithm: str) -> tuple[type, ...]:
 def _parser(algorithm: str, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
     spec = get_algorithm(algorithm)
     parser = ScriptParser(
-        (GRPOScriptArguments, spec.config_class, ModelConfig, DatasetMixtureConfig, *family_arguments(algorithm)),
+        (
+            GRPOScriptArguments,
+            spec.config_class,
+            model_arguments(spec.config_class),
+            DatasetMixtureConfig,
+            *family_arguments(algorithm),
+        ),
         algorithm=algorithm,
     )
     if multi_turn(algorithm):

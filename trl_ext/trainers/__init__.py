@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from trl import DPOConfig as TRLDPOConfig
 from trl import SFTConfig as TRLSFTConfig
+from trl.experimental.async_grpo import AsyncGRPOConfig as TRLAsyncGRPOConfig
 
+from .async_config import AsyncGRPOConfig
+from .async_trainer import AsyncGRPOTrainer
 from .classes import algorithm_class_names, algorithm_classes, document_written_classes
 from .critic_config import CriticFamilyConfig
 from .critic_trainer import CriticFamilyTrainer
@@ -36,9 +39,12 @@ register_family_classes("distill", DistillFamilyConfig, DistillFamilyTrainer, se
 register_family_classes("critic", CriticFamilyConfig, CriticFamilyTrainer, settings_base=GRPOFamilyConfig)
 register_family_classes("dpo", DPOConfig, DPOTrainer, settings_base=TRLDPOConfig)
 register_family_classes("sft", SFTConfig, SFTTrainer, settings_base=TRLSFTConfig)
+register_family_classes("async", AsyncGRPOConfig, AsyncGRPOTrainer, settings_base=TRLAsyncGRPOConfig)
 document_written_classes()
 
 __all__ = [
+    "AsyncGRPOConfig",
+    "AsyncGRPOTrainer",
     "DPOConfig",
     "DPOTrainer",
     "DistillFamilyConfig",

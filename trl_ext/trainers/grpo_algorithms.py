@@ -937,7 +937,9 @@ class M2POConfig(GRPOFamilyConfig):
     generation batch feeds several optimizer steps and π_old lags behind π. Among the trust-region tokens (A > 0 with r
     > 1, A < 0 with r < 1) the largest (log r)² are masked until their mean is at most `m2_threshold`; the kept tokens
     get the unclipped −A·r (Trinity-RFT main's `m2po`). The selection runs per micro-batch: with
-    `gradient_accumulation_steps=1` on one process it is the paper's selection over the optimizer batch.
+    `gradient_accumulation_steps=1` on one process it is the paper's selection over the optimizer batch. Its natural
+    home is asynchronous training, where the samples really are stale: `AsyncGRPOConfig(policy_loss_fn='m2po')` selects
+    over the whole optimizer window (every micro-batch and process) against the sampler's log-probs.
 
     Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
     documentation renders them as a table).

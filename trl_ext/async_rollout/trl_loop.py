@@ -1,0 +1,63 @@
+"""trl_ext's estimators in TRL's own rollout worker (the vLLM path of `AsyncGRPOTrainer`).
+
+TRL's `AsyncRolloutWorker` runs `_AsyncRolloutLoop` in a spawned process and scores each complete group in
+`_AsyncRolloutLoop._score_group`: the reward functions, then GRPO's advantage (r − mean)/(std + 1e-8), one per
+conversation, stamped on each of the conversation's training rows (a long multi-turn conversation forks into
+several). `TRLExtRolloutLoop` keeps TRL's scoring of the rewards and replaces the advantage by the trainer's
+estimator on the same group (`GroupScorer.group_advantages`); a conversation the estimator drops (`keep` False) leaves
+the queue with its rows. The worker class itself stays TRL's: `use_trl_ext_scoring` points its `_loop_cls` hook at
+this loop and hands it the scorer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+
+from .scoring import GroupScorer
+
+
+def rescore_samples(
+    samples: list[Any], rows_per_conversation: list[int], completion_ids: list[list[int]], group_id: int, scorer
+) -> list[Any]:
+    """TRL's scored rows of one group with the advantages of `scorer`'s estimator: conversation i owns the next
+    `rows_per_conversation[i]` rows (TRL's order) and its reward is their `metrics["reward"]` (NaN: unscorable,
+    advantage 0, as TRL's). Rows of a conversation the estimator drops are left out."""
+    if sum(rows_per_conversation) != len(samples):
+        raise ValueError(
+            f"rescore_samples: {len(samples)} rows for conversations of {rows_per_conversation} rows; they must match"
+        )
+    offsets = np.cumsum([0, *rows_per_conversation[:-1]])
+    rewards = np.array([samples[o].metrics["reward"] for o in offsets], dtype=np.float64)
+    advantages, keep = scorer.group_advantages(rewards, completion_ids, group_id)
+    rescored = []
+    for i, (start, rows) in enumerate(zip(offsets, rows_per_conversation, strict=True)):
+        if not keep[i]:
+            continue
+        for sample in samples[start : start + rows]:
+            sample.advantage = float(advantages[i])
+            rescored.append(sample)
+    return rescored
+
+
+class TRLExtRolloutLoop(_AsyncRolloutLoop):
+    """TRL's rollout loop, its advantages from a trl_ext estimator (see the module docstring)."""
+
+    def __init__(self, *args: Any, group_scorer: GroupScorer, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.group_scorer = group_scorer
+
+    async def _score_group(self, group) -> list[Any]:
+        samples = await super()._score_group(group)
+        rows = [len(sequences) for sequences in group.completions_sequences]
+        return rescore_samples(samples, rows, group.completions_ids, group.group_id, self.group_scorer)
+
+
+def use_trl_ext_scoring(worker: Any, scorer: GroupScorer) -> None:
+    """Make TRL's `AsyncRolloutWorker` score with `scorer`'s estimator (nothing for any other worker, which scores
+    as it is built to: trl_ext's `TransformersRolloutWorker` already takes the scorer)."""
+    if isinstance(worker, AsyncRolloutWorker):
+        worker._loop_cls = TRLExtRolloutLoop
+        worker._loop_kwargs["group_scorer"] = scorer

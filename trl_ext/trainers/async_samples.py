@@ -1,0 +1,104 @@
+"""What the asynchronous trainer adds to the samples on their way from the worker's queue to the loss.
+
+* `checked_rollout_queue`: the worker's queue, each sample checked as the trainer takes it (shapes, dtypes, a 0/1
+  completion mask with something to train, finite log-probs ≤ 0 on the trained tokens, a finite advantage, a policy
+  version the trainer has published). A malformed sample is a ValueError naming the worker, the sample's group and
+  version and what is wrong: never trained on. Each sample's version rides along in its `metrics`.
+* `VersionedCollator`: TRL's `DataCollatorForRollout`, which also packs each sample's version (`behave_version`,
+  `[S]` per row, `-1` padding): the loss reads it for the staleness metric and AReaL's log-linear proximal policy.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
+
+VERSION_KEY = "__model_version__"
+"""Where a sample's policy version rides in its `metrics` dict, from the queue to the collator (which removes it)."""
+
+
+def check_sample(sample: Any, worker: str, current_version: int) -> None:
+    """Raise ValueError naming `worker` and the sample when `sample` (a TRL `RolloutSample`) is malformed."""
+    group, version = getattr(sample, "group_id", None), getattr(sample, "model_version", None)
+    where = f"{worker}: malformed rollout sample (group_id={group!r}, model_version={version!r})"
+    ids = np.asarray(sample.input_ids)
+    if ids.ndim != 1 or ids.size < 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(
+            f"{where}: input_ids must be a 1-D integer array of at least 2 tokens (prompt and completion); got "
+            f"shape {ids.shape}, dtype {ids.dtype}"
+        )
+    mask = np.asarray(sample.completion_mask)
+    if mask.shape != ids.shape:
+        raise ValueError(f"{where}: completion_mask has shape {mask.shape}, input_ids {ids.shape}; they must match")
+    if not np.isin(mask, (0, 1)).all():
+        raise ValueError(f"{where}: completion_mask must hold only 0 and 1; got values {np.unique(mask)[:8]}")
+    if mask[0] or not mask.any():
+        raise ValueError(
+            f"{where}: completion_mask must mark at least one completion token after the first token (a token is "
+            "trained on its predecessor's prediction)"
+        )
+    logps = np.asarray(sample.old_log_probs)
+    if logps.shape != ids.shape or not np.issubdtype(logps.dtype, np.floating):
+        raise ValueError(
+            f"{where}: old_log_probs must be a float array shaped like input_ids {ids.shape}; got shape "
+            f"{logps.shape}, dtype {logps.dtype}"
+        )
+    trained = logps[mask.astype(bool)]
+    if not np.isfinite(trained).all() or (trained > 1e-4).any():
+        bad = trained[~np.isfinite(trained) | (trained > 1e-4)][:4]
+        raise ValueError(
+            f"{where}: old_log_probs must be finite log-probabilities (<= 0) on the trained tokens; got {bad}"
+        )
+    advantage = sample.advantage
+    if isinstance(advantage, bool) or not isinstance(advantage, numbers.Real) or not np.isfinite(advantage):
+        raise ValueError(f"{where}: advantage must be a finite number; got {advantage!r}")
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral) or not 0 <= version <= current_version:
+        raise ValueError(
+            f"{where}: model_version must be an integer between 0 and the trainer's current version {current_version}"
+        )
+    if not isinstance(sample.metrics, dict):
+        raise ValueError(f"{where}: metrics must be a dict of floats; got {type(sample.metrics).__name__}")
+
+
+class CheckedRolloutQueue:
+    """The worker's queue as `RolloutQueueDataset` reads it (`get(timeout=...)`, `qsize()`), each sample checked."""
+
+    def __init__(self, queue: Any, worker: str, version: Callable[[], int]):
+        self.queue, self.worker, self.version = queue, worker, version
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        sample = self.queue.get(*args, **kwargs)
+        check_sample(sample, self.worker, self.version())
+        sample.metrics[VERSION_KEY] = int(sample.model_version)
+        return sample
+
+    def qsize(self) -> int:
+        return self.queue.qsize()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.queue, name)
+
+
+def checked_rollout_queue(queue: Any, worker: Any, version: Callable[[], int]) -> CheckedRolloutQueue:
+    """`queue` checked, its errors naming `worker` (its class, and its process id when it has one)."""
+    process = getattr(worker, "_process", None)
+    pid = getattr(process, "pid", None)
+    name = type(worker).__name__ + (f" (pid {pid})" if pid else "")
+    return CheckedRolloutQueue(queue, name, version)
+
+
+class VersionedCollator(DataCollatorForRollout):
+    """TRL's collator; also packs each sample's policy version as `behave_version` (`[S]` per row, `-1` padding)."""
+
+    def torch_call(self, examples: list[Any]) -> dict[str, Any]:
+        (rows,) = examples
+        versions = [[sample["metrics"].pop(VERSION_KEY, -1) for sample in row.samples] for row in rows]
+        batch = super().torch_call(examples)
+        width = max(len(v) for v in versions)
+        batch["behave_version"] = torch.tensor([v + [-1] * (width - len(v)) for v in versions], dtype=torch.long)
+        return batch

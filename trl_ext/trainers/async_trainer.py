@@ -1,0 +1,428 @@
+"""`AsyncGRPOTrainer`: TRL's experimental asynchronous GRPO trainer with any trl_ext loss and group estimator.
+
+TRL 1.16's `trl.experimental.async_grpo.AsyncGRPOTrainer` decouples generation from training: a rollout worker
+streams scored samples into a queue while the trainer trains on them, each up to `max_staleness` policy versions old
+(TRL drops older ones), and the weights go back to the worker every `weight_sync_steps`. Its samples arrive packed
+into prefix-tree rows (one per process), and its loss is PPO's clip against the sampler's log-probs μ with GRPO
+advantages computed in the worker.
+
+This subclass changes what is trained and nothing of how samples flow:
+
+* **the loss** (`compute_loss`, the one override of the training step): TRL's forward on the packed row, unpacked into
+  `[B, T]` (`packed_rows`), then the config's policy loss, KL term (a frozen reference forwarded on the same row when
+  `beta` > 0) and entropy bonus, normalized over the optimizer window, every micro-batch and process
+  (`window.CountWindowInLoop`), as in the synchronous trainers;
+* **the advantage**: the config's estimator, on each complete group, in the worker (`trl_ext.async_rollout`);
+* **staleness**: μ is the sampler (`old_logprob`); `decoupled_ppo` gets π_prox (`prox_logp_method`); verl's rollout
+  correction (`rollout_is` / `rollout_rs`) weighs and rejects against μ, the loss's π_old then being the step's own
+  weights (verl's recomputed old log-probs: its correction is a decoupled objective); `m2po` selects over the whole
+  window. The last two take one forward pass without gradients over the window before its first micro-batch
+  (`_prepare_window`), so that their batch statistics, and the token count that normalizes the loss, are the window's;
+* **the generator**: `rollout_backend="transformers"` builds trl_ext's offline `TransformersRolloutWorker`; attention
+  on the packed rows runs without flash-attention where its kernel is missing (`tree_attention`).
+
+Bad input stops early: a non-path model, a reward function that cannot be pickled into the worker's process, an
+estimator the worker cannot run, a malformed sample (`RolloutSampleCheck`), a failed weight sync (named, with the
+version).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar
+from unittest import mock
+
+import torch
+from transformers import AutoTokenizer
+from trl.experimental.async_grpo import AsyncGRPOTrainer as _TRLAsyncGRPOTrainer
+from trl.experimental.async_grpo import async_grpo_trainer as _trl_async
+from trl.trainer.utils import add_fused_lm_head, create_model_from_path
+
+from ..async_rollout import GroupScorer, TransformersRolloutWorker
+from ..async_rollout.trl_loop import use_trl_ext_scoring
+from ..components import MAX, MEAN
+from ..losses import aggregate_loss
+from ..losses.decoupled_ppo import loglinear_proximal_logprob
+from ..losses.m2po import M2PO_METRICS, m2po_mask
+from .async_config import AsyncGRPOConfig
+from .async_samples import VersionedCollator, checked_rollout_queue
+from .model_card import AlgorithmModelCard
+from .packed_rows import PackedRow
+from .tree_attention import use_tree_attention
+from .window import CountWindowInLoop
+
+
+class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrainer):
+    """TRL's `AsyncGRPOTrainer` training the config's trl_ext loss and estimator (see the module docstring).
+
+    Args:
+        model (str): The model's path or Hub id: TRL's asynchronous trainer loads it itself, and so does the worker.
+        reward_funcs: Callables (pickled into the worker's process: module-level functions, `functools.partial`
+            or callable instances), as TRL's.
+        args (AsyncGRPOConfig | None): The config; default `AsyncGRPOConfig` in `<model>-AsyncGRPO`.
+        train_dataset, processing_class, callbacks, optimizers, peft_config, tools, environment_factory: TRL's.
+        eval_dataset: Must be None: TRL's asynchronous trainer does not evaluate.
+        rollout_worker, weight_transfer: TRL's protocols; default: TRL's vLLM worker and NCCL transfer, or with
+            `rollout_backend="transformers"` trl_ext's `TransformersRolloutWorker` and its weight transfer.
+        quantization_config: How the model is loaded (into `args.model_init_kwargs`), as the training scripts pass it.
+    """
+
+    config_class: ClassVar[type] = AsyncGRPOConfig
+    algorithm: ClassVar[str] = "async_grpo"
+    #: the trainer's own metrics besides the loss's: the samples' staleness when trained (TRL's `sample/staleness_*`
+    #: are taken when a sample leaves the queue, one micro-batch before it is trained: accelerate's dispatcher
+    #: collates the next micro-batch ahead)
+    trainer_metrics: ClassVar[dict[str, str]] = {
+        **CountWindowInLoop.trainer_metrics,
+        "staleness_mean": MEAN,
+        "staleness_max": MAX,
+    }
+
+    def __init__(
+        self,
+        model: str,
+        reward_funcs: Callable | list[Callable] | None = None,
+        args: AsyncGRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+        tools=None,
+        environment_factory=None,
+        rollout_worker=None,
+        weight_transfer=None,
+        quantization_config=None,
+    ):
+        owner = type(self).__name__
+        if eval_dataset is not None:
+            raise ValueError(
+                f"{owner}: eval_dataset is given, but TRL's asynchronous trainer does not evaluate (its samples come "
+                "from the rollout worker); leave eval_dataset None (eval_strategy='no')"
+            )
+        if not isinstance(model, str):
+            raise TypeError(
+                f"{owner}: model must be a path or Hub id (got {type(model).__name__}): TRL's asynchronous trainer "
+                "loads the model itself, and the rollout worker loads the same one; save the model and pass its path"
+            )
+        if args is None:
+            args = AsyncGRPOConfig(output_dir=f"{model.rstrip('/').split('/')[-1]}-AsyncGRPO")
+        elif not isinstance(args, AsyncGRPOConfig):
+            raise TypeError(
+                f"{owner}: args must be a trl_ext.AsyncGRPOConfig (got {type(args).__name__}); it carries the loss "
+                "and the estimator"
+            )
+        if quantization_config is not None:  # as the training scripts pass it: how the model is loaded
+            args.model_init_kwargs = {**(args.model_init_kwargs or {}), "quantization_config": quantization_config}
+        reward_funcs = (
+            [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+        )
+        scorer = GroupScorer(
+            reward_funcs,
+            advantage_fn=args.advantage_fn_name,
+            advantage_fn_args=args.advantage_kwargs(),
+            seed=args.seed,
+        )
+        scorer.check_picklable()  # before anything loads: TRL's worker and ours pickle them into a child process
+        if rollout_worker is None and args.rollout_backend == "transformers":
+            if tools or environment_factory is not None:
+                raise ValueError(
+                    f"{owner}: rollout_backend='transformers' generates single-turn completions; tools and "
+                    "environment_factory need TRL's vLLM worker (rollout_backend='vllm')"
+                )
+            if processing_class is None:
+                processing_class = AutoTokenizer.from_pretrained(model, padding_side="left")
+            rollout_worker = TransformersRolloutWorker(
+                model_path=model,
+                dataset=train_dataset,
+                processing_class=processing_class,
+                scorer=scorer,
+                **_worker_settings(args),
+            )
+            weight_transfer = weight_transfer or rollout_worker.weight_transfer
+        parts = args.components.for_trainer()
+        self.policy_loss_fn, self.kl_fn, self.entropy_fn = parts.policy_loss, parts.kl_fn, parts.entropy_fn
+        self.loss_agg_mode, self.entropy_loss_agg_mode = parts.loss_agg_mode, parts.entropy_loss_agg_mode
+        self.beta = args.beta
+        # M2PO selects over the whole window (`_prepare_window`); the loss then trains the tokens selected there
+        self._m2_threshold = (
+            getattr(self.policy_loss_fn, "m2_threshold", None) if self.policy_loss_fn.name == "m2po" else None
+        )
+        if self._m2_threshold is not None:
+            self.policy_loss_fn.m2_threshold = math.inf
+        with _optional_peak_flops():
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                processing_class=processing_class,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                peft_config=peft_config,
+                tools=tools,
+                environment_factory=environment_factory,
+                rollout_worker=rollout_worker,
+                weight_transfer=weight_transfer,
+            )
+        self.attention_path = use_tree_attention(self.accelerator.device)
+        if self.accelerator.is_main_process:
+            use_trl_ext_scoring(self.rollout_worker, scorer)  # TRL's vLLM worker: our estimator in its loop
+            self.rollout_queue = checked_rollout_queue(
+                self.rollout_queue, self.rollout_worker, lambda: self.model_version
+            )
+        self.ref_model = self._reference_model(model) if self.beta != 0 else None
+        self.correction = args.build_rollout_correction()
+
+    # ---- the pieces around TRL's loop -------------------------------------------------------------------------
+
+    def _reference_model(self, path: str) -> torch.nn.Module:
+        """A frozen copy of the initial policy, forwarded on the same packed rows (the KL term, `beta` > 0)."""
+        kwargs = dict(self.args.model_init_kwargs or {})
+        kwargs.setdefault("dtype", self.args.dtype)
+        ref = create_model_from_path(path, device_map=None, attn_implementation=_trl_async.TREE_ATTENTION, **kwargs)
+        add_fused_lm_head(ref, temperature=self.temperature, outputs=("log_probs",))
+        ref.requires_grad_(False).eval()
+        return ref.to(self.accelerator.device)
+
+    def get_train_dataloader(self):
+        """TRL's dataloader, with a collator that also packs each sample's policy version (`behave_version`)."""
+        with mock.patch.object(_trl_async, "DataCollatorForRollout", VersionedCollator):
+            return super().get_train_dataloader()
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if "behave_version" not in self._signature_columns:
+            self._signature_columns.append("behave_version")
+
+    def _sync_weight(self):
+        """TRL's weight sync; a failure names the transfer and the version it was sending."""
+        try:
+            super()._sync_weight()
+        except Exception as error:
+            transfer = type(getattr(self, "weight_transfer", None)).__name__
+            raise RuntimeError(
+                f"{type(self).__name__}: the weight sync to version {self.model_version + 1} failed in {transfer}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+
+    # ---- the optimizer window ---------------------------------------------------------------------------------
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
+        """The window's micro-batches, before the first one runs: the pass that needs the whole window (rollout
+        correction, M2PO's selection), then the window's counts (`count_window`)."""
+        self._prepare_window(batch_samples)
+        return super()._get_num_items_in_batch(batch_samples, device)
+
+    def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Loss tokens (without the window's rejected ones) and samples of this process's row."""
+        selected = batch["token_index"] >= 0
+        keep = batch.get("window_keep")
+        tokens = keep[selected].sum() if keep is not None else selected.sum()
+        segments = batch["segment_id"][selected]
+        samples = segments.max() + 1 if segments.numel() else torch.zeros((), device=segments.device)
+        return {"global_valid_toks": tokens.float(), "global_valid_seqs": samples.float().reshape(())}
+
+    def _prepare_window(self, batches: list[dict[str, Any]]) -> None:
+        """Decide over the whole window (all micro-batches, all processes), from π at the start of the optimizer
+        step, what needs the window: verl's rollout correction against μ (its weights, `window_weights`, and kept
+        tokens, `window_keep`: batch normalization and rejection see the whole batch, as verl's) and M2PO's
+        second-moment selection (`window_selected`). Each is stored on its micro-batch, aligned with its
+        `token_index`. One forward pass without gradients per micro-batch, only when one of them is on."""
+        m2po = self._m2_threshold is not None
+        if not (self.correction.enabled or m2po):
+            return
+        rows, logps = [], []
+        with torch.no_grad():
+            for batch in batches:
+                row = PackedRow.from_inputs(batch)
+                out = self.model(**row.forward_kwargs, fused_lm_head=True)
+                rows.append(row)
+                logps.append(out.log_probs.flatten()[row.token_index].float())
+        grids = [row.grid() for row in rows]
+        width = torch.tensor(max([g.width for g in grids] + [1]), device=self.accelerator.device)
+        width = int(self.accelerator.reduce(width, "max"))
+        local = torch.cat([
+            torch.stack([
+                _pad(grid.scatter(lp), width), _pad(grid.scatter(row.old_log_probs.float()), width),
+                _pad(grid.scatter(row.advantages.float()), width), _pad(grid.mask.float(), width),
+            ], dim=1)
+            for row, grid, lp in zip(rows, grids, logps, strict=True)
+        ])  # fmt: skip  # [B_local, 4, T]
+        start = self.accelerator.process_index * local.size(0)  # before padding: each process's rows, in order
+        everything = self.accelerator.gather(self.accelerator.pad_across_processes(local, dim=0))
+        old, sampler, advantages, mask = everything.unbind(1)
+        mask = mask.bool()
+        keep, weights, metrics = mask, None, {}
+        if self.correction.enabled:
+            weights, kept, metrics = self.correction(old, sampler, mask)
+            if self.correction.rs_bounds:
+                keep = mask & kept
+        selected = None
+        if m2po:  # M2PO's log-ratio is π against the sampler μ, over the kept tokens
+            selected, stats = m2po_mask(old - sampler, advantages, keep, self._m2_threshold)
+            metrics.update(stats)
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
+        for name, value in zip(metrics, values, strict=True):
+            self._metrics["train"][name].append(value)
+        offset = start
+        for batch, grid in zip(batches, grids, strict=True):
+            here = slice(offset, offset + grid.num_samples)
+            offset += grid.num_samples
+            terms = batch["token_index"] >= 0
+            for name, value in (("window_keep", keep), ("window_weights", weights), ("window_selected", selected)):
+                if value is not None:
+                    full = torch.zeros_like(batch["token_index"], dtype=value.dtype)
+                    full[terms] = grid.gather(value[here])
+                    batch[name] = full
+
+    # ---- the loss ---------------------------------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        mode = "train" if self.model.training else "eval"
+        row = PackedRow.from_inputs(inputs)
+        grid = row.grid()
+        terms = inputs["token_index"] >= 0
+        extras = {name: grid.scatter(inputs[name][terms]) for name in _WINDOW_KEYS if name in inputs}
+
+        forward_start = _trl_async.time.time()
+        router = {"output_router_logits": True} if self.aux_loss_enabled else {}
+        outputs = model(**row.forward_kwargs, fused_lm_head=True, **router)
+        logps = grid.scatter(outputs.log_probs.flatten()[row.token_index])
+        entropies = grid.scatter(outputs.entropy.flatten()[row.token_index])
+        self._last_forward_time_s = _trl_async.time.time() - forward_start
+
+        mask = grid.mask
+        if "window_keep" in extras:
+            mask = mask & extras["window_keep"]
+        old = grid.scatter(row.old_log_probs.to(logps.dtype))  # μ, the sampler
+        if self.correction.enabled:  # verl: π_old is the trained policy, recomputed; μ enters through the correction
+            old = logps.detach()
+        advantages = grid.scatter(row.advantages.to(logps.dtype))
+        sampling_ratio = extras.get("window_weights")
+        if sampling_ratio is not None:
+            sampling_ratio = torch.where(mask, sampling_ratio.to(logps.dtype), 1.0)
+        reads = self.policy_loss_fn.inputs()
+        if sampling_ratio is not None and "importance_sampling_ratio" not in reads:
+            advantages, sampling_ratio = advantages * sampling_ratio, None
+        ref = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_out = self.ref_model(**row.forward_kwargs, fused_lm_head=True)
+            ref = grid.scatter(ref_out.log_probs.flatten()[row.token_index].to(logps.dtype))
+        prox = self._proximal(logps, old, row, grid) if "prox_logprob" in reads else None
+        loss_mask = mask
+        if "window_selected" in extras:  # the window's selection: the unselected tokens train nothing, stay counted
+            advantages = torch.where(extras["window_selected"], advantages, 0)
+
+        window = dict(self._window) if mode == "train" else self.micro_batch_counts(inputs)
+        window["normalizer"] = window["global_valid_seqs"] * self.args.max_completion_length
+        policy_loss, metrics = self.policy_loss_fn(**_read_by(self.policy_loss_fn, {
+            "logprob": logps, "old_logprob": old, "action_mask": loss_mask, "advantages": advantages,
+            "prox_logprob": prox, "importance_sampling_ratio": sampling_ratio, "step": self.state.global_step,
+            **window,
+        }))  # fmt: skip
+        if "window_selected" in extras:
+            metrics = {k: v for k, v in metrics.items() if k not in M2PO_METRICS}  # logged from the window's pass
+        loss = policy_loss
+        metrics["policy_loss"] = policy_loss.detach()
+        if ref is not None:
+            kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(
+                logps, ref, loss_mask, self.loss_agg_mode, old_logprob=old, **window
+            )
+            loss = loss + kl_loss
+            metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
+        if self.args.entropy_coef != 0:
+            bonus, entropy_metrics = self.entropy_fn(entropies, loss_mask, self.entropy_loss_agg_mode, **window)
+            loss = loss - bonus
+            metrics.update(entropy_metrics)
+        metrics["entropy"] = aggregate_loss(
+            entropies.detach(), loss_mask, "token-mean", global_valid_toks=window["global_valid_toks"]
+        )
+        if row.behave_version is not None and row.behave_version.numel():  # at the step, per sample
+            staleness = self.model_version - row.behave_version.float()
+            metrics["staleness_mean"], metrics["staleness_max"] = staleness.mean(), staleness.max()
+        loss = self.scale_for_processes(loss, mode)
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * outputs.aux_loss / self.current_gradient_accumulation_steps
+            metrics["aux_loss"] = outputs.aux_loss.detach()
+        self._log_loss_metrics(mode, metrics)
+        self._account_step(inputs)
+        return loss
+
+    def _proximal(self, logps: torch.Tensor, old: torch.Tensor, row: PackedRow, grid) -> torch.Tensor | None:
+        """π_prox of a decoupled loss: the step's weights (`recompute`: the loss's default, sg(π)), or AReaL's
+        log-linear interpolation between μ and π from the versions: the weights being trained become version
+        `model_version + 1`, the proximal ones are `model_version`."""
+        if self.args.prox_logp_method == "recompute" or row.behave_version is None:
+            return None
+        versions = row.behave_version.to(logps.device)
+        return loglinear_proximal_logprob(
+            old, logps.detach(), versions, proximal_version=self.model_version, current_version=self.model_version + 1
+        )
+
+    def _account_step(self, inputs: dict[str, Any]) -> None:
+        """TRL's per-step accounting (its `perf/*` and `batch/*` metrics), as its `compute_loss` keeps it."""
+        forward_tokens = float(inputs["global_n_forward_tokens"][0])
+        mean_seq_len = float(inputs["mean_seq_len"][0])
+        self._step_forward_tokens += forward_tokens
+        self._step_trained_tokens += float(inputs["global_n_tokens"][0])
+        self._step_seq_len_weighted += mean_seq_len * forward_tokens
+        self._step_samples += forward_tokens / mean_seq_len
+        self._step_forward_s += self._last_forward_time_s
+
+
+_WINDOW_KEYS = ("window_keep", "window_weights", "window_selected")
+
+
+def _read_by(loss_fn: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The `inputs` that `loss_fn` declares it reads, without the None ones."""
+    return {name: inputs[name] for name in loss_fn.inputs() if inputs.get(name) is not None}
+
+
+def _pad(grid: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(grid, (0, width - grid.size(1)))
+
+
+def _worker_settings(args: AsyncGRPOConfig) -> dict[str, Any]:
+    """The transformers worker's settings from the config: TRL's sampling fields, and a queue that holds what TRL's
+    worker keeps in flight (`max_inflight_tasks`, by default `max(max_staleness, 1)` optimizer steps of samples)."""
+    from accelerate import PartialState
+
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * PartialState().num_processes
+    inflight = args.max_inflight_tasks if args.max_inflight_tasks > 0 else max(args.max_staleness, 1) * per_step
+    batch = args.rollout_batch_size or max(args.num_generations, per_step - per_step % args.num_generations)
+    return dict(
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        generation_batch_size=batch,
+        queue_maxsize=inflight,
+        seed=args.seed,
+        num_threads=args.rollout_num_threads,
+    )
+
+
+@contextlib.contextmanager
+def _optional_peak_flops():
+    """TRL reads the accelerator's peak FLOPs for its MFU metric and fails on a CPU; there it is unknown (None)."""
+    original = _trl_async.get_peak_flops_per_device
+
+    def peak_flops(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except Exception:
+            return None
+
+    with mock.patch.object(_trl_async, "get_peak_flops_per_device", peak_flops):
+        yield
+
+
+__all__ = ["AsyncGRPOTrainer"]
