@@ -1,11 +1,13 @@
 """An offline rollout worker for TRL's asynchronous GRPO (`trl.experimental.async_grpo.AsyncGRPOTrainer`).
 
 * `TransformersRolloutWorker` (`worker.py`): TRL's `RolloutWorkerProtocol`, generating with transformers in a spawned
-  child process (CPU by default), so `AsyncGRPOTrainer` trains without a vLLM server;
+  child process (CPU by default), so `AsyncGRPOTrainer` trains without a vLLM server; the child's loop is
+  `rollout_loop.py`;
 * `LocalWeightTransfer` (`weights.py`): TRL's `WeightTransferProtocol` into that child through shared CPU memory,
   numbering the weights it sends 1, 2, ... (the version each sample is stamped with);
 * `GroupScorer` (`scoring.py`): scores one complete group (rewards, then a trl_ext advantage estimator), as TRL's
-  worker does; `check_async_estimator` refuses the estimators that cannot run per group.
+  worker does; `check_async_estimator` refuses the estimators that cannot run per group;
+* `trl_loop.py`: the same estimators inside TRL's own vLLM worker (`use_trl_ext_scoring`).
 
     from trl_ext.async_rollout import GroupScorer, TransformersRolloutWorker
 

@@ -1,0 +1,311 @@
+"""The child side of `TransformersRolloutWorker`: the generation loop in its spawned process.
+
+`child_main` scrubs the process's environment and runs `RolloutLoop`, which applies the newest weights between
+batches, generates whole groups with transformers, computes the sampling log-probs with one forward pass of the same
+weights, scores each group (`GroupScorer`) and puts the samples on the shared queue, ticking the heartbeat and naming
+its stage as it goes (see `worker.py` for the whole protocol). What the parent and the child share is `Channels`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from trl.experimental.async_grpo.async_rollout_worker import _CHILD_ENV_TO_STRIP, RolloutSample
+
+from .scoring import GroupScorer
+from .weights import WeightReceiver
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""The rollout model's dtypes, by the names `dtype=` takes."""
+
+STAGE_BYTES = 256
+
+
+@dataclass
+class Channels:
+    """The primitives the parent and the child share (spawn arguments)."""
+
+    rollout_buffer: Any
+    metrics_queue: Any
+    stop_event: Any
+    ready_event: Any
+    failed_event: Any
+    error_queue: Any
+    heartbeat: Any
+    stage: Any
+
+    def set_stage(self, text: str) -> None:
+        self.stage.value = text.encode("utf-8", "replace")[: STAGE_BYTES - 1]
+        self.heartbeat.value = time.time()
+
+    def get_stage(self) -> str:
+        return self.stage.value.decode("utf-8", "replace")
+
+
+def _is_conversational(prompt: Any) -> bool:
+    return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)
+
+
+def child_main(config: dict[str, Any], channels: Channels, receiver: WeightReceiver) -> None:
+    """The child process: scrub the environment (TRL's `_CHILD_ENV_TO_STRIP`; no CUDA unless `device` asks for it),
+    run the loop, report a failure (stage, exception, traceback) through `channels`."""
+    for key in _CHILD_ENV_TO_STRIP:
+        os.environ.pop(key, None)
+    device = config["device"]
+    if device is None or not str(device).startswith("cuda"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ["HIP_VISIBLE_DEVICES"] = ""
+    try:
+        RolloutLoop(config, channels, receiver).run()
+    except BaseException as e:
+        info = (channels.get_stage(), type(e).__name__, str(e), traceback.format_exc())
+        try:
+            channels.error_queue.put_nowait(info)
+        except Exception:
+            pass
+        channels.failed_event.set()
+        traceback.print_exc()
+    finally:
+        # Samples or metrics still in this process's queue buffers must not keep it alive (the trainer is gone or
+        # stopped reading): exit without flushing them.
+        channels.rollout_buffer.cancel_join_thread()
+        channels.metrics_queue.cancel_join_thread()
+
+
+class RolloutLoop:
+    """The child's generate / log-prob / score / enqueue loop (see the module docstring)."""
+
+    def __init__(self, config: dict[str, Any], channels: Channels, receiver: WeightReceiver):
+        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers.utils import logging as hf_logging
+
+        self.config = config
+        self.channels = channels
+        self.receiver = receiver
+        self.scorer: GroupScorer = config["scorer"]
+        self.tokenizer = config["processing_class"]
+        self.num_generations = config["num_generations"]
+        self.temperature = config["temperature"]
+        self.interval = config["heartbeat_interval_s"]
+        channels.set_stage("loading the model")
+        torch.set_num_threads(config["num_threads"])
+        torch.manual_seed(config["seed"])
+        hf_logging.disable_progress_bar()
+        self.device = torch.device(config["device"] or "cpu")
+        model = AutoModelForCausalLM.from_pretrained(config["model_path"], dtype=DTYPES[config["dtype"]])
+        self.model = model.to(self.device).eval()
+        self.params = dict(self.model.named_parameters(remove_duplicate=False))
+        eos = model.generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
+            eos.append(self.tokenizer.eos_token_id)
+        if not eos:
+            raise ValueError("TransformersRolloutWorker: neither the tokenizer nor the generation config has an eos")
+        self.eos_ids = torch.tensor(eos, device=self.device)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
+        # The model's own sampling defaults (e.g. a checkpoint's top_k=20) must not leak in: this config replaces it.
+        self.model.generation_config = GenerationConfig(
+            do_sample=True,
+            temperature=config["temperature"],
+            top_p=config["top_p"],
+            top_k=config["top_k"],
+            min_p=config["min_p"],
+            repetition_penalty=config["repetition_penalty"],
+            max_new_tokens=config["max_completion_length"],
+            eos_token_id=eos,
+            pad_token_id=self.pad_id,
+        )
+        self.rows = self._iter_rows()
+        self.pending: dict[str, Any] = {}
+        channels.ready_event.set()
+
+    def _iter_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        dataset, seed = self.config["dataset"], self.config["seed"]
+        group_id, epoch = 0, 0
+        while True:
+            for index in np.random.default_rng([seed, epoch]).permutation(len(dataset)):
+                yield group_id, dataset[int(index)]
+                group_id += 1
+            epoch += 1
+
+    def _stopped(self) -> bool:
+        return self.channels.stop_event.is_set()
+
+    def run(self) -> None:
+        applied = 0
+        while not self._stopped():
+            self.channels.heartbeat.value = time.time()
+            if self.receiver.pause_requested():
+                self.receiver.acknowledge_pause()
+                self.channels.set_stage("paused")
+                self.channels.stop_event.wait(self.interval)
+                continue
+            if self.receiver.published_version > applied:
+                self.channels.set_stage(f"applying weights v{self.receiver.published_version}")
+                t0 = time.perf_counter()
+                applied = self.receiver.apply(self.params)
+                self.pending["rollout/weight_apply_s"] = time.perf_counter() - t0
+                continue  # check for a pause / stop again before generating
+            if applied == 0:
+                self.channels.set_stage("waiting for the first weights")
+                self.channels.stop_event.wait(self.interval)
+                continue
+            self._rollout_batch(applied)
+
+    def _prompt_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.tokenizer(text=prompt)["input_ids"])
+        if _is_conversational(prompt):
+            ids = self.tokenizer.apply_chat_template(
+                prompt,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+                **(self.config["chat_template_kwargs"] or {}),
+            )["input_ids"]
+            return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+        raise ValueError(
+            f"TransformersRolloutWorker: a dataset prompt must be a string or a list of messages, got {prompt!r}"
+        )
+
+    @torch.no_grad()
+    def _generate(self, prompt_ids: list[list[int]], label: str) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample one completion per prompt (left-padded batch); return the completions (up to and including their
+        eos) and their tokens' log_softmax(logits / temperature) under the same weights."""
+        batch, width = len(prompt_ids), max(map(len, prompt_ids))
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for b, ids in enumerate(prompt_ids):
+            input_ids[b, width - len(ids) :] = torch.tensor(ids)
+            attention[b, width - len(ids) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        t0 = time.perf_counter()
+        sequences = self.model.generate(input_ids=input_ids, attention_mask=attention)
+        self.pending["rollout/generate_s"] = time.perf_counter() - t0
+        completion = sequences[:, width:]
+        steps = completion.shape[1]
+        is_eos = torch.isin(completion, self.eos_ids)
+        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, steps)
+        completion_mask = (torch.arange(steps, device=self.device) < first_eos[:, None]).long()
+
+        self.channels.set_stage(f"computing the log-probs of {label}")
+        t0 = time.perf_counter()
+        mask = torch.cat([attention, completion_mask], dim=1)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self.model(
+            input_ids=sequences, attention_mask=mask, position_ids=position_ids, logits_to_keep=steps + 1
+        ).logits[:, :-1]
+        log_probs = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+        token_log_probs = log_probs.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        self.pending["rollout/logprob_s"] = time.perf_counter() - t0
+        lengths = first_eos.tolist()
+        completions = [completion[b, : lengths[b]].tolist() for b in range(batch)]
+        return completions, [token_log_probs[b, : lengths[b]].tolist() for b in range(batch)]
+
+    def _rollout_batch(self, version: int) -> None:
+        num_groups = self.config["generation_batch_size"] // self.num_generations
+        groups = [next(self.rows) for _ in range(num_groups)]
+        first, last = groups[0][0], groups[-1][0]
+        label = f"groups {first}-{last} with weights v{version}"
+        self.channels.set_stage(f"generating {label}")
+        prompt_ids = [self._prompt_ids(row["prompt"]) for _, row in groups]
+        repeated = [ids for ids in prompt_ids for _ in range(self.num_generations)]
+        completions, log_probs = self._generate(repeated, label)
+        lengths = [len(c) for c in completions]
+        eos = set(self.eos_ids.tolist())
+        clipped = sum(1 for c in completions if c[-1] not in eos)
+
+        t_score, enqueued, dropped, unscorable, estimator_metrics = 0.0, 0, 0, 0, {}
+        for g, (group_id, row) in enumerate(groups):
+            span = range(g * self.num_generations, (g + 1) * self.num_generations)
+            self.channels.set_stage(f"scoring group {group_id}")
+            t0 = time.perf_counter()
+            texts = [self.tokenizer.decode(completions[i], skip_special_tokens=True) for i in span]
+            conversational = _is_conversational(row["prompt"])
+            score = self.scorer.score(
+                prompts=[row["prompt"]] * self.num_generations,
+                completions=[[{"role": "assistant", "content": t}] for t in texts] if conversational else texts,
+                completion_ids=[completions[i] for i in span],
+                group_id=group_id,
+                reward_kwargs={
+                    k: [v] * self.num_generations
+                    for k, v in row.items()
+                    if k not in ("prompt", "completion", "completion_ids")
+                },
+            )
+            t_score += time.perf_counter() - t0
+            unscorable += int(score.metrics["unscorable"])
+            for key, value in score.metrics.items():
+                if key.startswith("advantages/"):
+                    estimator_metrics.setdefault(f"rollout/{key}", []).append(value)
+            self.channels.set_stage(f"enqueueing group {group_id}")
+            for k, i in enumerate(span):
+                if not score.keep[k]:
+                    dropped += 1
+                    continue
+                prompt_len, completion = len(repeated[i]), completions[i]
+                sample = RolloutSample(
+                    prompt=row["prompt"],
+                    completion=texts[k] if not conversational else [{"role": "assistant", "content": texts[k]}],
+                    input_ids=np.asarray(repeated[i] + completion, dtype=np.int64),
+                    completion_mask=np.asarray([0] * prompt_len + [1] * len(completion), dtype=np.int64),
+                    old_log_probs=np.asarray([0.0] * prompt_len + log_probs[i], dtype=np.float32),
+                    advantage=float(score.advantages[k]),
+                    model_version=version,
+                    group_id=group_id,
+                    metrics=score.sample_metrics(k),
+                )
+                if not self._put(sample):
+                    return
+                enqueued += 1
+
+        metrics = {
+            **self.pending,
+            "rollout/score_s": t_score,
+            "rollout/completion_tokens_mean": (float(sum(lengths)), float(len(lengths))),
+            "rollout/completion_tokens_max": float(max(lengths)),
+            "rollout/completion_tokens_min": float(min(lengths)),
+            "rollout/clipped_ratio": (float(clipped), float(len(lengths))),
+            "rollout/generated_tok_s": (float(sum(lengths)), self.pending["rollout/generate_s"]),
+            "rollout/groups_total": float(num_groups),
+            "rollout/samples_total": float(enqueued),
+            "rollout/dropped_samples_total": float(dropped),
+            "rollout/unscorable_samples_total": float(unscorable),
+            "rollout/weights_version_max": float(version),
+            **{key: sum(values) / len(values) for key, values in estimator_metrics.items()},
+        }
+        self.pending = {}
+        try:
+            self.channels.metrics_queue.put_nowait(metrics)
+        except queue.Full:
+            pass  # never block generation on metrics
+
+    def _put(self, sample: RolloutSample) -> bool:
+        """Put `sample` on the rollout buffer, waiting while it is full (ticking the heartbeat, acknowledging a
+        pause: no generation happens here); False when stopped meanwhile."""
+        blocked_at = None
+        while True:
+            sample.enqueued_at = time.time()
+            try:
+                self.channels.rollout_buffer.put(sample, timeout=self.interval)
+                break
+            except queue.Full:
+                if self._stopped():
+                    return False
+                if self.receiver.pause_requested():
+                    self.receiver.acknowledge_pause()
+                self.channels.heartbeat.value = time.time()
+                blocked_at = blocked_at or time.perf_counter()
+        if blocked_at is not None:
+            self.pending["rollout/backpressure_s"] = (
+                self.pending.get("rollout/backpressure_s", 0.0) + time.perf_counter() - blocked_at
+            )
+        return True
