@@ -69,7 +69,6 @@ class AsyncGRPOConfig(
         *_TRLAsyncGRPOConfig._VALID_DICT_FIELDS,
         "policy_loss_fn_args",
         "advantage_fn_args",
-        "kl_penalty_fn_args",
     ]
 
     kl_loss_fn: str = algorithm_field(ALGORITHM, "kl_loss_fn")
@@ -150,7 +149,8 @@ class AsyncGRPOConfig(
         default=1, metadata=_help("Torch threads of the transformers worker's process (its cores).")
     )
 
-    # The synchronous machinery reads these; an asynchronous run has one meaning for each.
+    # The composition machinery reads these; an asynchronous run has one meaning for each (no KL in the reward: the
+    # worker has no reference model; the group's own std)
     scale_rewards: ClassVar[str] = "group"
     multi_objective_aggregation: ClassVar[str] = "sum_then_normalize"
     kl_penalty_fn_args: ClassVar[None] = None
