@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from .._validation import declared_inputs
-from ..components import SHARE, Argument, Component, Registry
+from ..components import MEAN, SHARE, Argument, Component, Registry
 from .aggregation import LOSS_AGG_HELP, LOSS_AGG_MODES
 from .inputs import WINDOW_INPUTS, Metrics
 from .masked_batch import MaskedBatch, masked_batch
@@ -106,6 +106,23 @@ class PolicyLoss(Component):
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Metrics]:
         raise NotImplementedError
+
+
+PPO_METRICS = {"pg_clipfrac": MEAN, "pg_clipfrac_lower": MEAN, "ppo_kl": MEAN, "pg_loss": SHARE}
+"""The metrics of the losses with PPO's clipped ratio (verl's names)."""
+
+
+class ClippedRatioLoss(PolicyLoss):
+    """Base of the losses with PPO's clip range (`clip_range`, `clip_range_low`, `clip_range_high`, among their
+    `arguments`): the asymmetric bounds fall back to the symmetric one at construction, and the loss logs
+    `PPO_METRICS` (a subclass adds its own)."""
+
+    metrics: ClassVar[dict[str, str]] = PPO_METRICS
+
+    def check_arguments(self) -> None:
+        self.clip_range_low, self.clip_range_high = resolve_clip_range(
+            self.name, self.clip_range, self.clip_range_low, self.clip_range_high
+        )
 
 
 POLICY_LOSSES = Registry("policy loss", PolicyLoss)

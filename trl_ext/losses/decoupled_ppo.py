@@ -51,9 +51,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..components import MEAN, SHARE, Argument
+from ..components import MEAN, Argument
 from .aggregation import EPS
-from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from .base import (
+    PPO_METRICS,
+    ClippedRatioLoss,
+    loss_agg_mode_argument,
+    register_policy_loss,
+)
 from .inputs import Metrics, check_float, shape_of
 
 BEHAVE_IMP_WEIGHT_MODES = ("mask", "truncate")
@@ -74,7 +79,7 @@ share of the valid tokens whose w exceeds the cap (masked, or truncated: AReaL's
 
 
 @register_policy_loss("decoupled_ppo")
-class DecoupledPPOPolicyLoss(PolicyLoss):
+class DecoupledPPOPolicyLoss(ClippedRatioLoss):
     """AReaL's decoupled PPO. Metrics: `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl` (as `ppo`'s, with the ratio taken
     against π_prox), `pg_loss`, and `decoupled/behave_weight_mean`, `decoupled/behave_weight_max`,
     `decoupled/behave_masked_fraction`, `decoupled/behave_approx_kl` (`DECOUPLED_METRICS`).
@@ -135,18 +140,7 @@ class DecoupledPPOPolicyLoss(PolicyLoss):
             choices=BEHAVE_IMP_WEIGHT_MODES,
         ),
     )
-    metrics: ClassVar[dict[str, str]] = {
-        "pg_clipfrac": MEAN,
-        "pg_clipfrac_lower": MEAN,
-        "ppo_kl": MEAN,
-        "pg_loss": SHARE,
-        **DECOUPLED_METRICS,
-    }
-
-    def check_arguments(self) -> None:
-        self.clip_range_low, self.clip_range_high = resolve_clip_range(
-            self.name, self.clip_range, self.clip_range_low, self.clip_range_high
-        )
+    metrics: ClassVar[dict[str, str]] = {**PPO_METRICS, **DECOUPLED_METRICS}
 
     def __call__(
         self,

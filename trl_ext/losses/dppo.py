@@ -27,12 +27,14 @@ r > c inside the region (the truncated ones), `ppo_kl` = token mean of −clamp(
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 
-from ..components import MEAN, SHARE, Argument
-from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from ..components import Argument
+from .base import (
+    ClippedRatioLoss,
+    loss_agg_mode_argument,
+    register_policy_loss,
+)
 from .inputs import Metrics
 
 BINARY_KL_EPS = 1e-8
@@ -77,20 +79,8 @@ def _dppo_arguments(divergence: str) -> tuple[Argument, ...]:
     )
 
 
-class _DPPOPolicyLoss(PolicyLoss):
+class _DPPOPolicyLoss(ClippedRatioLoss):
     """The DPPO losses: the trust-region test (`kept`) is the subclass's."""
-
-    metrics: ClassVar[dict[str, str]] = {
-        "pg_clipfrac": MEAN,
-        "pg_clipfrac_lower": MEAN,
-        "ppo_kl": MEAN,
-        "pg_loss": SHARE,
-    }
-
-    def check_arguments(self) -> None:
-        self.clip_range_low, self.clip_range_high = resolve_clip_range(
-            self.name, self.clip_range, self.clip_range_low, self.clip_range_high
-        )
 
     def kept(self, lp: torch.Tensor, old: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
         """Bool `[B, T]`: the tokens inside the trust region (`positive`: A > 0)."""

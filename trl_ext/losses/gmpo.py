@@ -31,9 +31,9 @@ from typing import ClassVar
 
 import torch
 
-from ..components import MEAN, SHARE, Argument
+from ..components import Argument
 from .aggregation import EPS
-from .base import PolicyLoss, register_policy_loss, resolve_clip_range
+from .base import ClippedRatioLoss, register_policy_loss
 from .inputs import Metrics
 
 LOG_WEIGHT_EPS = 1e-10
@@ -41,7 +41,7 @@ LOG_WEIGHT_EPS = 1e-10
 
 
 @register_policy_loss("geo_mean")
-class GMPOPolicyLoss(PolicyLoss):
+class GMPOPolicyLoss(ClippedRatioLoss):
     """GMPO (verl `geo_mean`). Metrics: `pg_loss`, `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`.
 
     `clip_range_low` / `clip_range_high` fall back to the symmetric `clip_range` (verl's `clip_ratio_low` /
@@ -79,17 +79,6 @@ class GMPOPolicyLoss(PolicyLoss):
             ge=0,
         ),
     )
-    metrics: ClassVar[dict[str, str]] = {
-        "pg_loss": SHARE,
-        "pg_clipfrac": MEAN,
-        "pg_clipfrac_lower": MEAN,
-        "ppo_kl": MEAN,
-    }
-
-    def check_arguments(self) -> None:
-        self.clip_range_low, self.clip_range_high = resolve_clip_range(
-            self.name, self.clip_range, self.clip_range_low, self.clip_range_high
-        )
 
     def __call__(
         self,

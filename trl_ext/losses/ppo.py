@@ -22,8 +22,13 @@ from typing import ClassVar
 
 import torch
 
-from ..components import MEAN, SHARE, Argument
-from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss, resolve_clip_range
+from ..components import MEAN, Argument
+from .base import (
+    PPO_METRICS,
+    ClippedRatioLoss,
+    loss_agg_mode_argument,
+    register_policy_loss,
+)
 from .inputs import Metrics
 
 SEQUENCE_MASKING_METRICS = {"seq_mask/masked_tokens": MEAN, "seq_mask/mean_sequence_kl": MEAN}
@@ -31,7 +36,7 @@ SEQUENCE_MASKING_METRICS = {"seq_mask/masked_tokens": MEAN, "seq_mask/mean_seque
 
 
 @register_policy_loss("ppo")
-class PPOPolicyLoss(PolicyLoss):
+class PPOPolicyLoss(ClippedRatioLoss):
     """Dual-clip PPO. Metrics: `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`, `pg_loss` and, with
     sequence masking, `seq_mask/masked_tokens` and `seq_mask/mean_sequence_kl`.
 
@@ -87,18 +92,7 @@ class PPOPolicyLoss(PolicyLoss):
             "Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.",
         ),
     )
-    metrics: ClassVar[dict[str, str]] = {
-        "pg_clipfrac": MEAN,
-        "pg_clipfrac_lower": MEAN,
-        "ppo_kl": MEAN,
-        "pg_loss": SHARE,
-        **SEQUENCE_MASKING_METRICS,
-    }
-
-    def check_arguments(self) -> None:
-        self.clip_range_low, self.clip_range_high = resolve_clip_range(
-            self.name, self.clip_range, self.clip_range_low, self.clip_range_high
-        )
+    metrics: ClassVar[dict[str, str]] = {**PPO_METRICS, **SEQUENCE_MASKING_METRICS}
 
     def __call__(
         self,
