@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from trainer_helpers import CPU
+from trainer_helpers import cpu_config
 
 
 class StubWorker:
@@ -57,20 +57,11 @@ class StubTransfer:
 
 
 def async_config(output_dir: str, **overrides: Any):
+    """`trainer_helpers.cpu_config` for `AsyncGRPOConfig`, batching a fixed number of samples (no vLLM server to ask
+    for a token budget)."""
     from trl_ext import AsyncGRPOConfig
 
-    settings = {
-        **CPU,
-        "output_dir": output_dir,
-        "per_device_train_batch_size": 8,
-        "num_generations": 4,
-        "max_completion_length": 8,
-        "max_steps": 2,
-        "learning_rate": 1e-3,
-        "token_budget": 0,
-        **overrides,
-    }
-    return AsyncGRPOConfig(**settings)
+    return cpu_config(AsyncGRPOConfig, output_dir, **{"token_budget": 0, **overrides})
 
 
 def stub_trainer(model_path: str, config, worker=None, transfer=None):
