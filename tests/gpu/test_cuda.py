@@ -43,6 +43,8 @@ def build(algorithm: str, model: str, tmp_path, teacher: str | None = None, lora
         config = spec.config_class(**{"per_device_train_batch_size": 8, **settings})
         return spec.trainer_class(model, args=config, train_dataset=toy.toy_preference_dataset(64), **extra)
     settings = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 8, **settings}
+    if spec.family.name == "async":  # the offline worker (on the CPU, its own process) and fixed-count batches
+        settings = {"rollout_backend": "transformers", "token_budget": 0, **settings}
     config = spec.config_class(**{"beta": 0.04 if spec.use_reference else 0.0, **settings})
     if algorithm == "on_policy_distill":
         extra["teacher_model"] = teacher
