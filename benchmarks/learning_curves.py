@@ -56,11 +56,10 @@ def train(name: str, steps: int, seed: int, out: str) -> dict:
         output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=False, activation_checkpointing=False,
         report_to="none", save_strategy="no", disable_tqdm=True, **settings,
     )  # fmt: skip
+    config.use_toy_task()  # what the toy task provides for the family (distillation: its teacher; async: its worker)
     extra = {}
     if spec.sample_strategy == "mix":
         extra["expert_dataset"] = toy.toy_expert_dataset()
-    if algorithm == "on_policy_distill":
-        extra["teacher_model"] = toy.tiny_teacher_path()
     trainer = spec.trainer_class(
         model=toy.tiny_model_path(), reward_funcs=toy.toy_reward, args=config, train_dataset=toy.toy_dataset(), **extra
     )
