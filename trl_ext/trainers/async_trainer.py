@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from unittest import mock
 
 import torch
+from accelerate.utils import broadcast_object_list
 from transformers import AutoTokenizer
 from trl.experimental.async_grpo import AsyncGRPOTrainer as _TRLAsyncGRPOTrainer
 from trl.experimental.async_grpo import async_grpo_trainer as _trl_async
@@ -199,7 +200,9 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
             self._signature_columns.append("behave_version")
 
     def _sync_weight(self):
-        """TRL's weight sync; a failure names the transfer and the version it was sending."""
+        """TRL's weight sync; a failure names the transfer and the version it was sending. TRL counts the versions
+        on the main process only; every process gets its count (the loss reads it: staleness, AReaL's proximal
+        policy)."""
         try:
             super()._sync_weight()
         except Exception as error:
@@ -208,6 +211,8 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
                 f"{type(self).__name__}: the weight sync to version {self.model_version + 1} failed in {transfer}: "
                 f"{type(error).__name__}: {error}"
             ) from error
+        if self.accelerator.num_processes > 1:
+            self.model_version = broadcast_object_list([self.model_version], from_process=0)[0]
 
     # ---- the optimizer window ---------------------------------------------------------------------------------
 
@@ -252,8 +257,9 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
             ], dim=1)
             for row, grid, lp in zip(rows, grids, logps, strict=True)
         ])  # fmt: skip  # [B_local, 4, T]
-        start = self.accelerator.process_index * local.size(0)  # before padding: each process's rows, in order
         everything = self.accelerator.gather(self.accelerator.pad_across_processes(local, dim=0))
+        # each process's block is padded to the largest: this process's rows start at its index times that size
+        start = self.accelerator.process_index * (everything.size(0) // self.accelerator.num_processes)
         old, sampler, advantages, mask = everything.unbind(1)
         mask = mask.bool()
         keep, weights, metrics = mask, None, {}
