@@ -117,7 +117,7 @@ def test_worker_end_to_end_versions_log_probs_advantages_pause(toy):
     path, tokenizer = toy
     # Every prompt of another length, so each generation batch is left-padded.
     dataset = toy_dataset(16).map(lambda row, i: {"prompt": "Hello " * i + row["prompt"]}, with_indices=True)
-    worker = _worker(toy, dataset=dataset, queue_maxsize=12, temperature=0.7)
+    worker = _worker(toy, dataset=dataset, queue_maxsize=12, temperature=0.7, pause_during_sync=True)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     with pytest.raises(RuntimeError, match=r"TransformersRolloutWorker\(pid=None\).*not started"):
         worker.check_health(60)

@@ -17,9 +17,13 @@ child process on the same machine (`TransformersRolloutWorker`, which creates it
   model's, raises `ValueError` in `send_weights`, naming the parameter (checked against the model's parameter
   manifest, read from its config on the meta device, with no weights loaded); a failure while the child applies
   the weights fails the child, and the worker's `check_health` reports it.
-* `pause()` asks the child to finish its current batch (generation and log-probs; samples already generated may
-  still be scored and enqueued) and waits for it to acknowledge; `resume()` releases it. A child that is not running
-  (not started or not ready yet, dead, failed) has nothing to pause, so `pause()` returns at once.
+* `pause()`: generation need not stop for a transfer here, since the child applies weights only between batches and
+  under the lock, and a sample in flight keeps the version of the weights that generated it; so by default
+  (`pause_during_sync=False`) `pause()` and `resume()` return at once and the trainer does not wait for the child's
+  batch (measured on the toy: waiting cost 0.05 s of a 0.15 s step). With `pause_during_sync=True` (vLLM's
+  behaviour) `pause()` asks the child to finish its current batch (generation and log-probs; samples already
+  generated may still be scored and enqueued) and waits for it to acknowledge; `resume()` releases it. A child that
+  is not running (not started or not ready yet, dead, failed) has nothing to pause, so `pause()` returns at once.
 
 `WeightReceiver` is the child's end (picklable: spawn arguments only).
 """
@@ -120,6 +124,7 @@ class LocalWeightTransfer:
         model_path: The rollout model (its config gives the parameter manifest `send_weights` checks against).
         dtype: The rollout model's dtype (the buffers' dtype; sent tensors are converted).
         mp_context: The multiprocessing context the child is spawned with.
+        pause_during_sync: Whether `pause()` stops generation until `resume()` (see the module docstring).
         pause_timeout_s: How long `pause()` waits for the child to reach a pause point before raising.
         owner: The name used in error messages (the worker's).
     """
@@ -130,10 +135,12 @@ class LocalWeightTransfer:
         model_path: str,
         dtype: torch.dtype,
         mp_context: Any,
+        pause_during_sync: bool = False,
         pause_timeout_s: float = 600.0,
         owner: str = "LocalWeightTransfer",
     ):
         self.model_path = model_path
+        self.pause_during_sync = pause_during_sync
         self.dtype = dtype
         self.pause_timeout_s = pause_timeout_s
         self.owner = owner
@@ -192,7 +199,10 @@ class LocalWeightTransfer:
             self._manifest = parameter_manifest(self.model_path, self.dtype)
 
     def pause(self) -> None:
-        """Ask the child to finish its current batch, and wait until it is paused (see the module docstring)."""
+        """With `pause_during_sync`, ask the child to finish its current batch, and wait until it is paused (see the
+        module docstring); else nothing."""
+        if not self.pause_during_sync:
+            return
         # The sequence number moves before the flag is set: a child that sees the flag acknowledges at least `seq`.
         seq = self._pause_seq.value + 1
         self._pause_seq.value = seq

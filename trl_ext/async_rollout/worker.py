@@ -39,7 +39,7 @@ import time
 import warnings
 from typing import Any
 
-from .._validation import check_number
+from .._validation import check_bool, check_number
 from .rollout_loop import DTYPES, STAGE_BYTES, Channels, child_main
 from .scoring import GroupScorer
 from .weights import LocalWeightTransfer
@@ -73,6 +73,8 @@ class TransformersRolloutWorker:
             heartbeats and checks for stop / pause.
         chat_template_kwargs: Extra keyword arguments of `apply_chat_template` for conversational prompts.
         start_timeout_s: How long `start()` waits for the child to load the model.
+        pause_during_sync: Whether a weight sync stops generation until it is done (vLLM's behaviour); default False:
+            the child applies weights between batches, so it keeps generating while they are copied.
         pause_timeout_s: How long `weight_transfer.pause()` waits for the child to finish its batch.
     """
 
@@ -99,6 +101,7 @@ class TransformersRolloutWorker:
         heartbeat_interval_s: float = 0.1,
         chat_template_kwargs: dict[str, Any] | None = None,
         start_timeout_s: float = 300.0,
+        pause_during_sync: bool = False,
         pause_timeout_s: float = 600.0,
     ):
         name = type(self).__name__
@@ -131,6 +134,7 @@ class TransformersRolloutWorker:
         check_number(name, "heartbeat_interval_s", heartbeat_interval_s, gt=0)
         check_number(name, "start_timeout_s", start_timeout_s, gt=0)
         check_number(name, "pause_timeout_s", pause_timeout_s, gt=0)
+        check_bool(name, "pause_during_sync", pause_during_sync)
         if min_p is not None and min_p != 0:  # 0: off, as in vLLM
             check_number(name, "min_p", min_p, gt=0, le=1)
         if dtype not in DTYPES:
@@ -177,7 +181,12 @@ class TransformersRolloutWorker:
             chat_template_kwargs=dict(chat_template_kwargs or {}),
         )
         self.weight_transfer = LocalWeightTransfer(
-            model_path=str(model_path), dtype=DTYPES[dtype], mp_context=ctx, pause_timeout_s=pause_timeout_s, owner=name
+            model_path=str(model_path),
+            dtype=DTYPES[dtype],
+            mp_context=ctx,
+            pause_during_sync=pause_during_sync,
+            pause_timeout_s=pause_timeout_s,
+            owner=name,
         )
         self.weight_transfer.attach(self._child_running, self._describe)
         self._process: Any = None
