@@ -118,6 +118,7 @@ that drifts to longer answers stays in the format the model knows instead of deg
 
 DEFAULT_TRAINING: dict[str, Any] = dict(
     learning_rate=1e-3,
+    lr_scheduler_type="linear",
     warmup_steps=20,
     max_grad_norm=0.2,
     per_device_train_batch_size=128,
@@ -134,7 +135,8 @@ DEFAULT_TRAINING: dict[str, Any] = dict(
 to be a multiple of `num_generations` (TRL's default, 8, is not a multiple of 16).
 
 Warmup and the tight gradient clip matter: without them Adam's first, full-size steps knock the tiny model
-off its format (completions degenerate into random bytes and the reward collapses to ~0) on some seeds."""
+off its format (completions degenerate into random bytes and the reward collapses to ~0) on some seeds. The schedule
+is named because TRL's asynchronous config defaults to `constant`, which ignores the warmup."""
 
 DPO_TRAINING: dict[str, Any] = dict(
     learning_rate=1e-3,
