@@ -14,7 +14,9 @@ from trl_ext.families import get_family
 from trl_ext.losses import POLICY_LOSSES
 from trl_ext.toy import build_tokenizer
 
-FED = sorted(name for name in POLICY_LOSSES if set(POLICY_LOSSES[name].inputs()) <= set(get_family("async").loss_inputs))
+FED = sorted(
+    name for name in POLICY_LOSSES if set(POLICY_LOSSES[name].inputs()) <= set(get_family("async").loss_inputs)
+)
 REFUSED = sorted(set(POLICY_LOSSES) - set(FED))
 
 

@@ -26,11 +26,20 @@ from trl_ext.trainers.async_samples import check_sample
         ({"advantage_fn": "reinforceplusplus"}, r"advantage_fn='reinforceplusplus'.*token-level"),
         ({"advantage_fn": "remax"}, r"advantage_fn='remax'.*reward_baselines"),
         ({"advantage_fn": "gigpo"}, r"advantage_fn='gigpo'"),
-        ({"policy_loss_fn": "mix"}, r"policy_loss_fn='mix' cannot train in the async family's trainer: it needs `expert"),
-        ({"policy_loss_fn": "dpo"}, r"policy_loss_fn='dpo' cannot train in the async family's trainer: it needs `ref_log"),
+        (
+            {"policy_loss_fn": "mix"},
+            r"policy_loss_fn='mix' cannot train in the async family's trainer: it needs `expert",
+        ),
+        (
+            {"policy_loss_fn": "dpo"},
+            r"policy_loss_fn='dpo' cannot train in the async family's trainer: it needs `ref_log",
+        ),
         ({"prox_logp_method": "loglinear"}, r"prox_logp_method='loglinear' .* policy_loss_fn='ppo' reads none"),
         ({"prox_logp_method": "rollout"}, r"prox_logp_method='rollout' is not valid; must be one of 'recompute'"),
-        ({"rollout_backend": "sglang"}, r"rollout_backend='sglang' is not valid; must be one of 'vllm', 'transformers'"),
+        (
+            {"rollout_backend": "sglang"},
+            r"rollout_backend='sglang' is not valid; must be one of 'vllm', 'transformers'",
+        ),
         ({"rollout_batch_size": 6}, r"rollout_batch_size=6 must be a multiple of num_generations=4"),
         ({"rollout_is": "seq"}, r"rollout_is"),
         ({"policy_loss_fn_args": {"tau": 1.0}}, r"policy_loss_fn_args has 'tau', which 'ppo' does not take"),
@@ -129,7 +138,9 @@ def _sample(**changes) -> RolloutSample:
     ],
 )
 def test_a_malformed_sample_is_named(changes, message):
-    with pytest.raises(ValueError, match=r"MyWorker: malformed rollout sample \(group_id=3, model_version=.*" + message):
+    with pytest.raises(
+        ValueError, match=r"MyWorker: malformed rollout sample \(group_id=3, model_version=.*" + message
+    ):
         check_sample(_sample(**changes), "MyWorker", current_version=2)
     check_sample(_sample(), "MyWorker", current_version=2)  # the well-formed one passes
 
