@@ -6,6 +6,8 @@
   version and what is wrong: never trained on. Each sample's version rides along in its `metrics`.
 * `VersionedCollator`: TRL's `DataCollatorForRollout`, which also packs each sample's version (`behave_version`,
   `[S]` per row, `-1` padding): the loss reads it for the staleness metric and AReaL's log-linear proximal policy.
+* `PromptlyCheckedQueueDataset`: TRL's `RolloutQueueDataset`, asking the worker's health every second (TRL: every 5
+  s) while the queue is empty, so that a worker that died is reported within a second.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
+from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout, RolloutQueueDataset
 
 VERSION_KEY = "__model_version__"
 """Where a sample's policy version rides in its `metrics` dict, from the queue to the collator (which removes it)."""
@@ -102,3 +104,15 @@ class VersionedCollator(DataCollatorForRollout):
         width = max(len(v) for v in versions)
         batch["behave_version"] = torch.tensor([v + [-1] * (width - len(v)) for v in versions], dtype=torch.long)
         return batch
+
+
+class PromptlyCheckedQueueDataset(RolloutQueueDataset):
+    """TRL's queue dataset, polling an empty queue (and the worker's health) every `HEALTH_POLL_S` seconds."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("poll_interval_s", HEALTH_POLL_S)
+        super().__init__(*args, **kwargs)
+
+
+HEALTH_POLL_S = 1.0
+"""How long the trainer waits on an empty queue before it asks the worker's health again (TRL's default is 5 s)."""

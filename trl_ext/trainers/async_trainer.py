@@ -48,7 +48,7 @@ from ..losses import aggregate_loss
 from ..losses.decoupled_ppo import loglinear_proximal_logprob
 from ..losses.m2po import M2PO_METRICS, m2po_mask
 from .async_config import AsyncGRPOConfig
-from .async_samples import VersionedCollator, checked_rollout_queue
+from .async_samples import PromptlyCheckedQueueDataset, VersionedCollator, checked_rollout_queue
 from .model_card import AlgorithmModelCard
 from .packed_rows import PackedRow
 from .tree_attention import use_tree_attention
@@ -190,8 +190,12 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
         return ref.to(self.accelerator.device)
 
     def get_train_dataloader(self):
-        """TRL's dataloader, with a collator that also packs each sample's policy version (`behave_version`)."""
-        with mock.patch.object(_trl_async, "DataCollatorForRollout", VersionedCollator):
+        """TRL's dataloader, with a collator that also packs each sample's policy version (`behave_version`) and a
+        queue dataset that asks the worker's health every second while it waits (`async_samples`)."""
+        with (
+            mock.patch.object(_trl_async, "DataCollatorForRollout", VersionedCollator),
+            mock.patch.object(_trl_async, "RolloutQueueDataset", PromptlyCheckedQueueDataset),
+        ):
             return super().get_train_dataloader()
 
     def _set_signature_columns_if_needed(self):
