@@ -17,6 +17,14 @@
     trainer = AsyncGRPOTrainer(..., rollout_worker=worker, weight_transfer=worker.weight_transfer)
 """
 
+import warnings
+
+with warnings.catch_warnings():
+    # The asynchronous trainer stands on TRL's experimental API (`trl.experimental.async_grpo`), imported with the
+    # trainers: TRL's notice would reach every user of any trl_ext trainer. docs/algorithms/async.md says it instead.
+    warnings.filterwarnings("ignore", message="You are importing from 'trl.experimental'")
+    import trl.experimental  # noqa: F401
+
 from .scoring import WORKER_INPUTS, GroupScore, GroupScorer, check_async_estimator, reward_func_name
 from .weights import LocalWeightTransfer, WeightReceiver, parameter_manifest
 from .worker import DTYPES, TransformersRolloutWorker

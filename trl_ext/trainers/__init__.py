@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from trl import DPOConfig as TRLDPOConfig
 from trl import SFTConfig as TRLSFTConfig
-from trl.experimental.async_grpo import AsyncGRPOConfig as TRLAsyncGRPOConfig
+
+# trl_ext.async_rollout imports TRL's experimental package without TRL's notice: before anything else imports it
+from .. import async_rollout  # noqa: F401  # isort: skip
+from trl.experimental.async_grpo import AsyncGRPOConfig as TRLAsyncGRPOConfig  # isort: skip
 
 from .async_config import AsyncGRPOConfig
 from .async_trainer import AsyncGRPOTrainer

@@ -63,10 +63,18 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
         reward_funcs: Callables (pickled into the worker's process: module-level functions, `functools.partial`
             or callable instances), as TRL's.
         args (AsyncGRPOConfig | None): The config; default `AsyncGRPOConfig` in `<model>-AsyncGRPO`.
-        train_dataset, processing_class, callbacks, optimizers, peft_config, tools, environment_factory: TRL's.
+        train_dataset: The prompts (a `prompt` column), as TRL's; the worker cycles them.
         eval_dataset: Must be None: TRL's asynchronous trainer does not evaluate.
-        rollout_worker, weight_transfer: TRL's protocols; default: TRL's vLLM worker and NCCL transfer, or with
-            `rollout_backend="transformers"` trl_ext's `TransformersRolloutWorker` and its weight transfer.
+        processing_class: The tokenizer, as TRL's (loaded from `model` when None).
+        callbacks: As TRL's.
+        optimizers: As TRL's.
+        peft_config: As TRL's (LoRA: TRL merges the adapter into the weights it sends).
+        tools: As TRL's (the vLLM worker's multi-turn tool loop).
+        environment_factory: As TRL's (the vLLM worker's environments).
+        rollout_worker: TRL's `RolloutWorkerProtocol`; default: TRL's vLLM worker, or with
+            `rollout_backend="transformers"` trl_ext's `TransformersRolloutWorker`.
+        weight_transfer: TRL's `WeightTransferProtocol`; default: TRL's NCCL transfer, or the transformers worker's
+            `LocalWeightTransfer`.
         quantization_config: How the model is loaded (into `args.model_init_kwargs`), as the training scripts pass it.
     """
 
