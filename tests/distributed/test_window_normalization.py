@@ -2,7 +2,8 @@
 4 accumulation steps, 1 process × 1 step with 4× the batch, and 2 processes × 2 steps (torchrun, gloo, CPU)
 give the same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages
 (REINFORCE++), dropped samples (RAFT), dropped groups replaced by copies of kept ones (`duplicate_experiences`,
-rows copied across processes), MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
+rows copied across processes), DAPO's dynamic sampling (a uniform group replaced by a group of a second generation
+round, rows moved across processes) with its overlong reward shaping, MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
 own rows of the window, with a scheduled μ), on-policy distillation (teacher advantages with a group baseline
 and a reward term, computed over the whole generation batch of every process) and the multi-turn algorithms
 (two model turns around a tool output: GiGPO's anchor states gathered over processes, and each turn a sample of the
@@ -31,7 +32,7 @@ from trl_ext.trainers.window import WindowNormalization
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 MIX_MODES = ["token-mean", "seq-mean-token-sum-norm"]
-ALGORITHMS = "grpo:all,grpo:duplicate,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
+ALGORITHMS = "grpo:all,grpo:duplicate,grpo:dynamic,reinforceplusplus,raft,mix_chord:" + "+".join(MIX_MODES)
 ALGORITHMS += ",on_policy_distill,on_policy_distill:dense,multi_step_grpo:turns+seq-mean-token-mean,gigpo"
 ALGORITHMS += ",ppo:default+shared"
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -62,7 +63,8 @@ def runs(one_process_window_runs, random_tiny_model, tiny_model, tmp_path_factor
         return {**one_process_window_runs, "2x2": two.result(), "local": local.result()}
 
 
-KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "reinforceplusplus/default", "raft/default"]
+KEYS = [f"grpo/{mode}" for mode in MODES] + ["grpo/duplicate", "grpo/dynamic", "reinforceplusplus/default"]
+KEYS += ["raft/default"]
 KEYS += [f"mix_chord/{mode}" for mode in MIX_MODES] + ["on_policy_distill/default", "on_policy_distill/dense"]
 KEYS += ["multi_step_grpo/turns", "multi_step_grpo/seq-mean-token-mean", "gigpo/default", "ppo/default", "ppo/shared"]
 DISTILL_METRICS = ("kl/mean", "kl/std", "advantages/mean")
@@ -110,6 +112,12 @@ def test_same_update_for_every_split(runs, key, float_tolerance):
         for split in ("1x1", "1x4", "2x2"):
             assert [e["advantages/duplicated_frac"] for e in runs[split][key]["logs"]] == [0.5, 0.5], split
         assert not torch.allclose(reference, runs["1x1"]["grpo/token-mean"]["update"], rtol=1e-3)
+    if key == "grpo/dynamic":  # prompt 1's group left twice per step in every split; a second round filled in
+        for split in ("1x1", "1x4", "2x2"):
+            logs = runs[split][key]["logs"]
+            counts = [(e["dynamic_sampling/rounds"], e["dynamic_sampling/groups_dropped"]) for e in logs]
+            assert counts == [(2.0, 2.0), (2.0, 2.0)], split
+            assert all(e["rewards/overlong_penalty/mean"] < 0 for e in logs), split
     if key.startswith("mix"):  # both parts contribute, and μ follows the step
         logs = runs["1x1"][key]["logs"]
         assert logs[0]["usual/pg_loss"] != 0 and logs[0]["expert/sft_phi_loss"] > 0

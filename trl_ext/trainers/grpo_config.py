@@ -40,6 +40,8 @@ from .arguments import (
 from .composition import ComposedComponents
 from .config_fields import resolve_kl_coefficient
 from .devices import check_hardware
+from .dynamic_sampling import DynamicSamplingArguments
+from .overlong_reward import OverlongRewardArguments
 from .trl_loss_fields import TRL_GRPO_DEFAULTS, TRLLossFields, unused_trl_field
 
 # TRL's own vLLM importance-sampling correction, which `rollout_is` replaces (`_check_rollout_correction`).
@@ -59,6 +61,8 @@ class GRPOFamilyConfig(
     ComposedComponents,
     CompositionArguments,
     RolloutCorrectionArguments,
+    DynamicSamplingArguments,
+    OverlongRewardArguments,
     GRPO_KL_ARGUMENTS,
     _TRLGRPOConfig,
 ):
@@ -83,6 +87,10 @@ class GRPOFamilyConfig(
     * `use_bias_correction_kl` multiplies the per-token KL by the importance ratio π/π_old.
     * `mask_truncated_completions`, `steps_per_generation` (any value), `num_iterations`, environments and tools
       are TRL's own.
+
+    DAPO's two batch-level techniques work with every algorithm too: `dynamic_sampling` (drop the prompt groups
+    whose rewards all agree and generate more until the batch is full) and `overlong_buffer` (a soft length penalty
+    on the rewards).
 
     The TRL fields that configure TRL's own loss (`loss_type`, `epsilon`, `sapo_temperature_neg`, ...) default to
     None here: `trl_ext.GRPOConfig` trains TRL's loss when one is set; the algorithms' configs refuse them.
@@ -187,6 +195,10 @@ class GRPOFamilyConfig(
                 "entropy bonus, or leave the entropy bonus off"
             )
         self._check_scale_rewards()
+        self._check_overlong_reward()
+        family = get_algorithm(self.algorithm).trainer if self.algorithm else None
+        advantage = ADVANTAGE_FNS.get(self.advantage_fn_name) if self.advantage_fn_name else None
+        self._check_dynamic_sampling(family, advantage.inputs() if advantage is not None else ())
         super().__post_init__()
         if self.algorithm:
             # The parts are built here, once, from the final fields: a bad argument fails now, naming its field.

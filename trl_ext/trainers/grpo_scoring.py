@@ -25,6 +25,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd
 
 from ..advantages.reinforce_plus_plus import place_token_rewards
+from .overlong_reward import overlong_penalty
 
 _MULTIMODAL_KEYS = (
     "pixel_values",
@@ -43,6 +44,9 @@ _MULTIMODAL_KEYS = (
 
 class GRPOScoring:
     """Mixin of `GRPOFamilyTrainer`: the generation batch's rewards, advantages and rollout correction."""
+
+    _gathered_overlong: torch.Tensor | None = None
+    _reward_components: torch.Tensor | None = None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -67,6 +71,14 @@ class GRPOScoring:
                 "None for a sample it does not score, as long as another function scores it)"
             )
         self._gathered_rewards = rewards_per_func
+        if self.args.overlong_buffer:  # DAPO's length penalty, added to the weighted rewards in scoring
+            lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=rewards_per_func.device)
+            self._gathered_overlong = overlong_penalty(
+                self.accelerator.gather(lengths),
+                self.max_completion_length,
+                self.args.overlong_buffer,
+                self.args.overlong_penalty_factor,
+            )
         return rewards_per_func
 
     @contextlib.contextmanager
@@ -82,20 +94,37 @@ class GRPOScoring:
         finally:
             self.beta = 0.0
 
-    def _generate_and_score_completions(self, inputs):
+    def _generate_round(self, inputs) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor | None]:
+        """One generation and reward pass of TRL's on the local prompts `inputs`: `(output, rewards_per_func [N, F],
+        overlong penalties [N] or None)`, the rewards of every process's samples."""
         with self._reference_log_probs():
             output = super()._generate_and_score_completions(inputs)
-        self._generation_inputs = inputs  # the dataset rows: ReMax scores its greedy completions with them
-        mode = "train" if self.model.training else "eval"
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
+        overlong, self._gathered_overlong = self._gathered_overlong, None
+        return output, rewards_per_func, overlong
+
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        table_rows = None
+        if mode == "train" and self.args.dynamic_sampling:
+            output, rewards_per_func, overlong, table_rows = self._dynamically_sampled(inputs)
+        else:
+            output, rewards_per_func, overlong = self._generate_round(inputs)
+        self._generation_inputs = inputs  # the dataset rows: ReMax scores its greedy completions with them
         device = rewards_per_func.device
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        self._reward_components = rewards_per_func  # GDPO's per-function rewards
         if self.multi_objective_aggregation == "normalize_then_sum":  # GDPO: normalize each function per group first
             rewards_per_func = _normalize_per_group(rewards_per_func, group_size)
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        if overlong is not None:
+            rewards = rewards + overlong.to(rewards.dtype)
+            self._metrics[mode]["rewards/overlong_penalty/mean"].append(overlong.mean().item())
+            self._metrics[mode]["rewards/overlong_penalty/frac"].append((overlong < 0).float().mean().item())
         group_ids = torch.arange(rewards.numel(), device=device) // group_size
 
         result, response_mask = self._compute_advantages(rewards, group_ids, output)
+        self._reward_components = None
         if self._reference_for_reward:
             output.pop("ref_per_token_logps", None)  # the loss has no KL term
         for name, value in (result.metrics or {}).items():
@@ -130,6 +159,10 @@ class GRPOScoring:
         # The completions table logs the advantages TRL computed; show ours (per-sequence mean if token-level).
         if table.dim() == 2:
             table = table.sum(1) / response_mask.sum(1).clamp(min=1)
+        if table_rows is not None:  # dynamic sampling: the table shows the last generation round's samples
+            shown = table.new_zeros(table.numel())
+            taken = table_rows >= 0
+            table = shown.index_copy_(0, table_rows[taken], table[taken])
         self._show_advantages(table)
         return output
 
@@ -176,19 +209,27 @@ class GRPOScoring:
         for name, value in zip(metrics, values, strict=True):
             self._metrics[mode][name].append(value)
 
-    def _take_rows(self, output: dict[str, Any], source: torch.Tensor) -> dict[str, Any]:
-        """`output` with row i of the generation batch (all processes) replaced by row `source[i]`.
+    def _take_rows(
+        self,
+        output: dict[str, Any],
+        source: torch.Tensor,
+        n_local: int | None = None,
+        purpose: str = "duplicate_experiences",
+    ) -> dict[str, Any]:
+        """`output` with row i of the generation batch (all processes) replaced by row `source[i]` of the gathered
+        `output`; each process takes `n_local` rows (default: as many as it has).
 
         Each process's row-aligned tensors are padded to a common width (prompts on the left, completions on the
         right), gathered, indexed with its slice of `source`, and cropped back to the width its rows need, so a
-        process that receives no longer row keeps its tensors' shapes."""
+        process that receives no longer row keeps its tensors' shapes. `purpose` names the setting in the error
+        for a multimodal batch."""
         images = [key for key in _MULTIMODAL_KEYS if key in output]
         if images:
             raise ValueError(
-                f"{type(self).__name__}: duplicate_experiences cannot copy the rows of a multimodal batch "
-                f"({', '.join(images)}); set duplicate_experiences=False"
+                f"{type(self).__name__}: {purpose} cannot copy the rows of a multimodal batch "
+                f"({', '.join(images)}); set {purpose}=False"
             )
-        n_local = output["completion_mask"].size(0)
+        n_local = n_local or output["completion_mask"].size(0)
         rows = source[self.accelerator.process_index * n_local : (self.accelerator.process_index + 1) * n_local]
         taken = dict(output)
         for key, value in output.items():
@@ -239,6 +280,8 @@ class GRPOScoring:
         local = {"response_mask": _loss_mask(output), "completion_mask": output["completion_mask"]}
         if "logprobs" in needed or "entropy" in needed or penalty is not None:
             local["logprobs"], local["entropy"] = self._sampling_log_probs(output, entropy="entropy" in needed)
+        if "sum_pi_squared" in needed:
+            local["sum_pi_squared"] = self._sum_pi_squared(output)
         local.update(self._trainer_advantage_inputs(output, needed))
         if penalty is not None:
             local["ref_logprobs"] = output["ref_per_token_logps"]
@@ -258,6 +301,9 @@ class GRPOScoring:
             kwargs["generator"] = generator
         if "reward_baselines" in needed:
             kwargs["reward_baselines"] = self._greedy_baselines(group_ids)
+        if "reward_components" in declared:  # GDPO: each reward function's rewards, normalized one by one
+            kwargs["reward_components"] = self._reward_components
+            kwargs["reward_weights"] = self.reward_weights.to(rewards.device)
         if penalty is not None:
             rewards = self._penalized_rewards(rewards, gathered, takes_tokens=fn.token_rewards)
         if self._per_turn():  # one row per model turn (multi-turn estimators): advantages on the turns' tokens
@@ -291,6 +337,26 @@ class GRPOScoring:
                 **{key: output.get(key) for key in _MULTIMODAL_KEYS},
             )
         return (logps if old is None else old), entropies
+
+    def _sum_pi_squared(self, output: dict[str, Any]) -> torch.Tensor:
+        """Σ_v π(v)² at each completion position `[B, T]` under the sampling policy (the current weights, TRL's
+        `temperature`): the optimal token baseline's path-variance proxy (`optimal_token_baseline`). One forward
+        pass without gradients, `per_device_train_batch_size` rows at a time."""
+        completion_ids = output["completion_ids"]
+        width = completion_ids.size(1)
+        input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        step = self.args.per_device_train_batch_size
+        values = []
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            for start in range(0, input_ids.size(0), step):
+                rows = slice(start, start + step)
+                logits = self.model(
+                    input_ids=input_ids[rows], attention_mask=attention_mask[rows], logits_to_keep=width + 1
+                ).logits[:, :-1]
+                probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+                values.append(probs.square().sum(-1))
+        return torch.cat(values)
 
     def _penalized_rewards(self, rewards: torch.Tensor, gathered: dict[str, torch.Tensor], takes_tokens: bool):
         """The KL penalty on the rewards (`kl_penalty_fn`): token rewards `[N, T]` = the score on the completion's

@@ -9,6 +9,8 @@ checkpointing):
 * `_generate_and_score_completions`: replaces TRL's advantages by the algorithm's advantage function applied to
   each prompt group's summed rewards (token-level `[B, T]` advantages included); samples the function drops
   (e.g. `std_threshold`, RAFT's selection) are masked out of the loss (`GRPOScoring` too).
+* `_generate_and_score_completions` also applies DAPO's dynamic sampling (`DynamicSampling`,
+  `trl_ext.trainers.dynamic_sampling`) and overlong reward shaping (`trl_ext.trainers.overlong_reward`) when asked.
 * `_compute_loss`: per-token log-probs and entropies through TRL's fused log-prob path, then the algorithm's
   policy loss, the KL term (`kl_loss_fn` with coefficient `beta`, adaptive if asked) and the entropy bonus, all
   normalized over the optimizer window (docs/design.md §2.6: token / sequence counts of every micro-batch of the
@@ -43,6 +45,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..losses import aggregate_loss
 from .config_conversion import trainer_config
+from .dynamic_sampling import DynamicSampling, check_dynamic_sampling_dataset
 from .grpo_config import GRPOFamilyConfig
 from .grpo_scoring import _MULTIMODAL_KEYS, GRPOScoring, _loss_mask
 from .model_card import AlgorithmModelCard
@@ -53,7 +56,9 @@ from .window import WindowNormalization
 _STATE_FILE = "trl_ext_state.json"
 
 
-class GRPOFamilyTrainer(GRPOScoring, AlgorithmModelCard, WindowNormalization, MultiTurnAdvantages, trl.GRPOTrainer):
+class GRPOFamilyTrainer(
+    GRPOScoring, DynamicSampling, AlgorithmModelCard, WindowNormalization, MultiTurnAdvantages, trl.GRPOTrainer
+):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
     Use an algorithm's trainer (`SAPOTrainer`, `GSPOTrainer`, ...: built from its record by
@@ -123,6 +128,7 @@ class GRPOFamilyTrainer(GRPOScoring, AlgorithmModelCard, WindowNormalization, Mu
                 if not environment:
                     _check_prompt_column(type(self).__name__, split if key is None else f"{split}[{key!r}]", data)
 
+        check_dynamic_sampling_dataset(type(self).__name__, args, train_dataset)
         components = args.components.for_trainer()
         if "reward_baselines" in components.advantage_fn.needed_inputs():
             for name in ("rollout_func", "tools", "environment_factory"):

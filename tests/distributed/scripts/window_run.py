@@ -84,6 +84,12 @@ def reward(completion_ids, **kwargs):
     return [((sum(ids) * 7919) % 101) / 100.0 for ids in completion_ids]
 
 
+def reward_uniform_for_prompt_1(prompts, completion_ids, **kwargs):
+    """`reward`, except that prompt 1's completions all get 0.5: dynamic sampling drops its group."""
+    scores = reward(completion_ids)
+    return [0.5 if prompt.split()[-1] == "1" else score for prompt, score in zip(prompts, scores, strict=True)]
+
+
 def use_local_normalization() -> None:
     """Per-micro-batch means divided by the accumulation steps (TRL's `grpo` / `bnpo` convention)."""
     from trl_ext.trainers.grpo_trainer import GRPOFamilyTrainer
@@ -187,7 +193,8 @@ def main() -> None:
     dataset = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(PROMPTS)]})
     results = {}
     # "grpo:all" runs every loss_agg_mode, "mix_chord:token-mean+seq-mean-token-mean" those two, "raft" the default,
-    # "grpo:duplicate" std_threshold with duplicate_experiences (rows copied across processes),
+    # "grpo:duplicate" std_threshold with duplicate_experiences (rows copied across processes), "grpo:dynamic" DAPO's
+    # dynamic sampling and overlong shaping,
     # "mix_chord:reference-sapo+reference-ppo" the reference's weighting with sapo / ppo on the rollout rows
     for entry in args.algorithms.split(","):
         algorithm, _, which = entry.partition(":")
@@ -197,6 +204,9 @@ def main() -> None:
             extra = {} if mode == "default" else {"loss_agg_mode": mode}
             if mode == "duplicate":  # the groups of prompts 1 and 2 (reward std 0.17, 0.23) become copies of others
                 extra = {"std_threshold": 0.25, "duplicate_experiences": True}
+            if mode == "dynamic":  # prompt 1's uniform group replaced by prompt 0's from a second round, moved
+                # across processes; plus DAPO's length penalty over the last 4 of 9 tokens
+                extra = {"dynamic_sampling": True, "overlong_buffer": 4}
             if mode == "dense":  # the teacher's top-8 JSD next to the reward term (ZeRO-3: both models partitioned)
                 extra = {"teacher_top_k": 8, "jsd_beta": 0.5}
             if mode == "shared":  # critic PPO's value head on the policy: the policy's update holds the value loss's
@@ -243,7 +253,7 @@ def main() -> None:
             )
             trainer = spec.trainer_class(
                 model=args.model,
-                reward_funcs=reward,
+                reward_funcs=reward_uniform_for_prompt_1 if mode == "dynamic" else reward,
                 args=config,
                 train_dataset=dataset,
                 processing_class=tokenizer,
