@@ -1,15 +1,15 @@
-"""Normalization over the optimizer window (docs/design.md §2.6): the same 16 fixed completions trained as 1 process ×
-4 accumulation steps, 1 process × 1 step with 4× the batch, and 2 processes × 2 steps (torchrun, gloo, CPU)
-give the same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages
-(REINFORCE++), dropped samples (RAFT), dropped groups replaced by copies of kept ones (`duplicate_experiences`,
-rows copied across processes), DAPO's dynamic sampling (a uniform group replaced by a group of a second generation
-round, rows moved across processes) with its overlong reward shaping, MIX-CHORD's two parts (rollouts and expert rows, each normalized over its
-own rows of the window, with a scheduled μ), on-policy distillation (teacher advantages with a group baseline
-and a reward term, computed over the whole generation batch of every process) and the multi-turn algorithms
-(two model turns around a tool output: GiGPO's anchor states gathered over processes, and each turn a sample of the
-seq-mean aggregation) and critic PPO (GAE on the critic's values, its value loss normalized over the same window and
-its own optimizer stepped with the policy's, so the second step's values agree too). A control run that normalizes
-each micro-batch by itself (TRL's `grpo` / `bnpo` convention) does not, so the comparison can fail.
+"""Normalization over the optimizer window (docs/design.md §2.6): the same 16 fixed completions trained as 1 process × 4
+accumulation steps, 1 process × 1 step with 4× the batch, and 2 processes × 2 steps (torchrun, gloo, CPU) give the
+same two updates, for every `loss_agg_mode`, with a KL and an entropy term, token-level advantages (REINFORCE++),
+dropped samples (RAFT), dropped groups replaced by copies of kept ones (`duplicate_experiences`, rows copied across
+processes), DAPO's dynamic sampling (a uniform group replaced by a group of a second generation round, rows moved
+across processes) with its overlong reward shaping, MIX-CHORD's two parts (rollouts and expert rows, each normalized
+over its own rows of the window, with a scheduled μ), on-policy distillation (teacher advantages with a group baseline
+and a reward term, computed over the whole generation batch of every process) and the multi-turn algorithms (two model
+turns around a tool output: GiGPO's anchor states gathered over processes, and each turn a sample of the seq-mean
+aggregation) and critic PPO (GAE on the critic's values, its value loss normalized over the same window and its own
+optimizer stepped with the policy's, so the second step's values agree too). A control run that normalizes each micro-
+batch by itself (TRL's `grpo` / `bnpo` convention) does not, so the comparison can fail.
 """
 
 from __future__ import annotations

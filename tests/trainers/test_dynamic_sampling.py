@@ -35,7 +35,8 @@ def rollout(prompts, trainer):
 
 
 def task_reward(prompts, completion_ids, **kwargs):
-    return [1.0 if int(p.split()[-1]) in UNIFORM else len(ids) / 10 for p, ids in zip(prompts, completion_ids)]
+    pairs = zip(prompts, completion_ids, strict=True)
+    return [1.0 if int(p.split()[-1]) in UNIFORM else len(ids) / 10 for p, ids in pairs]
 
 
 def config(tmp_path, **overrides):
