@@ -47,6 +47,11 @@ def test_registry_names():
         "asymre_verl",
         "ppo",
         "gpg",
+        "gdpo",
+        "grpo_passk",
+        "opo",
+        "reinforce_plus_plus_baseline",
+        "optimal_token_baseline",
     }
 
 
@@ -77,6 +82,11 @@ DEFAULT_ARGS = {
     "asymre_verl": {"baseline_shift": -0.1},
     "ppo": {"gamma": 1.0, "lam": 1.0},
     "gpg": {"f_norm": 1.0},
+    "gdpo": {"epsilon": 1e-6, "norm_adv_by_std": True},
+    "grpo_passk": {"epsilon": 1e-6, "norm_adv_by_std": True},
+    "opo": {},
+    "reinforce_plus_plus_baseline": {},
+    "optimal_token_baseline": {"handle_zero_tail": True, "epsilon": 1e-8, "multi_turn": False},
 }
 """Every estimator's arguments with their defaults, in declaration order."""
 

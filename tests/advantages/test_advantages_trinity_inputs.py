@@ -35,7 +35,8 @@ def test_needed_inputs():
 def test_token_rewards_flags():
     flagged = {name for name, cls in ADVANTAGE_FNS.items() if cls.token_rewards}
     assert flagged == {
-        "ppo", "reinforceplusplus", "remax", "grpo_verl", "opmd_verl", "asymre_verl", "gpg", "clipb", "clipv"
+        "ppo", "reinforceplusplus", "remax", "grpo_verl", "opmd_verl", "asymre_verl", "gpg", "clipb", "clipv",
+        "gdpo", "reinforce_plus_plus_baseline", "optimal_token_baseline",
     }  # fmt: skip
     assert all(ADVANTAGE_FNS[name].token_level for name in flagged)
     assert all(ADVANTAGE_FNS[name].token_level for name in ("jsd", "clipb", "clipv", "remax"))

@@ -15,6 +15,13 @@ estimators, `[N]`) and
 `remax`, `on_policy_distill`, `jsd`, `clipb`, `clipv`, `grpo_verl`, `opmd_verl`, `asymre_verl`, `gpg` (verl's
 GPG) (token-level, `[N, T]`).
 
+From verl 0.9.1: `grpo_passk` (Pass@k: only each group's best sample) and `opo` (length-weighted group baseline)
+(group estimators, `[N]`); `gdpo` (GRPO per reward component, weighted sum, whitened),
+`reinforce_plus_plus_baseline` (group-centred outcome, whitened) and `optimal_token_baseline` (per-token
+variance-weighted group baseline; `multi_turn=True`: verl's `tir_optimal_token_baseline`) (token-level, `[N, T]`).
+Each module also exposes its math as a pure function (`gdpo_advantages`, `grpo_passk_advantages`, `opo_advantages`,
+`reinforce_plus_plus_baseline_advantages`, `optimal_token_baseline`, `multi_turn_optimal_token_baseline`).
+
 An estimator subclasses `AdvantageFn`, declares its hyperparameters as `arguments` (`Argument` specs, see
 `trl_ext.components`) and is registered with `@register_advantage(name)`.
 
@@ -29,6 +36,7 @@ from .base import ADVANTAGE_FNS, AdvantageFn, AdvantageResult, get_advantage_fn,
 from .broadcast import AsymREVerlAdvantage, GRPOVerlAdvantage, OPMDVerlAdvantage
 from .clip import ClipBAdvantage, ClipVAdvantage
 from .gae import GAEAdvantage
+from .gdpo import GDPOAdvantage
 from .gigpo import GiGPOAdvantage
 from .gpg import GPGAdvantage
 from .group import (
@@ -43,7 +51,10 @@ from .group import (
 )
 from .jsd import JSDAdvantage
 from .on_policy_distill import OnPolicyDistillAdvantage
-from .reinforce_plus_plus import ReinforcePlusPlusAdvantage
+from .opo import OPOAdvantage
+from .optimal_token_baseline import OptimalTokenBaselineAdvantage
+from .passk import GRPOPassKAdvantage
+from .reinforce_plus_plus import ReinforcePlusPlusAdvantage, ReinforcePlusPlusBaselineAdvantage
 from .remax import REMAXAdvantage
 
 __all__ = [
@@ -56,20 +67,25 @@ __all__ = [
     "ClipBAdvantage",
     "ClipVAdvantage",
     "GAEAdvantage",
+    "GDPOAdvantage",
     "GPGAdvantage",
     "GRPOAdvantage",
+    "GRPOPassKAdvantage",
     "GRPOVerlAdvantage",
     "GiGPOAdvantage",
     "JSDAdvantage",
     "OPMDAdvantage",
     "OPMDVerlAdvantage",
+    "OPOAdvantage",
     "OnPolicyDistillAdvantage",
+    "OptimalTokenBaselineAdvantage",
     "RAFTSelection",
     "RECAdvantage",
     "REMAXAdvantage",
     "RLOOAdvantage",
     "ReinforceAdvantage",
     "ReinforcePlusPlusAdvantage",
+    "ReinforcePlusPlusBaselineAdvantage",
     "StepWiseGRPOAdvantage",
     "get_advantage_fn",
     "register_advantage",

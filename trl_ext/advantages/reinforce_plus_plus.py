@@ -14,6 +14,17 @@ count in the discount too, as in the reference.
 `masked_whiten(x, m) = (x - mean) * rsqrt(var + 1e-8)` with Trinity-RFT's masked statistics over ALL valid
 tokens of the batch (no grouping): `mean = sum(x m) / (sum(m) + 1e-8)`, `var = sum((x - mean)^2 m) /
 (sum(m) + 1e-8) * sum(m) / (sum(m) - 1)` (unbiased); fewer than two valid tokens is an error.
+
+REINFORCE++-baseline (`reinforce_plus_plus_baseline`, ports verl 0.9.1
+`compute_reinforce_plus_plus_baseline_outcome_advantage`) replaces the discounted return by the group-centred
+outcome: with `R` the row's summed token rewards and `mean` its group's mean (0 for a group of one),
+
+    A = verl_masked_whiten((R − mean) · m, m) · m
+
+`verl_masked_whiten` is verl's `masked_whiten` op for op. It is not bit-identical to `masked_whiten` above: verl
+computes the Bessel factor `sum(m) / (sum(m) − 1)` as its own tensor, which for a bool / integer mask is a float32
+division (and `sum(m) + 1e-8` is float32 too), so on float64 values the two differ by up to ~1e-7 relative; with a
+float64 mask they differ by rounding only (`var · (n / (n − 1))` vs `var · n / (n − 1)`).
 """
 
 from __future__ import annotations
@@ -29,8 +40,11 @@ from .base import (
     as_float_tensor,
     check_mask,
     check_response_mask,
+    group_index,
+    group_stats,
     nonfinite_message,
     register_advantage,
+    sequence_rewards,
 )
 
 
@@ -47,6 +61,50 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     var = ((values - mean) ** 2 * m).sum() / (count + 1e-8)
     var = var * count / (count - 1)
     return (values - mean) * torch.rsqrt(var + eps)
+
+
+def verl_masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl 0.9.1's `verl.utils.torch_functional.masked_whiten(values, mask)`, op for op (see the module docstring):
+    `(x − mean) · rsqrt(var + 1e-8)`, `mean = Σ x·m / (Σ m + 1e-8)`, `var = Σ (x − mean)²·m / (Σ m + 1e-8) ·
+    (Σ m / (Σ m − 1))`, each sum over the positions where `mask` is nonzero.  `mask` is used in its own dtype, as
+    verl uses it (a bool / integer mask makes the token count's arithmetic float32).
+
+    Raises:
+        ValueError: `mask` selects fewer than 2 values (verl raises too).
+    """
+    selected = mask.bool()
+    mask_sum = mask.sum()
+    if mask_sum <= 1:
+        raise ValueError(f"verl_masked_whiten needs at least 2 valid tokens in the mask, got {int(mask_sum)}")
+
+    def masked_mean(x: torch.Tensor) -> torch.Tensor:
+        return (torch.where(selected, x, 0.0) * mask).sum() / (mask.sum() + 1e-8)
+
+    mean = masked_mean(values)
+    variance = masked_mean((values - mean) ** 2) * (mask_sum / (mask_sum - 1))
+    return (values - mean) * torch.rsqrt(variance + 1e-8)
+
+
+def reinforce_plus_plus_baseline_advantages(
+    scores: torch.Tensor, index: torch.Tensor, num_groups: int, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++-baseline advantages `[N, T]` (verl `compute_reinforce_plus_plus_baseline_outcome_advantage`).
+
+    Args:
+        scores: `[N]` one outcome per row (verl: the row's summed token rewards).
+        index: `[N]` long, each row's group in `0..num_groups − 1`.
+        num_groups: The number of groups G.
+        response_mask: `[N, T]` 0/1 (bool or numeric, used in its dtype as verl does) loss mask.
+
+    Returns:
+        `verl_masked_whiten((R − mean)·m, m)·m`, `mean` the group mean (0 for a group of one).
+
+    Raises:
+        ValueError: the mask has fewer than 2 valid tokens (from `verl_masked_whiten`).
+    """
+    _, mean, _ = group_stats(scores, index, num_groups)
+    tiled = (scores - mean[index]).unsqueeze(-1).expand(-1, response_mask.shape[-1]) * response_mask
+    return verl_masked_whiten(tiled, response_mask) * response_mask
 
 
 def place_token_rewards(
@@ -151,4 +209,34 @@ class ReinforcePlusPlusAdvantage(AdvantageFn):
             advantages = masked_whiten(returns, mask) * mask.to(returns.dtype)
         except ValueError as e:
             raise ValueError(f"{self.name}: {e} in response_mask") from None
+        return AdvantageResult(advantages, keep)
+
+
+@register_advantage("reinforce_plus_plus_baseline")
+class ReinforcePlusPlusBaselineAdvantage(AdvantageFn):
+    """REINFORCE++-baseline (Hu 2025, arXiv 2501.03262; verl `reinforce_plus_plus_baseline`): `A = whiten((R −
+    mean)·m, m)·m` with `R` the summed token rewards, `mean` its group's mean (0 for a group of one), whitened with
+    verl's `masked_whiten` over all valid tokens of the batch (see the module docstring).
+
+    `compute(rewards [N] or [N, T], group_ids, *, response_mask [N, T])`; token rewards are summed over the whole
+    row as in verl (every entry must be finite).  Fewer than 2 valid tokens in the batch is a ValueError (verl
+    raises); an empty batch gives an empty `[0, T]` result.
+    """
+
+    token_level = True
+    token_rewards = True
+
+    @torch.no_grad()
+    def compute(self, rewards: torch.Tensor, group_ids: Any, *, response_mask: torch.Tensor) -> AdvantageResult:
+        device = rewards.device if isinstance(rewards, torch.Tensor) else None
+        mask = check_response_mask(self.name, response_mask, device)
+        scores = sequence_rewards(self.name, rewards, mask)
+        index, num_groups = group_index(self.name, group_ids, scores.numel(), scores.device)
+        keep = torch.ones(mask.shape[0], dtype=torch.bool, device=mask.device)
+        if mask.shape[0] == 0:
+            return AdvantageResult(scores.new_zeros(mask.shape), keep)
+        try:
+            advantages = reinforce_plus_plus_baseline_advantages(scores, index, num_groups, mask)
+        except ValueError as e:
+            raise ValueError(f"{self.name}: {e} (response_mask)") from None
         return AdvantageResult(advantages, keep)
