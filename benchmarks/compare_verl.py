@@ -3,10 +3,12 @@
     python benchmarks/compare_verl.py [--verl-path DIR]
 
 DIR holds the `verl/` package (an unzipped wheel: `pip download "verl>=0.9,<0.10" --no-deps` then unzip); by default
-an installed verl is located (not imported). Only verl's `core_algos.py`, `utils/torch_functional.py` and
-`utils/import_utils.py` are loaded, by path; the rest of verl and its heavy dependencies (ray, tensordict,
-transformers, omegaconf, ...) are replaced by stubs in `sys.modules`. Prints the max abs difference of every
-function / mode / name (loss, gradient wrt log_prob, metrics) and exits 1 if one exceeds 1e-6.
+an installed verl is located (not imported). Only verl's `core_algos.py`, `rollout_corr_helper.py` and
+`utils/{torch_functional,import_utils,groupwise}.py` are loaded, by path; the rest of verl and its heavy dependencies
+(ray, tensordict, transformers, omegaconf, ...) are replaced by stubs in `sys.modules`. Prints the max abs difference
+of every function / mode / name (loss, gradient wrt log_prob, metrics) and exits 1 if one exceeds 1e-6. The advantage
+estimators, KL controllers and the other `core_algos` functions are compared by `compare_verl_advantages.py`
+(called at the end of `main`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,17 @@ class ActorConfigStub(dict):
             return self[key]
         except KeyError as error:
             raise AttributeError(key) from error
+
+
+class DataProtoStub:
+    """Stands in for verl's DataProto: `.batch` (a dict of tensors), `.non_tensor_batch`, `.meta_info`."""
+
+    def __init__(self, batch=None, non_tensor_batch=None, meta_info=None):
+        self.batch, self.non_tensor_batch, self.meta_info = batch or {}, non_tensor_batch or {}, meta_info or {}
+
+    @classmethod
+    def from_dict(cls, tensors=None, non_tensors=None, meta_info=None):
+        return cls(dict(tensors or {}), dict(non_tensors or {}), dict(meta_info or {}))
 
 
 def _stub(name: str, **attrs) -> types.ModuleType:
@@ -79,12 +92,18 @@ def load_core_algos(verl_path: str | None) -> tuple[types.ModuleType, str]:
             _stub(dep)
     for name in ("verl", "verl.trainer", "verl.trainer.ppo", "verl.workers"):
         _stub(name)
-    _stub("verl.utils", as_torch_index=None, group_mean_std=None)
+    utils = _stub("verl.utils")
     _stub("verl.utils.device", get_device_name=lambda: "cpu", get_torch_device=lambda: torch.cpu)
     _stub("verl.trainer.config", AlgoConfig=type("AlgoConfig", (), {}))
     _stub("verl.workers.config", ActorConfig=ActorConfigStub)
+    _stub("verl.protocol", DataProto=DataProtoStub)
+    _stub("verl.trainer.config.algorithm")
+    _stub("verl.workers.config.actor")
     _load("verl.utils.import_utils", root / "utils" / "import_utils.py")
     _load("verl.utils.torch_functional", root / "utils" / "torch_functional.py")
+    groupwise = _load("verl.utils.groupwise", root / "utils" / "groupwise.py")
+    utils.as_torch_index, utils.group_mean_std = groupwise.as_torch_index, groupwise.group_mean_std
+    _load("verl.trainer.ppo.rollout_corr_helper", root / "trainer" / "ppo" / "rollout_corr_helper.py")
     return _load("verl.trainer.ppo.core_algos", root / "trainer" / "ppo" / "core_algos.py"), version
 
 
@@ -298,6 +317,10 @@ def main() -> int:
             ]
 
         compare(f"kl_penalty {name}", run)
+
+    from compare_verl_advantages import compare_advantages
+
+    compare_advantages(core, ours, compare, ActorConfigStub, DataProtoStub, random_batch, with_grad)
 
     failed = [label for label, worst in results if worst > TOL]
     print(f"{len(results) - len(failed)}/{len(results)} within {TOL:g}; worst {max(w for _, w in results):.3g}")

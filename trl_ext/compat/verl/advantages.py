@@ -14,24 +14,13 @@ import torch
 from ...advantages.gae import gae_advantage_return
 from ...advantages.gpg import GPGAdvantage
 from ...losses.value import check_cliprange_value, clipped_value_terms
-from .aggregation import agg_loss, masked_mean
+from .aggregation import agg_loss, masked_mean, masked_whiten
+from .estimators import AdvantageEstimator, group_ids, register_adv_est, require_inputs
 
 __all__ = ["compute_gae_advantage_return", "compute_gpg_outcome_advantage", "compute_value_loss"]
 
 
-def _masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """verl's `masked_whiten(values, mask)` (shift_mean=True) at EVERY position: (x − mean)·rsqrt(var + 1e-8), mean
-    and unbiased variance over `mask` (ε 1e-8 in the means); fewer than two valid positions is a ValueError."""
-    count = mask.sum()
-    if count == 0:
-        raise ValueError("At least one element in the mask has to be 1.")
-    if count == 1:
-        raise ValueError("The sum of the mask is one, which can cause a division by zero.")
-    mean = masked_mean(values, mask)
-    var = masked_mean((values - mean) ** 2, mask) * (count / (count - 1))
-    return (values - mean) * torch.rsqrt(var + 1e-8)
-
-
+@register_adv_est(AdvantageEstimator.GPG)
 def compute_gpg_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -48,14 +37,18 @@ def compute_gpg_outcome_advantage(
     group of one: mean 0) times `response_mask` (trl_ext's `gpg` estimator). `index` holds the group ids (verl: a
     numpy array). As in verl, `epsilon`, `alpha` and `config` are accepted and unused. Deviations: non-finite rewards
     and `f_norm` <= 0 are ValueErrors."""
+    owner = "compute_gpg_outcome_advantage"
+    require_inputs(owner, token_level_rewards=token_level_rewards, response_mask=response_mask)
+    group, _ = group_ids(owner, index, token_level_rewards.shape[0], token_level_rewards.device)
     with torch.no_grad():
-        scores = GPGAdvantage(f_norm=f_norm).compute(token_level_rewards, index, response_mask=response_mask)
+        scores = GPGAdvantage(f_norm=f_norm).compute(token_level_rewards, group, response_mask=response_mask)
         advantages = scores.advantages
         if response_mask.is_floating_point():  # verl multiplies by the mask: its dtype takes part in the promotion
             advantages = advantages.to(torch.promote_types(advantages.dtype, response_mask.dtype))
         return advantages, advantages
 
 
+@register_adv_est(AdvantageEstimator.GAE)
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -69,10 +62,18 @@ def compute_gae_advantage_return(
     `response_mask` is 0 (an observation token) A and V_next carry through unchanged (verl since PR #2337;
     Trinity-RFT 0.6.0's `ppo` does not skip, see `trl_ext.advantages.gae`). returns = A + values, then A is
     whitened over `response_mask` (verl's `masked_whiten`, which also fills the masked positions)."""
+    require_inputs(
+        "compute_gae_advantage_return",
+        token_level_rewards=token_level_rewards,
+        values=values,
+        response_mask=response_mask,
+        gamma=gamma,
+        lam=lam,
+    )
     with torch.no_grad():
         mask = response_mask.bool()
         advantages, returns = gae_advantage_return(token_level_rewards, values, mask, gamma, lam, skip_masked=True)
-        return _masked_whiten(advantages, response_mask), returns
+        return masked_whiten(advantages, response_mask), returns
 
 
 def compute_value_loss(

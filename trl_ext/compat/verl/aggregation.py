@@ -1,5 +1,6 @@
 """verl 0.9's loss aggregation: `agg_loss` and the per-token weights behind it (`agg_weights`), and verl's
-`masked_mean`, which the metrics, the GAE's whitening and the value loss's clip fraction share."""
+`masked_mean` / `masked_whiten`, which the metrics, the whitened advantages and the value loss's clip fraction
+share."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 
 from ...losses import EPS  # EPS = verl's masked_mean / seq-mean-token-mean ε
 
-__all__ = ["AGG_LOSS_MODES", "agg_loss", "agg_weights", "masked_mean"]
+__all__ = ["AGG_LOSS_MODES", "agg_loss", "agg_weights", "masked_mean", "masked_whiten"]
 
 AGG_LOSS_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -95,3 +96,16 @@ def agg_loss(
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """verl's `masked_mean`: Σ m·x / (Σ m + 1e-8)."""
     return (torch.where(mask.bool(), values, 0) * mask).sum() / (mask.sum() + EPS)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl's `masked_whiten(values, mask)` (shift_mean=True) at EVERY position: (x − mean)·rsqrt(var + 1e-8), mean
+    and unbiased variance over `mask` (ε 1e-8 in the means); fewer than two valid positions is a ValueError."""
+    count = mask.sum()
+    if count == 0:
+        raise ValueError("At least one element in the mask has to be 1.")
+    if count == 1:
+        raise ValueError("The sum of the mask is one, which can cause a division by zero.")
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask) * (count / (count - 1))
+    return (values - mean) * torch.rsqrt(var + 1e-8)
