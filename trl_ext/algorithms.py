@@ -248,6 +248,29 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         "advantages, KL estimator `k3` and token-mean entropy bonus included); trl_ext's KL estimators, advantage "
         "arguments and window normalization still apply. TRL's equivalent is `loss_type='dapo'` with "
         "`loss_agg_mode='token-mean'`."),
+    AlgorithmSpec("dapo", "DAPO: decoupled clip, token-level loss, dynamic sampling, overlong reward shaping.",
+        Paper("DAPO: An Open-Source LLM Reinforcement Learning System at Scale", "2503.14476"),
+        use_reference=False, repeat_times=16,
+        policy_loss_fn="ppo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="default",
+        details="GRPO's group advantage and the PPO loss with DAPO's four techniques: the decoupled clip ("
+        "`clip_range_low` 0.2, `clip_range_high` 0.28: clip-higher), the token-level loss (`loss_agg_mode="
+        "'token-mean'`), dynamic sampling (`dynamic_sampling=True`: groups whose rewards are all equal, which give no "
+        "gradient, are dropped and more prompts sampled, up to `dynamic_sampling_max_rounds` generation rounds) and "
+        "overlong reward shaping (`overlong_buffer`, `overlong_penalty_factor`: a completion longer than "
+        "`max_completion_length` − `overlong_buffer` tokens loses up to `overlong_penalty_factor`, linearly in its "
+        "length). No KL term and no reference model. The paper's settings are configs/dapo.yaml (Trinity-RFT's "
+        "`examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2, epsilon_high=0.28, beta=0` "
+        "with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling."),
+    AlgorithmSpec("grpo_verl", "GRPO with verl's trainer-side advantage: the group-normalized summed token rewards.",
+        Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
+        use_reference=True, repeat_times=2,
+        policy_loss_fn="ppo", advantage_fn="grpo_verl", kl_loss_fn="k2", entropy_loss_fn="default",
+        class_prefix="GRPOVerl", display_name="GRPO (verl)",
+        details="Trinity-RFT's `grpo_verl` (GRPOverlAlgorithm, whose advantage is computed in the trainer, verl's "
+        "`compute_grpo_outcome_advantage`): each completion's token rewards are summed into R, A = (R − mean) / "
+        "(std + `advantage_epsilon`) over its group (unbiased std; a group of one: mean 0, std 1), broadcast to every "
+        "completion token; trained with the dual-clip PPO loss. Group size 2 by default (Trinity-RFT's "
+        "`repeat_times`)."),
     AlgorithmSpec("reinforceplusplus", "REINFORCE++: batch-whitened discounted returns, PPO loss.",
         Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262"),
         use_reference=True, repeat_times=8,
@@ -438,6 +461,26 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         "`kl_coef`·(log π_teacher − log π_old) (+ `reward_weight`·Â with task rewards), trained with the `ppo` "
         "(default) or `importance_sampling` loss (Thinking Machines, \"On-Policy Distillation\", 2025; "
         "Trinity-RFT's `on_policy_distill`)."),
+    AlgorithmSpec("jsd", "On-policy distillation with a Jensen-Shannon advantage: −JSD of student and teacher.",
+        Paper("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", "2306.13649"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn="ppo", advantage_fn="jsd", kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="distill", class_prefix="JSD", display_name="JSD distillation",
+        details="Trinity-RFT's `jsd`: the student samples, a frozen teacher scores the sampled tokens, and the "
+        "per-token advantage is −`kl_coef`·JSD_β of the two log-probs (β = `lambda_coef`, 0.5 the symmetric JSD, 0 "
+        "KL(student‖teacher), 1 KL(teacher‖student); GKD's generalized JSD), trained with the `ppo` loss. "
+        "Trinity-RFT's defaults: `kl_coef` 1.0, `lambda_coef` 0.5. As the reference computes it on the sampled "
+        "token, the value for 0 < β < 1 is never positive, so every advantage is ≥ 0 and grows with the student / "
+        "teacher disagreement (docs/algorithms/distillation.md)."),
+    AlgorithmSpec("cpt", "Continued pretraining: the negative log-likelihood of every token of plain text.",
+        None,
+        use_reference=False, repeat_times=1,
+        policy_loss_fn="sft", advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="cpt", class_prefix="CPT", display_name="CPT",
+        details="Trinity-RFT's CPT (schema `cpt`): SFT on plain text, the loss on every token of the "
+        "`dataset_text_field` column (default `text`); rows of chat messages or prompt / completion pairs are "
+        "refused (train those with SFTConfig). TRL's equivalent is `trl.SFTTrainer` on a language-modeling dataset "
+        "(`dataset_text_field`)."),
 ]}
 # fmt: on
 

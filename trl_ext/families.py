@@ -30,9 +30,9 @@ from typing import Any
 COMPONENT_KINDS = ("policy_loss_fn", "advantage_fn", "kl_loss_fn", "entropy_loss_fn")
 """The component kinds a family's configs may take (Trinity-RFT's names)."""
 
-SCHEMAS = ("experience", "dpo", "sft")
+SCHEMAS = ("experience", "dpo", "sft", "cpt")
 """The data a family trains on (Trinity-RFT's `schema`): `experience` (prompts; the trainer generates and scores
-completions), `dpo` (preference pairs), `sft` (demonstrations)."""
+completions), `dpo` (preference pairs), `sft` (demonstrations), `cpt` (plain text, every token trained)."""
 
 
 def _generation_geometry(args: Any) -> str:
@@ -162,7 +162,7 @@ def get_family(name: str) -> TrainerFamily:
     """The record of trainer family `name`.
 
     Args:
-        name: A registered family (`FAMILIES`: `grpo`, `mix`, `distill`, `critic`, `dpo`, `sft`).
+        name: A registered family (`FAMILIES`: `grpo`, `mix`, `distill`, `critic`, `async`, `dpo`, `sft`, `cpt`).
 
     Returns:
         Its record.
@@ -184,6 +184,9 @@ _ROLLOUT_LOSS_INPUTS = ("logprob", "old_logprob", "action_mask", "advantages", "
 _ROLLOUT_LOSS_INPUTS += _WINDOW
 _ROLLOUT_ADVANTAGE_INPUTS = ("response_mask", "completion_mask", "generator", "logprobs", "entropy", "reward_baselines")
 _TURN_INPUTS = ("run_ids", "state_ids")  # the model turns of TRL's multi-turn rollouts
+# Each reward function's rewards and weights (GDPO) and Σπ² per token (one more forward pass; the optimal token
+# baseline), from the reward scoring of the trainers that generate with `GRPOScoring`.
+_SCORING_INPUTS = ("reward_components", "reward_weights", "sum_pi_squared")
 
 INPUT_SOURCES: dict[str, str] = {
     "expert_mask": "which only the MIX family's trainer provides (expert rows mixed into the rollouts: MIXConfig, "
@@ -196,6 +199,12 @@ INPUT_SOURCES: dict[str, str] = {
     "ref_logprob": "per-token reference log-probs of paired rows (a preference loss: train it with DPOConfig)",
     "reward_baselines": "the rewards of greedy completions (ReMax), which only the grpo family's trainer generates "
     "(GRPOConfig, ...: the MIX trainer's batches also hold expert rows)",
+    "reward_components": "each reward function's rewards, which the synchronous rollout trainers' scoring hands an "
+    "advantage function (GRPOConfig, MIXConfig, PPOConfig, ...)",
+    "reward_weights": "the reward functions' weights, which the synchronous rollout trainers' scoring hands an "
+    "advantage function (GRPOConfig, MIXConfig, PPOConfig, ...)",
+    "sum_pi_squared": "the sampling policy's Σπ² per token, which the synchronous rollout trainers compute "
+    "(GRPOConfig, MIXConfig, PPOConfig, ...)",
     "values": "the critic's per-token values, which only the critic PPO trainer computes (PPOConfig)",
     "run_ids": "the run each step of a multi-turn episode belongs to, which only the grpo family's trainer records "
     "(the model turns of TRL's multi-turn rollouts: GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)",
@@ -218,14 +227,14 @@ register_family(TrainerFamily(
     "train.",
     class_names=("GRPOFamilyConfig", "GRPOFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
-    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_TURN_INPUTS),
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_SCORING_INPUTS, *_TURN_INPUTS),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "mix", "Rollouts and expert demonstrations in one batch (MIX, CHORD): RL on the rollouts, SFT on the experts.",
     class_names=("MIXFamilyConfig", "MIXFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", sample_strategy="mix",
     loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "expert_mask", "expert_valid_toks", "expert_valid_seqs"),
-    advantage_inputs=tuple(key for key in _ROLLOUT_ADVANTAGE_INPUTS if key != "reward_baselines"),
+    advantage_inputs=(*(key for key in _ROLLOUT_ADVANTAGE_INPUTS if key != "reward_baselines"), *_SCORING_INPUTS),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",
@@ -237,7 +246,7 @@ register_family(TrainerFamily(
     "critic", "Rollouts with a value model trained beside the policy (critic PPO): GAE advantages from its values.",
     class_names=("CriticFamilyConfig", "CriticFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", uses_critic=True, loss_inputs=_ROLLOUT_LOSS_INPUTS,
-    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "values"),
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_SCORING_INPUTS, "values"),
 ))  # fmt: skip
 register_family(TrainerFamily(
     "async", "`AsyncGRPOTrainer`: a rollout worker generates and scores groups while the trainer trains on them, "
@@ -257,5 +266,10 @@ register_family(TrainerFamily(
 register_family(TrainerFamily(
     "sft", "`trl.SFTTrainer` on demonstrations, with Trinity-RFT's SFT token weightings.",
     class_names=("SFTConfig", "SFTTrainer"), components=("policy_loss_fn",), schema="sft",
+    per_algorithm_classes=False, kl_coef_field=None, batch_unit="sequences", geometry=_sequence_length,
+))  # fmt: skip
+register_family(TrainerFamily(
+    "cpt", "`trl.SFTTrainer` on plain text (continued pretraining): the loss on every token of the text column.",
+    class_names=("CPTConfig", "CPTTrainer"), components=("policy_loss_fn",), schema="cpt",
     per_algorithm_classes=False, kl_coef_field=None, batch_unit="sequences", geometry=_sequence_length,
 ))  # fmt: skip

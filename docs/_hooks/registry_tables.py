@@ -48,6 +48,7 @@ FAMILY_PAGES = {
     "async": "algorithms/async.md",
     "dpo": "algorithms/dpo.md",
     "sft": "algorithms/sft.md",
+    "cpt": "algorithms/sft.md",
 }
 
 

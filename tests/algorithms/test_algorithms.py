@@ -34,7 +34,25 @@ REFERENCE_FLAGS: dict[str, tuple[bool, bool, bool, bool, str]] = {
     "on_policy_distill": (False, False, True, True, "experience"),
     "m2po": (False, False, False, True, "experience"),  # Trinity-RFT main (not in 0.6.0): M2POAlgorithm
     "gigpo": (False, True, False, True, "experience"),
+    "dapo": (False, False, False, True, "experience"),
+    "cpt": (False, False, False, True, "cpt"),
+    "jsd": (False, False, True, True, "experience"),
+    "grpo_verl": (False, True, True, True, "experience"),
 }
+
+# Trinity-RFT 0.6.0's `default_config()` of the last records (trinity/algorithm/algorithm.py: DAPOAlgorithm,
+# CPTAlgorithm's SFTAlgorithm, JSDAlgorithm, GRPOverlAlgorithm), copied from the reference: the records must say the
+# same. CPT's has no repeat_times, advantage or KL penalty (an SFT schema); grpo_verl's `grpo` is computed in verl's
+# trainer, which is trl_ext's `grpo_verl` estimator.
+TRINITY_DEFAULT_CONFIGS = {
+    "dapo": {"repeat_times": 16, "advantage_fn": "grpo", "sample_strategy": "default", "policy_loss_fn": "ppo",
+             "kl_penalty_fn": "none", "kl_loss_fn": "none", "entropy_loss_fn": "default"},
+    "cpt": {"sample_strategy": "default", "policy_loss_fn": "sft", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
+    "jsd": {"repeat_times": 8, "advantage_fn": "jsd", "sample_strategy": "default", "policy_loss_fn": "ppo",
+            "kl_penalty_fn": "none", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
+    "grpo_verl": {"repeat_times": 2, "advantage_fn": "grpo_verl", "sample_strategy": "default",
+                  "policy_loss_fn": "ppo", "kl_penalty_fn": "none", "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
+}  # fmt: skip
 
 
 # verl 0.9's policy losses as algorithms (not rows of Trinity-RFT's table): each trains its loss, on GRPO's group
@@ -46,7 +64,7 @@ OWN_ALGORITHMS = {"async_grpo": ("ppo", "grpo", "async")}
 
 
 def test_table_has_exactly_the_reference_algorithms():
-    assert len(REFERENCE_FLAGS) == 21
+    assert len(REFERENCE_FLAGS) == 25
     assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS) | set(VERL_ALGORITHMS) | set(OWN_ALGORITHMS)
 
 
@@ -75,6 +93,19 @@ def test_flags_match_reference(name):
     # Trinity-RFT's explorer / trainer split flags have no meaning for a TRL trainer: not recorded, no packed strings
     assert not hasattr(spec, "compute_advantage_in_trainer") and not hasattr(spec, "can_balance_batch")
     assert not hasattr(spec, "flags")
+
+
+@pytest.mark.parametrize("name", sorted(TRINITY_DEFAULT_CONFIGS))
+def test_default_config_is_the_references(name):
+    reference = TRINITY_DEFAULT_CONFIGS[name]
+    assert {key: trl_ext.get_algorithm(name).default_config()[key] for key in reference} == reference
+
+
+def test_jsd_arguments_default_to_trinitys_advantage_fn_args():
+    """Trinity-RFT's JSDAlgorithm sets `advantage_fn_args={"kl_coef": 1.0, "lambda_coef": 0.5}`; JSDConfig's fields
+    (the `jsd` estimator's Arguments) default to the same."""
+    fields = trl_ext.get_algorithm("jsd").config_class.__dataclass_fields__
+    assert (fields["kl_coef"].default, fields["lambda_coef"].default, fields["jsd_temperature"].default) == (1, 0.5, 1)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE_FLAGS))
@@ -140,7 +171,7 @@ def test_rl_algorithms_have_an_advantage():
     table has none: Trinity-RFT selects RAFT's experiences outside the advantage step), so that the record names
     what its trainer builds."""
     no_advantage = {name for name, spec in trl_ext.ALGORITHMS.items() if spec.advantage_fn is None}
-    assert no_advantage == {"sft", "dpo"}
+    assert no_advantage == {"sft", "cpt", "dpo"}
     assert trl_ext.get_algorithm("raft").advantage_fn == "raft"
 
 
@@ -159,8 +190,8 @@ def test_unhashable_algorithm_name():
 
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
-    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo", "ppo", *VERL_ALGORITHMS,
-    *OWN_ALGORITHMS,
+    "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo", "ppo", "dapo", "cpt",
+    "jsd", "grpo_verl", *VERL_ALGORITHMS, *OWN_ALGORITHMS,
 }  # fmt: skip
 
 

@@ -124,7 +124,7 @@ def test_register_algorithm_rejects_duplicates_and_unknown_components(outside_al
         )
     with pytest.raises(ValueError, match="CappedPGConfig, CappedPGTrainer already name algorithm 'capped_pg'"):
         register_algorithm(dataclasses.replace(outside_algorithm, name="other"))
-    families = "grpo, mix, distill, critic, async, dpo, sft"
+    families = "grpo, mix, distill, critic, async, dpo, sft, cpt"
     with pytest.raises(ValueError, match=f"unknown trainer family 'ppo'; registered: {families}"):
         dataclasses.replace(outside_algorithm, trainer="ppo")
     with pytest.raises(ValueError, match="policy loss 'capped_pg' is already registered"):

@@ -318,7 +318,7 @@ def test_config_name_reads_the_packaged_recipe(tmp_path, monkeypatch):
         with pytest.raises(
             UsageError,
             match=rf"^--config {re.escape(missing)}: no such file, nor a packaged recipe; "
-            r"give a YAML file or one of asymre, async_grpo, cispo, clip_cov, dpo, .*sapo",
+            r"give a YAML file or one of asymre, async_grpo, cispo, clip_cov, cpt, dapo, dpo, .*sapo",
         ):
             grpo.main("sapo", ["--config", missing])
     (tmp_path / "bad.yaml").write_text("tau_neg: 1.1\nnot_a_flag: 3\n")

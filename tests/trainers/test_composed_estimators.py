@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from trainer_helpers import CPU, cpu_config, logged, toy_trainer, train_update
+from trainer_helpers import CPU, cpu_config, length_reward, logged, toy_trainer, train_update
 
 import trl_ext
 from trl_ext.toy import tiny_teacher_path
@@ -119,3 +119,60 @@ def test_grpo_rank_penalty_gets_the_sampling_log_probs(tiny_model, tmp_path):
     unpenalized = trl_ext.advantages.get_advantage_fn("grpo").compute(rewards, torch.arange(8) // 4).advantages
     assert not torch.allclose(result.advantages, unpenalized)  # the penalty changed the group statistics
     torch.testing.assert_close(torch.tensor(list(trainer._logs["advantages"])[-8:]), result.advantages.float())
+
+
+def _recording(trainer):
+    """Record the keyword inputs the trainer hands its advantage function (and the call's result)."""
+    calls, compute = [], trainer.advantage_fn.compute
+
+    def record(rewards, group_ids, **inputs):
+        result = compute(rewards, group_ids, **inputs)
+        calls.append(({"rewards": rewards, **inputs}, result))
+        return result
+
+    trainer.advantage_fn.compute = record
+    return calls
+
+
+def test_gdpo_gets_each_reward_functions_rewards_and_weights(tiny_model, tmp_path):
+    def parity_reward(completions, **kwargs):
+        return [float(len(c) % 2) for c in completions]
+
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="gdpo", max_steps=1, reward_weights=[1.0, 0.5])
+    trainer = toy_trainer(trl_ext.GRPOTrainer, config, tiny_model, reward_funcs=[length_reward, parity_reward])
+    calls = _recording(trainer)
+    trainer.train()
+    ((inputs, result),) = calls
+    # the same per-function rewards as TRL's completions table, and the config's weights
+    logged_rewards = [list(trainer._logs["rewards"][name])[-8:] for name in ("length_reward", "parity_reward")]
+    torch.testing.assert_close(inputs["reward_components"], torch.tensor(logged_rewards).T)
+    torch.testing.assert_close(inputs["reward_weights"], torch.tensor([1.0, 0.5]))
+    torch.testing.assert_close(inputs["rewards"], torch.tensor(logged_rewards).T @ torch.tensor([1.0, 0.5]))
+    assert result.advantages.shape == inputs["response_mask"].shape
+
+
+def test_optimal_token_baseline_gets_the_sampling_policys_sum_of_squared_probabilities(tiny_model, tmp_path):
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="optimal_token_baseline", max_steps=1)
+    trainer = toy_trainer(trl_ext.GRPOTrainer, config, tiny_model)
+    calls = _recording(trainer)
+    expected = []
+    generate = trainer._generate_round
+
+    def independently(inputs):  # Σ_v softmax(logits / T)² at each completion position, before the update
+        output, *rest = generate(inputs)
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logits = trainer.model(input_ids=ids, attention_mask=mask).logits.float()
+        width = output["completion_ids"].size(1)
+        probs = torch.softmax(logits[:, -width - 1 : -1] / config.temperature, dim=-1)
+        expected.append(probs.square().sum(-1) * output["completion_mask"])
+        return output, *rest
+
+    trainer._generate_round = independently
+    trainer.train()
+    ((inputs, result),) = calls
+    got = inputs["sum_pi_squared"] * inputs["response_mask"]
+    torch.testing.assert_close(got, expected[0], rtol=1e-5, atol=1e-6)
+    assert (got[inputs["response_mask"]] > 0).all() and (got <= 1).all()
+    assert result.advantages.shape == inputs["response_mask"].shape

@@ -206,6 +206,16 @@ def sft_columns(text_field: str) -> RequiredColumns:
     )
 
 
+def cpt_columns(text_field: str) -> RequiredColumns:
+    """What continued pretraining reads: the plain-text `--dataset_text_field` column."""
+    return RequiredColumns(
+        "CPT",
+        ((text_field,),),
+        f"CPT needs the plain-text column that --dataset_text_field names ({text_field!r}): continued pretraining "
+        "trains every token of it",
+    )
+
+
 def required_columns(algorithm: str, training_args) -> RequiredColumns | None:
     """The columns that `algorithm`'s trainer reads from a row (its family's TRL trainer's rule); None where TRL is
     told to take the dataset as it is (SFT's `dataset_kwargs={'skip_prepare_dataset': True}`)."""
@@ -214,9 +224,11 @@ def required_columns(algorithm: str, training_args) -> RequiredColumns | None:
     family = get_algorithm(algorithm).family.name
     if family == "dpo":
         return DPO_COLUMNS
-    if family == "sft":
+    if family in ("sft", "cpt"):
         if (getattr(training_args, "dataset_kwargs", None) or {}).get("skip_prepare_dataset"):
             return None
+        if family == "cpt":
+            return cpt_columns(training_args.dataset_text_field)
         return sft_columns(training_args.dataset_text_field)
     return GRPO_COLUMNS
 

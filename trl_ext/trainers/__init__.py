@@ -1,7 +1,7 @@
 """TRL adapters: the trainer families' config and trainer classes, and each algorithm's.
 
-The family bases are written by hand (`GRPOFamilyConfig` / `GRPOFamilyTrainer`, `MIXFamilyConfig`, ...; DPO's and
-SFT's classes, the single algorithm of their families); the built-in algorithms' classes (`SAPOConfig`,
+The family bases are written by hand (`GRPOFamilyConfig` / `GRPOFamilyTrainer`, `MIXFamilyConfig`, ...; DPO's, SFT's and
+CPT's classes, the single algorithm of their families); the built-in algorithms' classes (`SAPOConfig`,
 `SAPOTrainer`, ...) are class statements generated from their records (`grpo_algorithms.py`, see `classes.py`), and
 a record registered later gets classes built from it (`algorithm_classes`). Importing this package imports trl and
 registers each family's classes (`family_classes.py`): the records below name them and never import them.
@@ -20,6 +20,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig as TRLAsyncGRPOConfig  #
 from .async_config import AsyncGRPOConfig
 from .async_trainer import AsyncGRPOTrainer
 from .classes import algorithm_class_names, algorithm_classes, document_written_classes
+from .cpt_trainer import CPTConfig, CPTTrainer
 from .critic_config import CriticFamilyConfig
 from .critic_trainer import CriticFamilyTrainer
 from .distill_config import DistillFamilyConfig
@@ -42,12 +43,15 @@ register_family_classes("distill", DistillFamilyConfig, DistillFamilyTrainer, se
 register_family_classes("critic", CriticFamilyConfig, CriticFamilyTrainer, settings_base=GRPOFamilyConfig)
 register_family_classes("dpo", DPOConfig, DPOTrainer, settings_base=TRLDPOConfig)
 register_family_classes("sft", SFTConfig, SFTTrainer, settings_base=TRLSFTConfig)
+register_family_classes("cpt", CPTConfig, CPTTrainer, settings_base=TRLSFTConfig)
 register_family_classes("async", AsyncGRPOConfig, AsyncGRPOTrainer, settings_base=TRLAsyncGRPOConfig)
 document_written_classes()
 
 __all__ = [
     "AsyncGRPOConfig",
     "AsyncGRPOTrainer",
+    "CPTConfig",
+    "CPTTrainer",
     "DPOConfig",
     "DPOTrainer",
     "DistillFamilyConfig",

@@ -514,10 +514,16 @@ class DPOKLArguments:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+_TRL_BATCH_SIZE = 8
+"""`transformers.TrainingArguments`' default `per_device_train_batch_size`: a record whose group size
+(`repeat_times`) is larger gets a config whose default batch is one group (`algorithm_fields`)."""
+
+
 def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
     """`(name, type, field)` of each field that algorithm `name`'s config declares over its family's config base,
     read from its record: the KL estimator with the record's default, the group size (`repeat_times`, where the
-    family samples groups), then the fields of its policy loss's and its advantage's arguments (`argument_field`).
+    family samples groups; a group larger than TRL's default batch of 8 rows also sets the batch: one group), then
+    the fields of its policy loss's and its advantage's arguments (`argument_field`).
     The built-in configs' class statements (`trl_ext.trainers.grpo_algorithms`) and the classes built for a record
     registered later (`trl_ext.trainers.classes`) both take their fields from here."""
     spec = get_algorithm(name)
@@ -534,6 +540,13 @@ def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
             f"algorithm's group size, Trinity-RFT's `repeat_times`."
         )
         fields.append((family.group_size_field, int, field(default=spec.repeat_times, metadata=_help(text))))
+        if spec.repeat_times > _TRL_BATCH_SIZE:  # TRL's default batch would hold no whole group: one group per batch
+            text = (
+                f"Rows per device and micro-batch: {spec.repeat_times} (TRL: {_TRL_BATCH_SIZE}), one group of the "
+                f"{spec.name} algorithm's `num_generations={spec.repeat_times}`, so that the default generation batch "
+                "holds whole groups."
+            )
+            fields.append(("per_device_train_batch_size", int, field(default=spec.repeat_times, metadata=_help(text))))
     for kind in ("policy_loss_fn", "advantage_fn"):  # the composition: the algorithm's choice as the default
         if kind in family.components and getattr(spec, kind) is not None and family.per_algorithm_classes:
             text = composition_field_help(kind, spec)

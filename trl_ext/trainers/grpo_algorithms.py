@@ -26,6 +26,8 @@ __all__ = [
     "CISPOTrainer",
     "ClipCovConfig",
     "ClipCovTrainer",
+    "DAPOConfig",
+    "DAPOTrainer",
     "DPPOKLConfig",
     "DPPOKLTrainer",
     "DPPOTVConfig",
@@ -38,10 +40,14 @@ __all__ = [
     "GPGTrainer",
     "GRPOConfig",
     "GRPOTrainer",
+    "GRPOVerlConfig",
+    "GRPOVerlTrainer",
     "GSPOConfig",
     "GSPOTrainer",
     "GiGPOConfig",
     "GiGPOTrainer",
+    "JSDConfig",
+    "JSDTrainer",
     "KLCovConfig",
     "KLCovTrainer",
     "M2POConfig",
@@ -160,6 +166,98 @@ class GRPOTrainer(GRPOFamilyTrainer):
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOConfig
+
+
+@dataclass
+class DAPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`DAPOTrainer`]: DAPO: decoupled clip, token-level loss, dynamic sampling, overlong reward shaping.
+    Paper: DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv 2503.14476). GRPO's group advantage
+    and the PPO loss with DAPO's four techniques: the decoupled clip (`clip_range_low` 0.2, `clip_range_high` 0.28:
+    clip-higher), the token-level loss (`loss_agg_mode='token-mean'`), dynamic sampling (`dynamic_sampling=True`: groups
+    whose rewards are all equal, which give no gradient, are dropped and more prompts sampled, up to
+    `dynamic_sampling_max_rounds` generation rounds) and overlong reward shaping (`overlong_buffer`,
+    `overlong_penalty_factor`: a completion longer than `max_completion_length` − `overlong_buffer` tokens loses up to
+    `overlong_penalty_factor`, linearly in its length). No KL term and no reference model. The paper's settings are
+    configs/dapo.yaml (Trinity-RFT's `examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2,
+    epsilon_high=0.28, beta=0` with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling.
+
+    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
+    documentation renders them as a table).
+    """
+
+    algorithm: ClassVar[str] = "dapo"
+
+    kl_loss_fn: str = algorithm_field("dapo", "kl_loss_fn")
+    num_generations: int = algorithm_field("dapo", "num_generations")
+    per_device_train_batch_size: int = algorithm_field("dapo", "per_device_train_batch_size")
+    policy_loss_fn: str = algorithm_field("dapo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("dapo", "advantage_fn")
+    clip_range: float | None = algorithm_field("dapo", "clip_range")
+    clip_range_low: float | None = algorithm_field("dapo", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("dapo", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("dapo", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("dapo", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("dapo", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("dapo", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("dapo", "fallback_to_policy_gradient")
+    advantage_epsilon: float = algorithm_field("dapo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("dapo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("dapo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("dapo", "rank_penalty")
+    std_cal_level: str = algorithm_field("dapo", "std_cal_level")
+
+
+class DAPOTrainer(GRPOFamilyTrainer):
+    """DAPO: decoupled clip, token-level loss, dynamic sampling, overlong reward shaping. (config: `DAPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `DAPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = DAPOConfig
+
+
+@dataclass
+class GRPOVerlConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`GRPOVerlTrainer`]: GRPO with verl's trainer-side advantage: the group-normalized summed token
+    rewards. Paper: DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models (arXiv
+    2402.03300). Trinity-RFT's `grpo_verl` (GRPOverlAlgorithm, whose advantage is computed in the trainer, verl's
+    `compute_grpo_outcome_advantage`): each completion's token rewards are summed into R, A = (R − mean) / (std +
+    `advantage_epsilon`) over its group (unbiased std; a group of one: mean 0, std 1), broadcast to every completion
+    token; trained with the dual-clip PPO loss. Group size 2 by default (Trinity-RFT's `repeat_times`).
+
+    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
+    documentation renders them as a table).
+    """
+
+    algorithm: ClassVar[str] = "grpo_verl"
+
+    kl_loss_fn: str = algorithm_field("grpo_verl", "kl_loss_fn")
+    num_generations: int = algorithm_field("grpo_verl", "num_generations")
+    policy_loss_fn: str = algorithm_field("grpo_verl", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("grpo_verl", "advantage_fn")
+    clip_range: float | None = algorithm_field("grpo_verl", "clip_range")
+    clip_range_low: float | None = algorithm_field("grpo_verl", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("grpo_verl", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("grpo_verl", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("grpo_verl", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("grpo_verl", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("grpo_verl", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("grpo_verl", "fallback_to_policy_gradient")
+    advantage_epsilon: float = algorithm_field("grpo_verl", "advantage_epsilon")
+
+
+class GRPOVerlTrainer(GRPOFamilyTrainer):
+    """GRPO (verl): GRPO with verl's trainer-side advantage: the group-normalized summed token rewards. (config:
+    `GRPOVerlConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `GRPOVerlConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOVerlConfig
 
 
 @dataclass
@@ -1099,3 +1197,49 @@ class OnPolicyDistillTrainer(DistillFamilyTrainer):
     """
 
     config_class: ClassVar[type[DistillFamilyConfig]] = OnPolicyDistillConfig
+
+
+@dataclass
+class JSDConfig(DistillFamilyConfig):
+    """
+    Configuration of [`JSDTrainer`]: On-policy distillation with a Jensen-Shannon advantage: −JSD of student and
+    teacher. Paper: On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes (arXiv 2306.13649).
+    Trinity-RFT's `jsd`: the student samples, a frozen teacher scores the sampled tokens, and the per-token advantage is
+    −`kl_coef`·JSD_β of the two log-probs (β = `lambda_coef`, 0.5 the symmetric JSD, 0 KL(student‖teacher), 1
+    KL(teacher‖student); GKD's generalized JSD), trained with the `ppo` loss. Trinity-RFT's defaults: `kl_coef` 1.0,
+    `lambda_coef` 0.5. As the reference computes it on the sampled token, the value for 0 < β < 1 is never positive, so
+    every advantage is ≥ 0 and grows with the student / teacher disagreement (docs/algorithms/distillation.md).
+
+    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
+    documentation renders them as a table).
+    """
+
+    algorithm: ClassVar[str] = "jsd"
+
+    kl_loss_fn: str = algorithm_field("jsd", "kl_loss_fn")
+    num_generations: int = algorithm_field("jsd", "num_generations")
+    policy_loss_fn: str = algorithm_field("jsd", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("jsd", "advantage_fn")
+    clip_range: float | None = algorithm_field("jsd", "clip_range")
+    clip_range_low: float | None = algorithm_field("jsd", "clip_range_low")
+    clip_range_high: float | None = algorithm_field("jsd", "clip_range_high")
+    clip_ratio_c: float = algorithm_field("jsd", "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field("jsd", "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field("jsd", "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field("jsd", "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field("jsd", "fallback_to_policy_gradient")
+    lambda_coef: float = algorithm_field("jsd", "lambda_coef")
+    kl_coef: float = algorithm_field("jsd", "kl_coef")
+    jsd_temperature: float = algorithm_field("jsd", "jsd_temperature")
+    chunk_size: int | None = algorithm_field("jsd", "chunk_size")
+
+
+class JSDTrainer(DistillFamilyTrainer):
+    """JSD distillation: On-policy distillation with a Jensen-Shannon advantage: −JSD of student and teacher. (config:
+    `JSDConfig`).
+
+    The `DistillFamilyTrainer` of this algorithm: its constructor is `DistillFamilyTrainer`'s, which documents every
+    argument; `args` is a `JSDConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
+    """
+
+    config_class: ClassVar[type[DistillFamilyConfig]] = JSDConfig
