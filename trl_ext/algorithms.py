@@ -469,9 +469,9 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         details="Trinity-RFT's `jsd`: the student samples, a frozen teacher scores the sampled tokens, and the "
         "per-token advantage is −`kl_coef`·JSD_β of the two log-probs (β = `lambda_coef`, 0.5 the symmetric JSD, 0 "
         "KL(student‖teacher), 1 KL(teacher‖student); GKD's generalized JSD), trained with the `ppo` loss. "
-        "Trinity-RFT's defaults: `kl_coef` 1.0, `lambda_coef` 0.5. As the reference computes it on the sampled "
-        "token, the value for 0 < β < 1 is never positive, so every advantage is ≥ 0 and grows with the student / "
-        "teacher disagreement (docs/algorithms/distillation.md)."),
+        "Trinity-RFT's defaults: `kl_coef` 1.0, `lambda_coef` 0.5. The advantage is the divergence's per-token "
+        "policy-gradient weight, −(1 − β)·(log π_student − log M) for 0 < β < 1; Trinity-RFT's −JSD value, which "
+        "for 0 < β < 1 is never negative and moves the student away from the teacher, is `jsd_form='reference'`."),
     AlgorithmSpec("cpt", "Continued pretraining: the negative log-likelihood of every token of plain text.",
         None,
         use_reference=False, repeat_times=1,

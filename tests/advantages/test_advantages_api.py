@@ -76,7 +76,7 @@ DEFAULT_ARGS = {
     "remax": {},
     "clipb": {"epsilon": 1e-6, "mu": 2.5},
     "clipv": {"epsilon": 1e-6, "mu": 8.5, "max_frac": 1e-4},
-    "jsd": {"lambda_coef": 0.5, "kl_coef": 1.0, "temperature": 1.0, "chunk_size": None},
+    "jsd": {"lambda_coef": 0.5, "kl_coef": 1.0, "temperature": 1.0, "form": "gradient", "chunk_size": None},
     "grpo_verl": {"epsilon": 1e-6},
     "opmd_verl": {"opmd_baseline": "mean", "tau": 1.0},
     "asymre_verl": {"baseline_shift": -0.1},

@@ -128,15 +128,24 @@ def test_jsd_closed_form():
     student = t64([[math.log(0.25), math.log(0.25)]])
     mask = torch.ones(1, 2)
     kwargs = dict(teacher_logprob=teacher, old_logprob=student, response_mask=mask)
-    # beta = 0: KL(student || teacher) at the sampled token = s - t; beta = 1: t - s.
-    assert_close(get_advantage_fn("jsd", lambda_coef=0.0)(**kwargs), [[-math.log(0.5), 0.0]])
-    assert_close(get_advantage_fn("jsd", lambda_coef=1.0, kl_coef=2.0)(**kwargs), [[-2 * math.log(2.0), 0.0]])
+    # The reference's form. beta = 0: KL(student || teacher) at the sampled token = s - t; beta = 1: t - s.
+    reference = {"form": "reference"}
+    assert_close(get_advantage_fn("jsd", lambda_coef=0.0, **reference)(**kwargs), [[-math.log(0.5), 0.0]])
+    two = get_advantage_fn("jsd", lambda_coef=1.0, kl_coef=2.0, **reference)(**kwargs)
+    assert_close(two, [[-2 * math.log(2.0), 0.0]])
     # beta = 0.5: m = log((p_s + p_t) / 2) = log(3/8); JSD = 0.5 (t - m) + 0.5 (s - m).
     m = math.log(3 / 8)
     jsd = 0.5 * (math.log(0.5) - m) + 0.5 * (math.log(0.25) - m)
-    res = get_advantage_fn("jsd").compute(**kwargs)
+    res = get_advantage_fn("jsd", **reference).compute(**kwargs)
     assert_close(res.advantages, [[-jsd, 0.0]])
     assert res.metrics == pytest.approx({"jsd/mean": jsd, "jsd/std": 0.0, "advantages/mean": -jsd})
+    # The default (gradient) form: beta = 0 as the reference; beta = 1: kl_coef * p_t / p_s; beta = 0.5:
+    # -(1 - beta) * (s - m) = -0.5 * log(0.25 / 0.375) > 0 where the teacher prefers the token, 0 where they agree.
+    assert_close(get_advantage_fn("jsd", lambda_coef=0.0)(**kwargs), [[-math.log(0.5), 0.0]])
+    assert_close(get_advantage_fn("jsd", lambda_coef=1.0, kl_coef=2.0)(**kwargs), [[4.0, 2.0]])
+    res = get_advantage_fn("jsd").compute(**kwargs)
+    assert_close(res.advantages, [[-0.5 * math.log(2 / 3), 0.0]])
+    assert res.metrics["jsd/mean"] == pytest.approx(jsd)  # the metric stays the reference's value
     # Temperature divides both log-probs.
     hot = get_advantage_fn("jsd", lambda_coef=0.0, temperature=2.0)(**kwargs)
     assert_close(hot, [[-math.log(0.5) / 2, 0.0]])
@@ -153,6 +162,37 @@ def test_jsd_closed_form():
         "jsd/std": 0.0,
         "advantages/mean": 0.0,
     }
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 0.5, 1.0])
+def test_jsd_gradient_form_is_the_policy_gradient_of_the_divergence(beta):
+    """Over a whole next-token distribution, E_student[A(x) * grad log p_student(x)] = -kl_coef * grad JSD_beta
+    (autograd on the full divergence, the mixture form for 0 < beta < 1, KL(student||teacher) at 0 and
+    KL(teacher||student) at 1); the reference's form does not satisfy it."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, generator=g, dtype=torch.float64, requires_grad=True)
+    log_t = torch.log_softmax(torch.randn(6, generator=g, dtype=torch.float64), dim=0)
+    log_s = torch.log_softmax(logits, dim=0)
+    p_s, p_t = log_s.exp(), log_t.exp()
+    if beta == 0:
+        divergence = (p_s * (log_s - log_t)).sum()
+    elif beta == 1:
+        divergence = (p_t * (log_t - log_s)).sum()
+    else:
+        log_m = torch.log(beta * p_t + (1 - beta) * p_s)
+        divergence = beta * (p_t * (log_t - log_m)).sum() + (1 - beta) * (p_s * (log_s - log_m)).sum()
+    (expected,) = torch.autograd.grad(-0.7 * divergence, logits, retain_graph=True)
+
+    def policy_gradient(form):
+        fn = get_advantage_fn("jsd", lambda_coef=beta, kl_coef=0.7, form=form)
+        advantages = fn(teacher_logprob=log_t.detach()[None], old_logprob=log_s.detach()[None],
+                        response_mask=torch.ones(1, 6))[0]  # fmt: skip
+        (grad,) = torch.autograd.grad((p_s.detach() * advantages * log_s).sum(), logits, retain_graph=True)
+        return grad
+
+    torch.testing.assert_close(policy_gradient("gradient"), expected, rtol=1e-10, atol=1e-12)
+    if beta != 0:  # at beta = 0 both forms are KL(student || teacher)'s
+        assert not torch.allclose(policy_gradient("reference"), expected, rtol=1e-3)
 
 
 def test_grpo_duplicate_experiences_unequal_sizes_layout():

@@ -376,7 +376,9 @@ def test_clipv_parity(mu, max_frac):
 @pytest.mark.parametrize(("temperature", "chunk_size"), [(1.0, None), (0.7, 3)])
 def test_jsd_parity(lambda_coef, temperature, chunk_size):
     rng = random.Random(40)
-    fn = get_advantage_fn("jsd", lambda_coef=lambda_coef, kl_coef=0.8, temperature=temperature, chunk_size=chunk_size)
+    fn = get_advantage_fn(
+        "jsd", lambda_coef=lambda_coef, kl_coef=0.8, temperature=temperature, chunk_size=chunk_size, form="reference"
+    )
     for _ in range(30):
         groups, mask, _ = random_token_batch(rng)
         n, width = len(groups), len(mask[0])

@@ -12,6 +12,20 @@ each divided by `temperature`, and `beta = lambda_coef`::
 
 Like the reference, the two ends are special cases: the mixture formula tends to 0 (not `s - t`) as `beta -> 0`
 and to 0 as `beta -> 1`.
+
+Deliberate difference (`form`, default `"gradient"`). The reference's advantage is `-kl_coef * JSD_t` with the
+per-token value above (`form="reference"` computes exactly that). For 0 < beta < 1 that value is never positive
+(Jensen: `beta*t + (1 - beta)*s <= m`), so every advantage is >= 0 and grows with the student-teacher gap: the policy
+gradient then moves the student AWAY from the teacher (on the toy task the student collapses: mean JSD 0.96 -> 6.8,
+reward 0.10 -> 0.12). By default the advantage is instead the per-token policy-gradient weight of the divergence,
+from d JSD_beta / d p_student(x) = (1 - beta) * log(p_student(x) / M(x)) (the mixture terms cancel):
+
+    beta = 0:      A = -kl_coef * (s - t)                    (KL(student || teacher): the reference's, unchanged)
+    beta = 1:      A = kl_coef * exp(t - s)                  (KL(teacher || student) = -E_teacher[log p_student])
+    otherwise:     A = -kl_coef * (1 - beta) * (s - m)
+
+so that E_student[A * grad log p_student] = -kl_coef * grad JSD_beta at each position (tokens the teacher prefers get
+A > 0). The metrics `jsd/*` stay the reference's per-token values.
 """
 
 from __future__ import annotations
@@ -26,8 +40,9 @@ from .base import AdvantageFn, AdvantageResult, as_float_tensor, check_mask, non
 
 @register_advantage("jsd")
 class JSDAdvantage(AdvantageFn):
-    """`A_t = -kl_coef * JSD_t` on `response_mask`, exactly 0 elsewhere (values there, even NaN / -inf, are
-    ignored); see the module docstring for `JSD_t`.
+    """`A_t = -kl_coef * w_t` on `response_mask`, exactly 0 elsewhere (values there, even NaN / -inf, are
+    ignored), `w_t` the per-token policy-gradient weight of `JSD_t` (`form="gradient"`, default) or the reference's
+    `JSD_t` itself (`form="reference"`); see the module docstring.
 
     `compute(rewards=None, group_ids=None, *, teacher_logprob, old_logprob, response_mask)`, all `[N, T]`:
     `old_logprob` is the student's (sampling policy's) log-prob of each sampled token.  `rewards` and
@@ -65,6 +80,15 @@ class JSDAdvantage(AdvantageFn):
             config_name="jsd_temperature",
         ),
         Argument(
+            "form",
+            "gradient",
+            "`gradient`: the advantage is the per-token policy-gradient weight of −kl_coef·JSD_β, which moves the "
+            "student towards the teacher; `reference`: Trinity-RFT 0.6.0's −kl_coef·(per-token JSD value), which "
+            "for 0 < β < 1 is never negative and moves the student away (see the module docstring).",
+            choices=("gradient", "reference"),
+            config_name="jsd_form",
+        ),
+        Argument(
             "chunk_size",
             None,
             "Compute the JSD of the valid tokens this many at a time (peak memory only); None: all at once.",
@@ -100,13 +124,16 @@ class JSDAdvantage(AdvantageFn):
         s, t = student.to(dtype)[valid], teacher.to(dtype)[valid]
         if self.temperature != 1.0:
             s, t = s / self.temperature, t / self.temperature
-        jsd_valid = torch.empty_like(s)
+        jsd_valid, weight_valid = torch.empty_like(s), torch.empty_like(s)
         step = self.chunk_size or max(s.numel(), 1)
         for start in range(0, s.numel(), step):
-            jsd_valid[start : start + step] = self._jsd(s[start : start + step], t[start : start + step])
+            chunk = slice(start, start + step)
+            jsd_valid[chunk], weight_valid[chunk] = self._jsd(s[chunk], t[chunk])
         jsd = torch.zeros(teacher.shape, dtype=dtype, device=teacher.device)
         jsd[valid] = jsd_valid
-        advantages = torch.where(valid, -self.kl_coef * jsd, 0.0)
+        weight = torch.zeros_like(jsd)
+        weight[valid] = weight_valid
+        advantages = torch.where(valid, -self.kl_coef * weight, 0.0)
 
         n = teacher.shape[0]
         jsd_sums, advantage_sums = jsd.sum(-1), advantages.sum(-1)
@@ -118,12 +145,15 @@ class JSDAdvantage(AdvantageFn):
         keep = torch.ones(n, dtype=torch.bool, device=teacher.device)
         return AdvantageResult(advantages, keep, metrics=metrics)
 
-    def _jsd(self, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def _jsd(self, s: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reference's per-token JSD value and the weight whose negative is the advantage (the value itself
+        for `form="reference"`, else the gradient weight; see the module docstring)."""
         beta = self.lambda_coef
         if beta == 0:
-            return s - t
+            return s - t, s - t
         if beta == 1:
-            return t - s
+            return t - s, (t - s if self.form == "reference" else -torch.exp(t - s))
         beta_t = torch.tensor(beta, dtype=s.dtype, device=s.device)
         mixture = torch.logsumexp(torch.stack([s + torch.log1p(-beta_t), t + torch.log(beta_t)]), dim=0)
-        return beta_t * (t - mixture) + (1 - beta_t) * (s - mixture)
+        value = beta_t * (t - mixture) + (1 - beta_t) * (s - mixture)
+        return value, (value if self.form == "reference" else (1 - beta_t) * (s - mixture))

@@ -1207,8 +1207,9 @@ class JSDConfig(DistillFamilyConfig):
     Trinity-RFT's `jsd`: the student samples, a frozen teacher scores the sampled tokens, and the per-token advantage is
     −`kl_coef`·JSD_β of the two log-probs (β = `lambda_coef`, 0.5 the symmetric JSD, 0 KL(student‖teacher), 1
     KL(teacher‖student); GKD's generalized JSD), trained with the `ppo` loss. Trinity-RFT's defaults: `kl_coef` 1.0,
-    `lambda_coef` 0.5. As the reference computes it on the sampled token, the value for 0 < β < 1 is never positive, so
-    every advantage is ≥ 0 and grows with the student / teacher disagreement (docs/algorithms/distillation.md).
+    `lambda_coef` 0.5. The advantage is the divergence's per-token policy-gradient weight, −(1 − β)·(log π_student − log
+    M) for 0 < β < 1; Trinity-RFT's −JSD value, which for 0 < β < 1 is never negative and moves the student away from
+    the teacher, is `jsd_form='reference'`.
 
     Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
     documentation renders them as a table).
@@ -1231,6 +1232,7 @@ class JSDConfig(DistillFamilyConfig):
     lambda_coef: float = algorithm_field("jsd", "lambda_coef")
     kl_coef: float = algorithm_field("jsd", "kl_coef")
     jsd_temperature: float = algorithm_field("jsd", "jsd_temperature")
+    jsd_form: str = algorithm_field("jsd", "jsd_form")
     chunk_size: int | None = algorithm_field("jsd", "chunk_size")
 
 
