@@ -14,7 +14,8 @@ import torch
 from datasets import Dataset, IterableDataset
 from trainer_helpers import CPU, logged
 
-from trl_ext import GiGPOConfig, GRPOConfig, GRPOTrainer, OnPolicyDistillConfig
+from trl_ext import GiGPOConfig, GRPOConfig, GRPOTrainer, MIXConfig, MIXTrainer, OnPolicyDistillConfig, PPOTrainer
+from trl_ext.toy import toy_expert_dataset
 from trl_ext.trainers.overlong_reward import overlong_penalty
 
 GROUP = 4
@@ -39,7 +40,7 @@ def task_reward(prompts, completion_ids, **kwargs):
     return [1.0 if int(p.split()[-1]) in UNIFORM else len(ids) / 10 for p, ids in pairs]
 
 
-def config(tmp_path, **overrides):
+def config(tmp_path, config_class=GRPOConfig, **overrides):
     settings = {
         **CPU,
         "output_dir": str(tmp_path),
@@ -52,22 +53,26 @@ def config(tmp_path, **overrides):
         "dynamic_sampling": True,
         **overrides,
     }
-    return GRPOConfig(**settings)
+    return config_class(**settings)
 
 
-def train(model, tmp_path, reward=task_reward, **overrides):
+def train(model, tmp_path, reward=task_reward, trainer_class=GRPOTrainer, **overrides):
     dataset = Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(8)]})
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config(tmp_path, **overrides),
-                          train_dataset=dataset, rollout_func=rollout)  # fmt: skip
-    seen = []
-    compute = trainer._compute_advantages
+    args = config(tmp_path, trainer_class.config_class, **overrides)
+    trainer = trainer_class(model=model, reward_funcs=reward, args=args, train_dataset=dataset, rollout_func=rollout)
+    return trainer, recorded_rewards(trainer)
+
+
+def recorded_rewards(trainer) -> list[torch.Tensor]:
+    """The rewards of every generation batch the trainer computes advantages on, in order."""
+    seen, compute = [], trainer._compute_advantages
 
     def record(rewards, group_ids, output):
         seen.append(rewards.clone())
         return compute(rewards, group_ids, output)
 
     trainer._compute_advantages = record
-    return trainer, seen
+    return seen
 
 
 def expected_rewards(prompts: list[int], penalty: bool = False) -> torch.Tensor:
@@ -94,6 +99,13 @@ def test_uniform_groups_are_replaced_by_groups_of_extra_prompts(random_tiny_mode
     assert logged(trainer, "dynamic_sampling/groups_surplus") == [0.0, 0.0]
 
 
+def test_critic_ppo_scores_the_refilled_batch(random_tiny_model, tmp_path):
+    trainer, seen = train(random_tiny_model, tmp_path, trainer_class=PPOTrainer, max_steps=1)
+    trainer.train()
+    torch.testing.assert_close(seen[0], expected_rewards([0, 0]))  # as GRPO's first step
+    assert logged(trainer, "dynamic_sampling/rounds") == [2.0] and logged(trainer, "critic/values")
+
+
 def test_without_uniform_groups_one_round_and_the_plain_batch(random_tiny_model, tmp_path):
     def graded(prompts, completion_ids, **kwargs):
         return [len(ids) / 10 for ids in completion_ids]
@@ -114,6 +126,23 @@ def test_overlong_penalty_joins_the_rewards_but_not_the_uniformity_test(random_t
     penalties = expected_rewards([0, 0], penalty=True) - expected_rewards([0, 0])
     assert penalties.min() < 0  # the completions reach into the buffer
     assert logged(trainer, "rewards/overlong_penalty/mean") == [pytest.approx(penalties.mean().item())]
+
+
+def test_mix_refills_its_rollout_rows_and_keeps_its_expert_rows(random_tiny_model, tmp_path):
+    # 8 rows per generation batch, half of them expert rows: one rollout group per batch. Step 1 draws prompt 0
+    # (informative); step 2 draws prompt 1 (uniform), so the extra stream's first prompt (0) replaces it.
+    args = MIXConfig(**{**CPU, "output_dir": str(tmp_path)}, per_device_train_batch_size=8, num_generations=GROUP,
+                     max_completion_length=8, max_steps=2, learning_rate=1e-3, shuffle_dataset=False,
+                     dynamic_sampling=True, expert_data_ratio=0.5)  # fmt: skip
+    trainer = MIXTrainer(model=random_tiny_model, reward_funcs=task_reward, args=args, rollout_func=rollout,
+                         train_dataset=Dataset.from_dict({"prompt": [f"prompt {i}" for i in range(8)]}),
+                         expert_dataset=toy_expert_dataset(16))  # fmt: skip
+    seen = recorded_rewards(trainer)
+    trainer.train()
+    torch.testing.assert_close(seen[0], expected_rewards([0]))
+    torch.testing.assert_close(seen[1], expected_rewards([0]))
+    assert logged(trainer, "dynamic_sampling/rounds") == [1.0, 2.0]
+    assert all(value > 0 for value in logged(trainer, "expert/sft_loss"))  # the expert rows still train
 
 
 def test_a_batch_that_cannot_be_filled_stops_training_before_any_update(random_tiny_model, tmp_path):

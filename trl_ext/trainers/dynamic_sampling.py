@@ -119,7 +119,7 @@ class DynamicSampling:
             picks += [(round_index, int(g)) for g in (~uniform).nonzero().flatten().tolist()]
             if len(picks) >= needed:
                 break
-            batch = self._next_prompt_batch()
+            batch = self._next_prompt_batch(n_local)
         else:
             drawn = len(rounds) * needed
             raise RuntimeError(
@@ -153,13 +153,15 @@ class DynamicSampling:
         table_rows = torch.where(round_of == len(rounds) - 1, row_of, -1)
         return output, rewards_per_func, overlong, table_rows
 
-    def _next_prompt_batch(self) -> list[dict[str, Any]]:
-        """The next local generation batch of the extra-prompt stream (a new shuffled pass when one ends)."""
+    def _next_prompt_batch(self, n_local: int) -> list[dict[str, Any]]:
+        """The next `n_local` prompt rows of this process from the extra-prompt stream (whole groups; a new shuffled
+        pass when one ends): as many as the training loop's batch of this generation round (the rollout rows only,
+        where MIX mixes expert rows in)."""
         if self._prompt_loader is None:
             sampler = RepeatSampler(
                 data_source=self.train_dataset,
                 mini_repeat_count=self.num_generations,
-                batch_size=self.args.generation_batch_size // self.num_generations,
+                batch_size=n_local * self.accelerator.num_processes // self.num_generations,
                 repeat_count=1,
                 shuffle=self.shuffle_dataset,
                 seed=self.args.seed + 1,  # another order than the training loop's
@@ -167,7 +169,7 @@ class DynamicSampling:
             self._prompt_loader = self._get_dataloader(
                 dataset=self.train_dataset,
                 description="Dynamic sampling",
-                batch_size=self._train_batch_size * self.args.steps_per_generation,
+                batch_size=n_local,
                 sampler_fn=lambda _: sampler,
                 is_training=True,
             )
