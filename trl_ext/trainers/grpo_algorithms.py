@@ -178,9 +178,11 @@ class DAPOConfig(GRPOFamilyConfig):
     whose rewards are all equal, which give no gradient, are dropped and more prompts sampled, up to
     `dynamic_sampling_max_rounds` generation rounds) and overlong reward shaping (`overlong_buffer`,
     `overlong_penalty_factor`: a completion longer than `max_completion_length` − `overlong_buffer` tokens loses up to
-    `overlong_penalty_factor`, linearly in its length). No KL term and no reference model. The paper's settings are
-    configs/dapo.yaml (Trinity-RFT's `examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2,
-    epsilon_high=0.28, beta=0` with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling.
+    `overlong_penalty_factor`, linearly in its length). No KL term and no reference model. As in Trinity-RFT, the record
+    sets only the components: DAPOConfig's defaults are the `ppo` loss's (symmetric clip 0.2) with dynamic sampling and
+    the overlong penalty off; the paper's settings, all four techniques on, are the recipe configs/dapo.yaml
+    (Trinity-RFT's `examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2, epsilon_high=0.28,
+    beta=0` with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling.
 
     Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
     documentation renders them as a table).
