@@ -33,7 +33,7 @@ def make_trainer(algorithm, model, output_dir, reward_funcs=toy_reward, dataset=
 
 def test_every_grpo_family_algorithm_has_a_trainer_and_config():
     expected = {"grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus"}
-    expected |= {"rloo", "raft", "m2po", "multi_step_grpo", "gigpo"}
+    expected |= {"rloo", "raft", "m2po", "multi_step_grpo", "gigpo", "dapo", "grpo_verl"}
     expected |= {"gpg", "geo_mean", "dro", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl"}  # verl 0.9's losses
     assert set(ALGORITHMS) == expected
     for name in ALGORITHMS:
