@@ -38,16 +38,22 @@ ALGORITHMS += ",ppo:default+shared"
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
-def run_window_script(out, model, teacher, batch, accumulation, processes=1, *extra):
-    """The window script's results (`scripts/window_run.py`) of every algorithm of `ALGORITHMS`, trained with the given
-    micro-batch, accumulation steps and processes (torchrun, gloo)."""
+# The control that normalizes each micro-batch by itself: only the runs that
+# test_modes_differ_and_local_normalization_does_not_match compares.
+LOCAL_CONTROL = "grpo:token-mean+seq-mean-token-sum-norm,reinforceplusplus,raft"
+
+
+def run_window_script(out, model, teacher, batch, accumulation, processes=1, *extra, algorithms=None):
+    """The window script's results (`scripts/window_run.py`) of every algorithm of `algorithms` (default
+    `ALGORITHMS`), trained with the given micro-batch, accumulation steps and processes (torchrun, gloo)."""
     launcher = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run"]
     if processes > 1:
         launcher += ["--standalone", "--nproc_per_node", str(processes)]
     command = [*launcher, SCRIPT, out, "--model", model, "--teacher", teacher]
     command += ["--batch", str(batch), "--accumulation", str(accumulation)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([*command, "--algorithms", ALGORITHMS, *extra], capture_output=True, text=True, env=env)
+    command += ["--algorithms", algorithms or ALGORITHMS, *extra]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return torch.load(out)
 
@@ -58,7 +64,9 @@ def runs(one_process_window_runs, random_tiny_model, tiny_model, tmp_path_factor
     model, teacher = random_tiny_model, tiny_model  # the teacher: the pretrained toy model, same tokenizer
     with ThreadPoolExecutor(2) as pool:  # the one-process control beside the two-process run
         two = pool.submit(run_window_script, str(tmp / "c.pt"), model, teacher, 4, 2, 2)
-        local = pool.submit(run_window_script, str(tmp / "d.pt"), model, teacher, 4, 4, 1, "--local")
+        local = pool.submit(
+            run_window_script, str(tmp / "d.pt"), model, teacher, 4, 4, 1, "--local", algorithms=LOCAL_CONTROL
+        )
         # "1x1" and "1x4" are shared with test_distributed_engines.py
         return {**one_process_window_runs, "2x2": two.result(), "local": local.result()}
 
