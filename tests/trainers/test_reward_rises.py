@@ -1,6 +1,6 @@
 """Every GRPO-family algorithm learns the toy task: the logged reward clearly rises within a short run on the
 tiny offline model (`LEARNING_RUN`: the first 60 of `trl_ext.toy.FAST_TRAINING`'s 100 steps of 64 completions, about
-4 s each).
+4 s each); the algorithms whose run is GRPO's (`SAME_AS_GRPO`) are shown to make GRPO's first updates instead.
 
 Measured (2026-11-27, seed 0): over those 60 steps the mean of the last five logged rewards exceeds that of the
 first five by 0.35 (raft) to 0.77 (asymre), 0.49 for most algorithms, against the +0.2 asserted; the toy agent's
@@ -11,29 +11,52 @@ from __future__ import annotations
 import statistics
 
 import pytest
+import torch
 from trainer_helpers import CPU, algorithm_classes, logged
 
 import trl_ext
 from trl_ext.toy import FAST_TRAINING, build_tokenizer, toy_dataset, toy_reward
 
 LEARNING_RUN = {**FAST_TRAINING, "max_steps": 60}
+SAME_AS_GRPO = ("dapo", "grpo_verl", "cispo", "sapo", "dro", "kl_cov", "dppo_tv", "dppo_kl", "sppo", "multi_step_grpo")
+"""The algorithms whose learning run IS GRPO's: with one update per generation every importance ratio is 1, where
+their losses' gradients equal PPO's (CISPO, sPPO, SAPO, DRO, KL-Cov, the DPPOs), and their defaults otherwise agree
+with GRPO's on this single-turn task (DAPO: no KL term, as GRPO's beta 0; grpo_verl's and multi-step GRPO's advantages
+equal GRPO's here). Each is checked to make GRPO's first updates exactly, so GRPO's rise is theirs."""
 
 
-@pytest.mark.parametrize("algorithm", list(algorithm_classes("grpo")))
-def test_toy_reward_rises(algorithm, tiny_model, tmp_path):
+def train(algorithm: str, model: str, out: str, steps: int):
     spec = trl_ext.get_algorithm(algorithm)
-    args = spec.config_class(output_dir=str(tmp_path), **{**CPU, **LEARNING_RUN})
+    args = spec.config_class(output_dir=out, **{**CPU, **LEARNING_RUN, "max_steps": steps})
     trainer = spec.trainer_class(
-        model=tiny_model,
-        reward_funcs=toy_reward,
-        args=args,
-        train_dataset=toy_dataset(),
-        processing_class=build_tokenizer(),
+        model=model, reward_funcs=toy_reward, args=args, train_dataset=toy_dataset(), processing_class=build_tokenizer()
     )
     trainer.train()
-    rewards = logged(trainer, "reward")
+    return trainer
+
+
+@pytest.mark.parametrize("algorithm", [name for name in algorithm_classes("grpo") if name not in SAME_AS_GRPO])
+def test_toy_reward_rises(algorithm, tiny_model, tmp_path):
+    rewards = logged(train(algorithm, tiny_model, str(tmp_path), LEARNING_RUN["max_steps"]), "reward")
     first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
     assert last > first + 0.2, (first, last, [round(r, 2) for r in rewards])
+
+
+@pytest.fixture(scope="module")
+def grpo_start(tiny_model, tmp_path_factory):
+    trainer = train("grpo", tiny_model, str(tmp_path_factory.mktemp("grpo")), 6)
+    return logged(trainer, "reward"), {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+
+@pytest.mark.parametrize("algorithm", SAME_AS_GRPO)
+def test_learning_run_is_grpos(algorithm, grpo_start, tiny_model, tmp_path):
+    """The first 6 steps of `LEARNING_RUN` sample the same completions (rewards) and make the same updates (weights)
+    as GRPO's."""
+    trainer = train(algorithm, tiny_model, str(tmp_path), 6)
+    rewards, weights = grpo_start
+    assert logged(trainer, "reward") == rewards
+    for name, value in trainer.model.named_parameters():
+        torch.testing.assert_close(value.detach(), weights[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
 @pytest.mark.parametrize("algorithm", ["multi_step_grpo", "gigpo"])
