@@ -39,11 +39,11 @@ def test_learning_curves_write_the_plot_and_numbers(toy_cache, tiny_teacher, tmp
 
 def test_multi_turn_comparison_writes_the_plot_and_numbers(toy_cache, tiny_agent, tmp_path):
     out_prefix = str(tmp_path / "multi_turn")
-    out = _run("multi_turn.py", "--trainers", "trl_grpo,gigpo", "--seeds", "0", "--steps", "6", "--out", out_prefix)
+    out = _run("multi_turn.py", "--trainers", "trl_grpo,gigpo", "--seeds", "0", "--steps", "4", "--out", out_prefix)
     assert "trl_grpo         mean over seeds" in out and "gigpo            mean over seeds" in out
     data = json.load(open(out_prefix + ".json"))
     runs = data["runs"]
-    assert set(runs) == {"trl_grpo", "gigpo"} and runs["gigpo"][0]["steps"] == [1, 2, 3, 4, 5, 6]
+    assert set(runs) == {"trl_grpo", "gigpo"} and runs["gigpo"][0]["steps"] == [1, 2, 3, 4]
     # Same seed, same model: the first step's rollouts are the same for both trainers.
     assert runs["gigpo"][0]["reward"][0] == runs["trl_grpo"][0]["reward"][0]
     assert os.path.getsize(out_prefix + ".png") > 10_000

@@ -44,15 +44,15 @@ def test_toy_reward_rises(algorithm, tiny_model, tmp_path):
 
 @pytest.fixture(scope="module")
 def grpo_start(tiny_model, tmp_path_factory):
-    trainer = train("grpo", tiny_model, str(tmp_path_factory.mktemp("grpo")), 6)
+    trainer = train("grpo", tiny_model, str(tmp_path_factory.mktemp("grpo")), 3)
     return logged(trainer, "reward"), {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
 
 
 @pytest.mark.parametrize("algorithm", SAME_AS_GRPO)
 def test_learning_run_is_grpos(algorithm, grpo_start, tiny_model, tmp_path):
-    """The first 6 steps of `LEARNING_RUN` sample the same completions (rewards) and make the same updates (weights)
+    """The first 3 steps of `LEARNING_RUN` sample the same completions (rewards) and make the same updates (weights)
     as GRPO's."""
-    trainer = train(algorithm, tiny_model, str(tmp_path), 6)
+    trainer = train(algorithm, tiny_model, str(tmp_path), 3)
     rewards, weights = grpo_start
     assert logged(trainer, "reward") == rewards
     for name, value in trainer.model.named_parameters():
