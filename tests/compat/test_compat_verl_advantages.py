@@ -50,6 +50,15 @@ def test_grpo_rloo_opo_closed_forms(index):
     torch.testing.assert_close(dr_grpo, torch.tensor([[-2.0], [0.0], [2.0], [2.0]], dtype=D) * mask)
 
 
+@pytest.mark.parametrize("name", ["compute_grpo_outcome_advantage", "compute_grpo_vectorized_outcome_advantage"])
+def test_grpo_accepts_epsilon_zero(name):
+    """As verl: ε = 0 divides by the bare group std (scores 1, 0: mean 0.5, std 1/√2)."""
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=D)
+    advantages, _ = getattr(verl, name)(rewards, torch.ones(2, 2, dtype=D), ["a", "a"], epsilon=0.0)
+    half = 1 / math.sqrt(2)
+    torch.testing.assert_close(advantages, torch.tensor([[half, half], [-half, -half]], dtype=D))
+
+
 def test_grpo_passk():
     rewards = torch.zeros(5, 2, dtype=D)
     rewards[:, 1] = torch.tensor([1.0, 3.0, 2.0, 4.0, 4.5], dtype=D)

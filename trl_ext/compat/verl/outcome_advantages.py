@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
+from ...advantages.base import group_stats
 from ...advantages.gdpo import gdpo_advantages
-from ...advantages.group import GRPOAdvantage, RLOOAdvantage
+from ...advantages.group import RLOOAdvantage
 from ...advantages.opo import opo_advantages
 from ...advantages.passk import grpo_passk_advantages
 from ...advantages.reinforce_plus_plus import reinforce_plus_plus_baseline_advantages
@@ -65,10 +66,14 @@ def _broadcast(scores: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch
 
 
 def _grpo(owner, token_level_rewards, response_mask, index, epsilon, norm_adv_by_std_in_grpo):
-    scores, group = _scores(owner, token_level_rewards, response_mask, index)
-    estimator = GRPOAdvantage(epsilon=epsilon, std_cal_level="group" if norm_adv_by_std_in_grpo else "none")
+    # trl_ext's group statistics, not its `grpo` estimator: that one refuses ε <= 0, verl takes any ε
+    scores, group, num_groups = _grouped_scores(owner, token_level_rewards, response_mask, index)
     with torch.no_grad():
-        return _broadcast(estimator.compute(scores, group).advantages, response_mask)
+        _, mean, std = group_stats(scores, group, num_groups)
+        advantages = scores - mean[group]
+        if norm_adv_by_std_in_grpo:
+            advantages = advantages / (std[group] + epsilon)
+        return _broadcast(advantages, response_mask)
 
 
 @register_adv_est(AdvantageEstimator.GRPO)
@@ -81,7 +86,8 @@ def compute_grpo_outcome_advantage(
     config: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO (arXiv 2402.03300): (R − mean)/(std + ε) per group, or R − mean without `norm_adv_by_std_in_grpo`
-    (trl_ext's `grpo`, `std_cal_level` "group" / "none"); `config` is unused, as in verl."""
+    (trl_ext's `grpo`, `std_cal_level` "group" / "none", whose config refuses ε = 0: here any ε, as verl, ε = 0 making a
+    group of equal scores NaN); `config` is unused, as in verl."""
     return _grpo(
         "compute_grpo_outcome_advantage", token_level_rewards, response_mask, index, epsilon, norm_adv_by_std_in_grpo
     )
