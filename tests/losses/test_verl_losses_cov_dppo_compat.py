@@ -177,3 +177,24 @@ def test_compat_clip_cov_draw_follows_the_global_seed(seed):
     loss, metrics = verl.compute_policy_loss_clip_cov(old, logprob, adv, mask.to(D), "token-mean", cfg)
     assert loss.item() == pytest.approx(clip_cov_closed_form(chosen)[0] * (N + EPS) / N, rel=1e-10)
     assert metrics["actor/pg_clipfrac"] == pytest.approx(1 / N)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "mask_dtype", "loss", "clipfrac"),
+    [
+        (torch.float64, torch.float64, 0.0, 1.0),  # A − mean A = −0.7·1e-8/(1 + 1e-8): cov ≈ 9.1e-17 > lb, dropped
+        (torch.float64, torch.bool, 0.6659, 0.0),  # n + 1e-8 is float32 (= n): cov = 0, no candidate at lb = 0
+        (torch.float32, torch.float32, 0.6659, 0.0),  # float32: n + 1e-8 = n, cov = 0
+        (torch.float32, torch.float64, 0.6659, 0.0),  # the float64 means round back to float32: cov = 0
+    ],
+)
+def test_compat_clip_cov_centres_in_the_masks_dtype_as_verl(dtype, mask_dtype, loss, clipfrac):
+    """verl's `masked_mean` divides by n + 1e-8 in the mask's dtype: with a float64 mask and float64 values one token
+    of advantage −0.7 centres to a tiny positive cov and is dropped (loss 0, pg_clipfrac 1), as verl 0.9.1."""
+    cfg = verl_config("clip_cov", {}, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    cfg["policy_loss"].update(clip_cov_ratio=1.0, clip_cov_lb=0.0, clip_cov_ub=10.0)
+    logprob, old, adv = (torch.tensor([[x]], dtype=dtype) for x in (-1.3, -1.25, -0.7))
+    mask = torch.ones(1, 1, dtype=mask_dtype)
+    pg_loss, metrics = verl.compute_policy_loss_clip_cov(old, logprob, adv, mask, config=cfg)
+    assert pg_loss.item() == pytest.approx(loss, abs=1e-4)
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(clipfrac)

@@ -50,18 +50,26 @@ def _summed_loss(
     loss_agg_mode: str,
     global_batch_info: Mapping[str, Any],
     rollout_is_weights: torch.Tensor | None,
+    keep_mask_dtype: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """verl's `agg_loss(L · rollout_is_weights, response_mask, loss_agg_mode, **global_batch_info)` with L the
     per-token loss of the trl_ext loss `name`, and that loss's metrics: the loss summed (`token-sum`) with the weights
     w·rollout_is_weights as its `importance_sampling_ratio` where it reads one, else folded into the advantages (the
-    losses positively homogeneous in A, so the weights must be >= 0; see the module docstring)."""
+    losses positively homogeneous in A, so the weights must be >= 0; see the module docstring). The loss gets the
+    mask as bool, or with `keep_mask_dtype` as 0/1 in `response_mask`'s dtype (clip_cov: verl's `masked_mean`
+    divides in the mask's dtype)."""
     weights = agg_weights(response_mask, loss_agg_mode, **global_batch_info)
     if rollout_is_weights is not None:
         weights = weights * rollout_is_weights
     with warnings.catch_warnings():  # gspo warns about any mode but seq-mean-token-mean
         warnings.simplefilter("ignore")
         loss_fn = get_policy_loss(name, loss_agg_mode="token-sum", **loss_args)
-    batch = {"logprob": log_prob, "old_logprob": old_log_prob, "action_mask": response_mask.bool()}
+    action_mask = response_mask.bool()
+    batch = {
+        "logprob": log_prob,
+        "old_logprob": old_log_prob,
+        "action_mask": action_mask.to(response_mask.dtype) if keep_mask_dtype else action_mask,
+    }
     if "importance_sampling_ratio" in loss_fn.inputs():
         return loss_fn(**batch, advantages=advantages, importance_sampling_ratio=weights.to(log_prob.dtype))
     if rollout_is_weights is not None and bool((rollout_is_weights < 0).any()):
@@ -338,6 +346,7 @@ def compute_policy_loss_clip_cov(
     pg_loss, metrics = _summed_loss(
         "clip_cov", {"clip_range_low": low, "clip_range_high": high, **options}, old_log_prob, log_prob, advantages,
         response_mask, loss_agg_mode, config_value(config, "global_batch_info", {}), rollout_is_weights,
+        keep_mask_dtype=True,
     )  # fmt: skip
     return pg_loss, {"actor/pg_clipfrac": metrics["pg_clipfrac"].item(), "actor/ppo_kl": metrics["ppo_kl"].item()}
 
