@@ -163,6 +163,13 @@ def test_overlong_penalty_closed_form():
     torch.testing.assert_close(overlong_penalty(lengths, max_length=20, buffer=8, factor=0.5), expected)
 
 
+def test_overlong_penalty_keeps_falling_beyond_the_maximum_length():
+    """verl's formula goes on beyond `max_length` (Trinity-RFT would clamp at −factor): 30 tokens, at most 20, buffer
+    5 → −(30 − 15)/5 = −3."""
+    penalty = overlong_penalty(torch.tensor([20, 30]), max_length=20, buffer=5, factor=1.0)
+    torch.testing.assert_close(penalty, torch.tensor([-1.0, -3.0]))
+
+
 @pytest.mark.parametrize(
     ("make", "match"),
     [
