@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trl_ext.advantages import get_advantage_fn
-from trl_ext.trainers.turns import on_turn_tokens, segment_turns, turn_rows
+from trl_ext.trainers.core.turns import on_turn_tokens, segment_turns, turn_rows
 
 
 def _masks(rows: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

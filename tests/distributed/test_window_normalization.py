@@ -27,7 +27,7 @@ import torch
 
 import trl_ext
 from trl_ext.components import MAX, MEAN, MIN, SHARE
-from trl_ext.trainers.window import WindowNormalization
+from trl_ext.trainers.core.window import WindowNormalization
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")

@@ -15,6 +15,7 @@ import torch
 from async_helpers import async_config, gradient, make_samples, packed_batch, padded_grpo_inputs, stub_trainer
 from trainer_helpers import cpu_config, toy_trainer
 from transformers import AutoModelForCausalLM
+from trl.trainer.utils import add_fused_lm_head
 
 from trl_ext import GRPOConfig, GRPOTrainer
 from trl_ext.async_rollout import GroupScorer
@@ -29,29 +30,57 @@ CASES = {
     "m2po": {"policy_loss_fn": "m2po", "policy_loss_fn_args": {"m2_threshold": 0.01}},
     "decoupled_ppo": {"policy_loss_fn": "decoupled_ppo", "policy_loss_fn_args": {"behave_imp_weight_cap": 1.2}},
     "ppo+kl+entropy": {"beta": 0.04, "kl_loss_fn": "k3", "entropy_coef": 0.01},
+    # the loss step's options: one step, so every trainer that feeds their inputs has them
+    "top_entropy_quantile": {"top_entropy_quantile": 0.5, "entropy_coef": 0.01},
+    "off_policy_mask": {"off_policy_mask_threshold": 0.02},
+    "bias_corrected_kl": {"beta": 0.04, "kl_loss_fn": "k3", "use_bias_correction_kl": True},
+    "adaptive_kl": {"beta": 0.04, "kl_loss_fn": "k3", "adaptive_kl": True, "target_kl": 1e-4, "kl_horizon": 10},
+    "adaptive_entropy": {
+        "entropy_coef": 0.01,
+        "use_adaptive_entropy": True,
+        "entropy_target": 100.0,  # below the target: the coefficient grows by delta at the step
+        "entropy_coef_delta": 0.005,
+    },
 }
+STEP_OPTIONS = ("top_entropy_quantile", "off_policy_mask", "bias_corrected_kl", "adaptive_kl", "adaptive_entropy")
+"""The cases of the loss step's options: each also changes the update or the coefficients (the anchor can fail)."""
 REWARDS = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0, 0.0, 1.0, 1.0])
 GROUPS = [0, 0, 0, 0, 1, 1, 1, 1]
 
 
-def _sync_gradient(trainer, samples, advantages, pad) -> tuple[torch.Tensor, float]:
+def _sync_gradient(trainer, samples, advantages, pad, reference=None) -> tuple[torch.Tensor, float]:
     inputs = padded_grpo_inputs(samples, advantages, pad)
-    if trainer.beta != 0:  # the reference is the initial model, here the trained one: its log-probs, detached
+    if trainer.beta != 0:  # the reference's log-probs (by default the trained model's own), detached
         with torch.no_grad():
             ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
             mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
             inputs["ref_per_token_logps"], *_ = trainer._get_per_token_logps_and_entropies(
-                trainer.model, ids, mask, inputs["completion_ids"].size(1)
+                reference or trainer.model, ids, mask, inputs["completion_ids"].size(1)
             )
     inputs.update(trainer.count_window([inputs]))
+    trainer.current_gradient_accumulation_steps = 1  # as the training loop sets it
     trainer.model.train()
     loss = trainer._compute_loss(trainer.model, inputs)
     loss.backward()
     return gradient(trainer.model), float(loss.detach())
 
 
+def _perturbed_reference(model_path: str, asynchronous) -> torch.nn.Module:
+    """The initial weights plus seeded noise, as the asynchronous trainer's reference and as a plain model with TRL's
+    fused head for the synchronous one."""
+    reference = AutoModelForCausalLM.from_pretrained(model_path)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    asynchronous.ref_model.load_state_dict(reference.state_dict())
+    add_fused_lm_head(reference, temperature=1.0)
+    return reference.eval()
+
+
 def _async_gradient(trainer, samples, advantages, pad) -> tuple[torch.Tensor, float]:
     batch = packed_batch(samples, advantages, pad)
+    trainer.current_gradient_accumulation_steps = 1  # as the training loop sets it
     trainer.model.train()
     trainer.model_version = 1
     trainer._get_num_items_in_batch([batch], trainer.accelerator.device)
@@ -75,13 +104,29 @@ def test_the_async_update_equals_the_sync_update_at_staleness_zero(case, random_
     worker_advantages = torch.cat([result.advantages.float() for result in per_group])
     torch.testing.assert_close(worker_advantages, expected.float(), rtol=1e-6, atol=1e-6)
 
-    g_sync, loss_sync = _sync_gradient(sync, samples, expected, tokenizer.pad_token_id)
+    # a reference other than the trained weights, so that the KL term and its gradient are not 0
+    reference = _perturbed_reference(random_tiny_model, asynchronous) if sync.beta != 0 else None
+    g_sync, loss_sync = _sync_gradient(sync, samples, expected, tokenizer.pad_token_id, reference)
     g_async, loss_async = _async_gradient(asynchronous, samples, worker_advantages, tokenizer.pad_token_id)
     assert g_sync.norm() > 0
     cosine = torch.nn.functional.cosine_similarity(g_sync, g_async, dim=0)
     assert cosine >= 0.9999, (case, float(cosine))
     torch.testing.assert_close(g_async.norm(), g_sync.norm(), rtol=1e-3, atol=0)
     assert loss_async == pytest.approx(loss_sync, rel=1e-4, abs=1e-6)
+    # the coefficients the step adapts at the optimizer step (`adaptive_kl`, `use_adaptive_entropy`) move alike
+    assert asynchronous.loss_step.beta == pytest.approx(sync.loss_step.beta, rel=1e-5)
+    assert asynchronous.loss_step.entropy.coef == pytest.approx(sync.loss_step.entropy.coef, rel=1e-6)
+    if case in STEP_OPTIONS:
+        config = cpu_config(GRPOConfig, str(tmp_path / "plain"), beta=overrides.get("beta", 0.0), kl_loss_fn="k3")
+        plain = toy_trainer(GRPOTrainer, config, random_tiny_model)
+        g_plain, _ = _sync_gradient(plain, samples, expected, tokenizer.pad_token_id, reference)
+        moved = {
+            "adaptive_kl": sync.loss_step.beta != pytest.approx(0.04),
+            "adaptive_entropy": sync.loss_step.entropy.coef == pytest.approx(0.015),
+        }
+        # the option moves the update by more than the two trainers differ
+        changed = (g_sync - g_plain).norm() > 10 * (g_sync - g_async).norm()
+        assert moved.get(case, changed), case
 
 
 def test_a_stale_sample_changes_the_update(random_tiny_model, tmp_path):

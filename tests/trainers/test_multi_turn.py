@@ -25,7 +25,7 @@ from datasets import Dataset
 from trainer_helpers import CPU, build_tool_model
 
 import trl_ext
-from trl_ext.trainers.turns import segment_turns
+from trl_ext.trainers.core.turns import segment_turns
 
 GENERATIONS = 4
 IM_END = "<|im_end|>"

@@ -108,7 +108,7 @@ def test_trl_settings_make_trls_update(case, tiny_model, tmp_path, float_toleran
         if logged(theirs, key) and not (masked and key.startswith("clip_ratio")):
             assert logged(ours, key) == pytest.approx(logged(theirs, key), rel=tol["rtol"], abs=tol["atol"]), key
     if "use_adaptive_entropy" in settings:
-        assert ours.entropy_coef == pytest.approx(theirs.entropy_coef) == pytest.approx(0.03)
+        assert ours.loss_step.entropy.coef == pytest.approx(theirs.entropy_coef) == pytest.approx(0.03)
     # ... and the same updates of every parameter.
     total = torch.cat([u.flatten() for u in theirs_update.values()])
     assert total.norm() > 1e-4
@@ -196,8 +196,8 @@ def test_orthogonal_options_compose_with_every_algorithm(
     trainer, update = _algorithm_run(algorithm, tmp_path / "with", tiny_model, tiny_teacher, **settings)
     assert torch.isfinite(update).all()
     if option == "adaptive_entropy":  # entropy below the target at every step: +delta per optimizer step
-        assert trainer.entropy_coef == pytest.approx(0.01 * trainer.state.global_step)
-        assert logged(trainer, "entropy_coef")[-1] == pytest.approx(trainer.entropy_coef)
+        assert trainer.loss_step.entropy.coef == pytest.approx(0.01 * trainer.state.global_step)
+        assert logged(trainer, "entropy_coef")[-1] == pytest.approx(trainer.loss_step.entropy.coef)
         return
     distill_rewards = option == "gdpo" and algorithm == "on_policy_distill"  # rewards only logged (reward_weight 0)
     if option in ("top_entropy_quantile", "off_policy_mask", "bias_corrected_kl", "gdpo") and not distill_rewards:

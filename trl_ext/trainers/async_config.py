@@ -36,6 +36,7 @@ from .arguments import (
 )
 from .composition import ComposedComponents
 from .config_fields import resolve_kl_coefficient
+from .core.step_arguments import LossStepArguments, check_loss_step_fields
 
 ALGORITHM = "async_grpo"
 ROLLOUT_BACKENDS = ("vllm", "transformers")
@@ -46,7 +47,12 @@ PROX_LOGP_METHODS = ("recompute", "loglinear")
 
 @dataclass
 class AsyncGRPOConfig(
-    ComposedComponents, CompositionArguments, RolloutCorrectionArguments, GRPO_KL_ARGUMENTS, _TRLAsyncGRPOConfig
+    ComposedComponents,
+    CompositionArguments,
+    RolloutCorrectionArguments,
+    GRPO_KL_ARGUMENTS,
+    LossStepArguments,
+    _TRLAsyncGRPOConfig,
 ):
     r"""
     Configuration of [`trl_ext.AsyncGRPOTrainer`]: TRL's `AsyncGRPOConfig` (generation decoupled from training,
@@ -177,8 +183,6 @@ class AsyncGRPOConfig(
                 )
         check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, ("default", "none"))
         check_number(owner, "entropy_coef", self.entropy_coef)
-        if self.entropy_coef != 0 and self.entropy_loss_fn == "none":
-            raise ValueError(f"{owner}: entropy_coef={self.entropy_coef} is set but entropy_loss_fn='none'")
         self._check_composition_fields()
         if self.kl_penalty_fn != "none":
             raise ValueError(
@@ -191,6 +195,7 @@ class AsyncGRPOConfig(
         self.build_rollout_correction()  # each rollout_* field checked, naming it
         super().__post_init__()
         self._check_pairing()
+        check_loss_step_fields(self)
         try:
             check_async_estimator(self.components.advantage_fn)
         except ValueError as error:

@@ -44,15 +44,15 @@ from trl.trainer.utils import add_fused_lm_head, create_model_from_path
 from ..async_rollout import GroupScorer, TransformersRolloutWorker
 from ..async_rollout.trl_loop import use_trl_ext_scoring
 from ..components import MAX, MEAN
-from ..losses import aggregate_loss
 from ..losses.decoupled_ppo import loglinear_proximal_logprob
 from ..losses.m2po import M2PO_METRICS, m2po_mask
 from .async_config import AsyncGRPOConfig
 from .async_samples import PromptlyCheckedQueueDataset, VersionedCollator, checked_rollout_queue
+from .core.loss_step import LossStep, StepBatch, step_part
+from .core.window import CountWindowInLoop
 from .model_card import AlgorithmModelCard
 from .packed_rows import PackedRow
 from .tree_attention import use_tree_attention
-from .window import CountWindowInLoop
 
 
 class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrainer):
@@ -80,6 +80,9 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
 
     config_class: ClassVar[type] = AsyncGRPOConfig
     algorithm: ClassVar[str] = "async_grpo"
+    policy_loss_fn = step_part("policy_loss_fn")
+    kl_fn = step_part("kl_fn")
+    entropy_fn = step_part("entropy_fn")
     #: the trainer's own metrics besides the loss's: the samples' staleness when trained (TRL's `sample/staleness_*`
     #: are taken when a sample leaves the queue, one micro-batch before it is trained: accelerate's dispatcher
     #: collates the next micro-batch ahead)
@@ -152,9 +155,9 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
                 **_worker_settings(args),
             )
             weight_transfer = weight_transfer or rollout_worker.weight_transfer
-        parts = args.components.for_trainer()
-        self.policy_loss_fn, self.kl_fn, self.entropy_fn = parts.policy_loss, parts.kl_fn, parts.entropy_fn
-        self.loss_agg_mode, self.entropy_loss_agg_mode = parts.loss_agg_mode, parts.entropy_loss_agg_mode
+        self.loss_step = LossStep(
+            self, args.components.for_trainer(), args, policy_term=self._policy_term, trainer_terms=self._staleness
+        )
         self.beta = args.beta
         # M2PO selects over the whole window (`_prepare_window`); the loss then trains the tokens selected there
         self._m2_threshold = (
@@ -300,6 +303,7 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
     # ---- the loss ---------------------------------------------------------------------------------------------
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """TRL's forward on the packed row, unpacked to `[B, T]`, then the loss step (`core.loss_step`)."""
         mode = "train" if self.model.training else "eval"
         row = PackedRow.from_inputs(inputs)
         grid = row.grid()
@@ -313,65 +317,52 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
         entropies = grid.scatter(outputs.entropy.flatten()[row.token_index])
         self._last_forward_time_s = _trl_async.time.time() - forward_start
 
-        mask = grid.mask
-        if "window_keep" in extras:
-            mask = mask & extras["window_keep"]
-        old = grid.scatter(row.old_log_probs.to(logps.dtype))  # μ, the sampler
-        if self.correction.enabled:  # verl: π_old is the trained policy, recomputed; μ enters through the correction
-            old = logps.detach()
-        advantages = grid.scatter(row.advantages.to(logps.dtype))
-        sampling_ratio = extras.get("window_weights")
-        if sampling_ratio is not None:
-            sampling_ratio = torch.where(mask, sampling_ratio.to(logps.dtype), 1.0)
-        reads = self.policy_loss_fn.inputs()
-        if sampling_ratio is not None and "importance_sampling_ratio" not in reads:
-            advantages, sampling_ratio = advantages * sampling_ratio, None
+        mask = grid.mask & extras["window_keep"] if "window_keep" in extras else grid.mask
+        sampler = grid.scatter(row.old_log_probs.to(logps.dtype))  # μ
+        # verl's rollout correction: π_old is the trained policy, recomputed; μ enters through the correction
+        old = logps.detach() if self.correction.enabled else sampler
+        ratio = extras.get("window_weights")
         ref = None
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_out = self.ref_model(**row.forward_kwargs, fused_lm_head=True)
             ref = grid.scatter(ref_out.log_probs.flatten()[row.token_index].to(logps.dtype))
-        prox = self._proximal(logps, old, row, grid) if "prox_logprob" in reads else None
-        loss_mask = mask
-        if "window_selected" in extras:  # the window's selection: the unselected tokens train nothing, stay counted
-            advantages = torch.where(extras["window_selected"], advantages, 0)
-
-        window = dict(self._window) if mode == "train" else self.micro_batch_counts(inputs)
-        window["normalizer"] = window["global_valid_seqs"] * self.args.max_completion_length
-        policy_loss, metrics = self.policy_loss_fn(**_read_by(self.policy_loss_fn, {
-            "logprob": logps, "old_logprob": old, "action_mask": loss_mask, "advantages": advantages,
-            "prox_logprob": prox, "importance_sampling_ratio": sampling_ratio, "step": self.state.global_step,
-            **window,
-        }))  # fmt: skip
-        if "window_selected" in extras:
-            metrics = {k: v for k, v in metrics.items() if k not in M2PO_METRICS}  # logged from the window's pass
-        loss = policy_loss
-        metrics["policy_loss"] = policy_loss.detach()
-        if ref is not None:
-            kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(
-                logps, ref, loss_mask, self.loss_agg_mode, old_logprob=old, **window
-            )
-            loss = loss + kl_loss
-            metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
-        if self.args.entropy_coef != 0:
-            bonus, entropy_metrics = self.entropy_fn(entropies, loss_mask, self.entropy_loss_agg_mode, **window)
-            loss = loss - bonus
-            metrics.update(entropy_metrics)
-        metrics["entropy"] = aggregate_loss(
-            entropies.detach(), loss_mask, "token-mean", global_valid_toks=window["global_valid_toks"]
+        reads = self.policy_loss_fn.inputs()
+        batch = StepBatch(
+            logprob=logps,
+            entropy=entropies,
+            mask=mask,
+            advantages=grid.scatter(row.advantages.to(logps.dtype)),
+            old_logprob=old,
+            sampling_logprob=sampler,
+            ref_logprob=ref,
+            importance_sampling_ratio=None if ratio is None else torch.where(mask, ratio.to(logps.dtype), 1.0),
+            selected=extras.get("window_selected"),
+            aux_loss=outputs.aux_loss if self.aux_loss_enabled else None,
+            loss_inputs={"prox_logprob": self._proximal(logps, old, row) if "prox_logprob" in reads else None},
+            source={"behave_version": row.behave_version},
         )
-        if row.behave_version is not None and row.behave_version.numel():  # at the step, per sample
-            staleness = self.model_version - row.behave_version.float()
-            metrics["staleness_mean"], metrics["staleness_max"] = staleness.mean(), staleness.max()
-        loss = self.scale_for_processes(loss, mode)
-        if self.aux_loss_enabled:
-            loss = loss + self.router_aux_loss_coef * outputs.aux_loss / self.current_gradient_accumulation_steps
-            metrics["aux_loss"] = outputs.aux_loss.detach()
-        self._log_loss_metrics(mode, metrics)
+        loss = self.loss_step(batch, self.loss_counts(inputs, mode), mode)
+        self.beta = self.loss_step.beta
         self._account_step(inputs)
         return loss
 
-    def _proximal(self, logps: torch.Tensor, old: torch.Tensor, row: PackedRow, grid) -> torch.Tensor | None:
+    def _policy_term(self, mode: str, **inputs: Any):
+        """The policy loss; with the window's M2PO selection (`_prepare_window`) its statistics are the window's."""
+        loss, metrics = self.loss_step.policy_loss(mode, **inputs)
+        if self._m2_threshold is not None:
+            metrics = {k: v for k, v in metrics.items() if k not in M2PO_METRICS}
+        return loss, metrics
+
+    def _staleness(self, mode, batch, window, loss, metrics) -> torch.Tensor:
+        """The samples' staleness at the step (the trainer's own metrics; no loss term)."""
+        versions = batch.source["behave_version"]
+        if versions is not None and versions.numel():
+            staleness = self.model_version - versions.float()
+            metrics["staleness_mean"], metrics["staleness_max"] = staleness.mean(), staleness.max()
+        return loss
+
+    def _proximal(self, logps: torch.Tensor, old: torch.Tensor, row: PackedRow) -> torch.Tensor | None:
         """π_prox of a decoupled loss: the step's weights (`recompute`: the loss's default, sg(π)), or AReaL's
         log-linear interpolation between μ and π from the versions: the weights being trained become version
         `model_version + 1`, the proximal ones are `model_version`."""
@@ -394,11 +385,6 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
 
 
 _WINDOW_KEYS = ("window_keep", "window_weights", "window_selected")
-
-
-def _read_by(loss_fn: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-    """The `inputs` that `loss_fn` declares it reads, without the None ones."""
-    return {name: inputs[name] for name in loss_fn.inputs() if inputs.get(name) is not None}
 
 
 def _pad(grid: torch.Tensor, width: int) -> torch.Tensor:

@@ -352,7 +352,7 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         metrics.update(value_metrics)
         return value_loss
 
-    def _add_trainer_terms(self, mode, inputs, window, loss, metrics):
+    def _add_trainer_terms(self, mode, batch, window, loss, metrics):
         """In training, the value loss: added to the loss with `vf_coef` on a shared backbone, else back-propagated
         through the value model on its own (its value still added to the logged loss). The policy's terms are 0
         during `critic_warmup_steps`."""
@@ -361,17 +361,17 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         if self.state.global_step < self.args.critic_warmup_steps:
             loss = loss * 0.0  # the critic learns first (the graph stays, so every process runs the same ops)
         if self.args.shared_backbone:
-            return loss + self.args.vf_coef * self._value_loss(inputs, window, metrics)
+            return loss + self.args.vf_coef * self._value_loss(batch.source, window, metrics)
         sync = self.accelerator.sync_gradients
         if _is_engine(self.value_model):
-            value_loss = self._value_loss(inputs, window, metrics)
+            value_loss = self._value_loss(batch.source, window, metrics)
             self.value_model.set_gradient_accumulation_boundary(is_boundary=sync)
             self.value_model.backward(self.scale_for_processes(value_loss, mode), scale_wrt_gas=False)
             if sync:
                 self.value_model.step()  # clips at gradient_clipping, steps the critic's optimizer and scheduler
         else:  # DDP reduces the critic's gradients at the optimizer step's last micro-batch only, as the policy's
             with contextlib.nullcontext() if sync else self.accelerator.no_sync(self.value_model):
-                value_loss = self._value_loss(inputs, window, metrics)
+                value_loss = self._value_loss(batch.source, window, metrics)
                 self.scale_for_processes(value_loss, mode).backward()
         return loss + value_loss.detach()
 

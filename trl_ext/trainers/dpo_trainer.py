@@ -35,9 +35,9 @@ from trl.trainer.utils import use_adapter
 from ..components import MEAN, SHARE
 from ..losses import aggregate_loss
 from .config_conversion import trainer_config
+from .core.window import CountWindowInLoop
 from .dpo_config import DPOConfig
 from .model_card import AlgorithmModelCard
-from .window import CountWindowInLoop
 
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 

@@ -43,15 +43,15 @@ import trl
 from transformers import TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..losses import aggregate_loss
 from .config_conversion import trainer_config
+from .core.loss_step import LossStep, StepBatch, step_part
+from .core.turns import segment_turns
+from .core.window import WindowNormalization
 from .dynamic_sampling import DynamicSampling, check_dynamic_sampling_dataset
 from .grpo_config import GRPOFamilyConfig
 from .grpo_scoring import _MULTIMODAL_KEYS, GRPOScoring, _loss_mask
 from .model_card import AlgorithmModelCard
 from .multi_turn import MultiTurnAdvantages
-from .turns import segment_turns, turn_samples
-from .window import WindowNormalization
 
 _STATE_FILE = "trl_ext_state.json"
 
@@ -68,6 +68,9 @@ class GRPOFamilyTrainer(
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GRPOFamilyConfig
     _tag_names: ClassVar[list[str]] = ["trl", "trl_ext", "grpo"]
+    policy_loss_fn = step_part("policy_loss_fn")
+    kl_fn = step_part("kl_fn")
+    entropy_fn = step_part("entropy_fn")
 
     def __init__(
         self,
@@ -152,13 +155,15 @@ class GRPOFamilyTrainer(
         self.beta = beta
 
         self.algorithm = algorithm
-        self.policy_loss_fn = components.policy_loss
         self.advantage_fn = components.advantage_fn
         self.kl_penalty_fn = components.kl_penalty_fn
-        self.kl_fn = components.kl_fn
-        self.entropy_fn = components.entropy_fn
-        self.loss_agg_mode = components.loss_agg_mode
-        self.entropy_loss_agg_mode = components.entropy_loss_agg_mode
+        self.loss_step = LossStep(
+            self,
+            components,
+            args,
+            policy_term=lambda mode, **inputs: self._policy_loss(mode, **inputs),
+            trainer_terms=lambda *terms: self._add_trainer_terms(*terms),
+        )
         self.rollout_correction = args.build_rollout_correction()
         self._gathered_rewards: torch.Tensor | None = None
         self._window_batches: list[Any] | None = None  # the raw batches of the next optimizer window
@@ -213,22 +218,16 @@ class GRPOFamilyTrainer(
         return {"global_valid_toks": mask.sum().float(), "global_valid_seqs": rows}
 
     def _window_kwargs(self, inputs: dict[str, Any], mode: str) -> dict[str, Any]:
-        """The aggregation kwargs of the losses: the window's counts in training, the micro-batch's own in eval,
-        and Dr. GRPO's `seq-mean-token-sum-norm` normalizer, sequences × max_completion_length."""
-        if mode == "train":
-            window = {name: inputs[name] for name in self._window}
-        else:
-            window = self.micro_batch_counts(inputs)
-        window["normalizer"] = window["global_valid_seqs"] * self.max_completion_length
-        return window
+        """The counts the losses aggregate by: the window's in training, the micro-batch's own in eval."""
+        return {name: inputs[name] for name in self._window} if mode == "train" else self.micro_batch_counts(inputs)
 
     # ---- the loss --------------------------------------------------------------------------------------------
 
     def _compute_loss(self, model, inputs):
+        """TRL's fused log-prob pass on the micro-batch, then the loss step (`trl_ext.trainers.core.loss_step`)."""
         mode = "train" if self.model.training else "eval"
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        mask = _loss_mask(inputs).bool()
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             torch.cat([prompt_ids, completion_ids], dim=1),
@@ -238,168 +237,47 @@ class GRPOFamilyTrainer(
             compute_aux_loss=self.aux_loss_enabled,
             **{key: inputs.get(key) for key in _MULTIMODAL_KEYS},
         )
-        old = inputs.get("old_per_token_logps")
-        old = logps.detach() if old is None else old
-        advantages = inputs["advantages"]
-        sampling_ratio = inputs.get("importance_sampling_ratio")  # vLLM's truncated / masked IS correction
-        if sampling_ratio is not None and "importance_sampling_ratio" not in self.policy_loss_fn.inputs():
-            advantages = _per_token(advantages) * sampling_ratio
-            sampling_ratio = None
-        entropy_mask = None
-        if self.top_entropy_quantile < 1.0:  # the policy gradient on the highest-entropy tokens only (TRL)
-            entropy_mask = self.get_high_entropy_mask(entropies.detach(), mask, 1 - self.top_entropy_quantile)
-            advantages = _per_token(advantages) * entropy_mask
-        if self.off_policy_mask_threshold is not None:  # DeepSeek-V3.2's off-policy sequence mask (TRL)
-            keep = self.get_off_policy_mask(
-                advantages=_per_token(inputs["advantages"]),
-                per_token_logps=logps,
-                sampling_per_token_logps=inputs.get("sampling_per_token_logps", old),
-                mask=mask.float(),
-                off_policy_threshold=self.off_policy_mask_threshold,
-            )
-            advantages = _per_token(advantages) * keep
-        ref = inputs.get("ref_per_token_logps")
-        if self.args.turns_as_samples:  # one row per model turn, on its tokens: turn r is row r of every tensor
-            rows, mask = turn_samples(mask)
-            logps, old, entropies, advantages = logps[rows], old[rows], entropies[rows], advantages[rows]
-            ref, sampling_ratio, entropy_mask = (
-                x if x is None else x[rows] for x in (ref, sampling_ratio, entropy_mask)
-            )
-        window = self._window_kwargs(inputs, mode)
-
-        # The batch in the losses' vocabulary; `_policy_loss` hands the loss the inputs it declares (`inputs()`).
-        batch_inputs = {"expert_mask": inputs.get("expert_mask"), "step": self.state.global_step}
-        policy_loss, loss_metrics = self._policy_loss(
-            mode,
+        batch = StepBatch(
             logprob=logps,
-            old_logprob=old,
-            action_mask=mask,
-            advantages=advantages,
-            ref_logprob=ref,
-            importance_sampling_ratio=sampling_ratio,
-            **batch_inputs,
-            **window,
+            entropy=entropies,
+            mask=_loss_mask(inputs).bool(),
+            advantages=inputs["advantages"],
+            old_logprob=inputs.get("old_per_token_logps"),
+            sampling_logprob=inputs.get("sampling_per_token_logps"),
+            ref_logprob=inputs.get("ref_per_token_logps"),
+            importance_sampling_ratio=inputs.get("importance_sampling_ratio"),  # vLLM's / the rollout correction's
+            aux_loss=aux_loss if self.aux_loss_enabled else None,
+            loss_inputs={"expert_mask": inputs.get("expert_mask")},
+            source=inputs,
         )
-        loss = policy_loss
-        metrics = {**loss_metrics, "policy_loss": policy_loss.detach()}
-        if self.beta != 0.0:
-            weights = self._importance_ratio(logps, old, mask) if self.args.use_bias_correction_kl else None
-            kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(
-                logps,
-                ref,
-                mask,
-                self.loss_agg_mode,
-                old_logprob=old,
-                token_weights=weights,
-                **window,
-            )
-            loss = loss + kl_loss
-            metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
-            if self.loss_agg_mode != "token-mean" and self.args.uses_trl_loss:  # TRL logs the KL's token mean
-                kl = self.kl_fn.calculate_kl(logps.detach(), ref, old)
-                kl = kl if weights is None else kl * weights.detach()
-                metrics["kl"] = aggregate_loss(
-                    torch.where(mask, kl, 0), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")
-                )
-        if self._entropy_bonus_enabled:
-            loss = loss - self._entropy_bonus(mode, entropies, mask, entropy_mask, batch_inputs, window, metrics)
-        metrics["entropy"] = aggregate_loss(
-            entropies.detach(), mask, "token-mean", global_valid_toks=window.get("global_valid_toks")
-        )
-
-        loss = self._add_trainer_terms(mode, inputs, window, loss, metrics)
-        loss = self.scale_for_processes(loss, mode)
-        if self.aux_loss_enabled:
-            scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.router_aux_loss_coef * aux_loss / scale
-            metrics["aux_loss"] = aux_loss.detach()
-        logged = self._log_loss_metrics(mode, metrics)
-        if logged and mode == "train" and self.kl_fn.adaptive:  # the optimizer step: update beta from the window's KL
-            self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(inputs["global_valid_seqs"].item()))
-            self.beta = self.kl_fn.kl_coef
+        loss = self.loss_step(batch, self._window_kwargs(inputs, mode), mode)
+        self.beta = self.loss_step.beta  # TRL's generation reads it (reference log-probs)
         return loss
 
     def _add_trainer_terms(
-        self, mode: str, inputs: dict[str, Any], window: dict[str, Any], loss: torch.Tensor, metrics: dict[str, Any]
+        self, mode: str, batch: StepBatch, window: dict[str, Any], loss: torch.Tensor, metrics: dict[str, Any]
     ) -> torch.Tensor:
         """The micro-batch's loss with the trainer's own terms (none here; the critic's value loss in critic PPO),
         their metrics added to `metrics` (declared in `trainer_metrics`)."""
         return loss
 
-    def _importance_ratio(self, logps: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """π/π_old per token `[B, T]` (per sequence `[B, 1]` with TRL's `importance_sampling_level="sequence"`),
-        differentiable: `use_bias_correction_kl` weighs the per-token KL with it, as TRL does."""
-        log_ratio = torch.where(mask, logps - old, 0)
-        if getattr(self.policy_loss_fn, "importance_sampling_level", "token") == "sequence":
-            log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
-        return torch.exp(log_ratio)
-
-    def _entropy_bonus(
-        self,
-        mode: str,
-        entropies: torch.Tensor,
-        mask: torch.Tensor,
-        entropy_mask: torch.Tensor | None,
-        batch_inputs: dict[str, Any],
-        window: dict[str, Any],
-        metrics: dict[str, torch.Tensor],
-    ) -> torch.Tensor:
-        """The entropy bonus coef·agg(entropy) (subtracted from the loss), with TRL's coefficient control.
-
-        The coefficient is TRL's `entropy_coef`; with `use_adaptive_entropy` it is applied only while the previous
-        optimizer step's entropy was at or below `entropy_target`, and moved by `entropy_coef_delta` (within
-        [`entropy_coef_min`, `entropy_coef_max`]) once per optimizer step from the window's token-mean entropy over
-        all processes, as TRL does. With `top_entropy_quantile` the bonus acts on the same tokens as the policy
-        gradient, as a token mean over each micro-batch's selected tokens (TRL's definition)."""
-        effective = mask if entropy_mask is None else mask & entropy_mask
-        counts = window
-        if entropy_mask is not None:  # TRL: each micro-batch's own token mean, averaged over the window
-            scale = self.current_gradient_accumulation_steps * self.accelerator.num_processes if mode == "train" else 1
-            count = effective.sum().float().clamp(min=1.0) * scale
-            counts = {**window, "global_valid_toks": count}
-        if self.use_adaptive_entropy:
-            coef = self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
-        else:
-            coef = self.entropy_coef
-        self.entropy_fn.entropy_coef = coef
-        bonus, entropy_metrics = self.entropy_fn(
-            entropies, effective, self.entropy_loss_agg_mode, expert_mask=batch_inputs["expert_mask"], **counts
-        )
-        metrics.update(entropy_metrics)
-        if mode == "train" and self.use_adaptive_entropy:
-            stats = torch.stack([torch.where(effective, entropies.detach(), 0).sum(), effective.sum().float()])
-            self._entropy_window_stats = (
-                stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
-            )
-            if self.accelerator.sync_gradients:
-                total, tokens = self.accelerator.reduce(self._entropy_window_stats, reduction="sum").tolist()
-                self._last_world_entropy = total / max(tokens, 1.0)
-                step = self.args.entropy_coef_delta
-                if self._last_world_entropy <= self.args.entropy_target:
-                    self.entropy_coef = min(self.entropy_coef + step, self.args.entropy_coef_max)
-                else:
-                    self.entropy_coef = max(self.entropy_coef - step, self.args.entropy_coef_min)
-                self._entropy_window_stats = None
-        if mode == "train" and self.accelerator.sync_gradients:
-            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
-        return bonus
-
     def _policy_loss(self, mode: str, **inputs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The algorithm's policy loss on one micro-batch: its share of the window's loss, and its metrics."""
-        return self.policy_loss_fn(**_read_by(self.policy_loss_fn, inputs))
+        """The algorithm's policy loss on one micro-batch: its share of the window's loss, and its metrics (a family
+        may weigh it otherwise: MIX's reference weighting, distillation's dense term)."""
+        return self.loss_step.policy_loss(mode, **inputs)
 
     # ---- checkpoints: the state trl_ext adds to TRL's (`trl_ext_state.json`) ---------------------------------------
 
     def _checkpoint_state(self) -> dict[str, Any]:
-        """What a resumed run needs beyond TRL's checkpoint: the adaptive KL coefficient."""
-        state = {"kl_coef": self.kl_fn.kl_coef} if self.kl_fn.adaptive else {}
+        """What a resumed run needs beyond TRL's checkpoint: the adapted KL and entropy coefficients."""
+        state = self.loss_step.state_dict()
         if self.kl_penalty_fn is not None and self.kl_penalty_fn.adaptive:
             state["kl_penalty_coef"] = self.kl_penalty_fn.kl_coef
         return state
 
     def _restore_checkpoint_state(self, state: dict[str, Any]) -> None:
-        if self.kl_fn.adaptive and "kl_coef" in state:
-            self.kl_fn.kl_coef = self.beta = state["kl_coef"]
+        self.loss_step.load_state_dict(state)
+        self.beta = self.loss_step.beta
         if self.kl_penalty_fn is not None and "kl_penalty_coef" in state:
             self.kl_penalty_fn.kl_coef = state["kl_penalty_coef"]
 
@@ -419,16 +297,6 @@ class GRPOFamilyTrainer(
         if path is not None and os.path.exists(path):
             with open(path) as f:
                 self._restore_checkpoint_state(json.load(f))
-
-
-def _read_by(loss_fn: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-    """The `inputs` that `loss_fn` declares it reads (`inputs()`)."""
-    return {name: inputs[name] for name in loss_fn.inputs() if name in inputs}
-
-
-def _per_token(advantages: torch.Tensor) -> torch.Tensor:
-    """Advantages `[B]` as a column `[B, 1]` (`[B, T]` unchanged), to multiply by per-token factors."""
-    return advantages if advantages.dim() == 2 else advantages.unsqueeze(1)
 
 
 def _check_prompt_column(owner: str, split: str, dataset: Any) -> None:

@@ -32,7 +32,7 @@ from trl.trainer.utils import RepeatSampler, pad, repeat_iterable_dataset, use_a
 
 from .expert_data import ExpertStream, is_messages, load_expert_examples, logger
 from .grpo_scoring import _loss_mask
-from .grpo_trainer import GRPOFamilyTrainer, _read_by
+from .grpo_trainer import GRPOFamilyTrainer
 from .mix_config import MIXFamilyConfig
 
 
@@ -298,7 +298,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         # their number in `_compute_loss`) it is also divided by the number of processes.
         inputs = {k: v for k, v in inputs.items() if not k.startswith(("global_valid_", "expert_valid_"))}
         inputs.pop("normalizer", None)
-        loss, metrics = self.policy_loss_fn(**_read_by(self.policy_loss_fn, inputs))
+        loss, metrics = self.loss_step.policy_loss(mode, **inputs)
         scale = 1.0 / (self.current_gradient_accumulation_steps * self.accelerator.num_processes)
         share = self.policy_loss_fn.is_window_share
         return loss * scale, {k: v * scale if share(k) else v for k, v in metrics.items()}

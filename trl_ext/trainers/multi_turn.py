@@ -2,7 +2,7 @@
 hands an estimator that works on the steps of runs (`step_wise_grpo`, `gigpo`: it declares `run_ids`).
 
 TRL 1.16 returns one completion per episode, the model's turns with the tool outputs between them; the trainer
-segments it into model turns (`trl_ext.trainers.turns`) and lays the batch out as the reference does, one row per
+segments it into model turns (`trl_ext.trainers.core.turns`) and lays the batch out as the reference does, one row per
 step (turn) of each run (episode), the rows of a run in order:
 
 * every completion gets one row per model turn, and at least one (a completion without a turn, e.g. one that
@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from ..advantages.base import AdvantageResult
-from .turns import on_turn_tokens, segment_turns, text_state_keys
+from .core.turns import on_turn_tokens, segment_turns, text_state_keys
 
 STATE_KEY = "state_key"
 TURN_REWARDS = "turn_rewards"

@@ -38,9 +38,9 @@ from trl.data_utils import get_dataset_column_names
 from ..components import MEAN, SHARE
 from ..losses import aggregate_loss
 from .config_conversion import trainer_config
+from .core.window import CountWindowInLoop
 from .model_card import AlgorithmModelCard
 from .sft_config import SFTConfig
-from .window import CountWindowInLoop
 
 _IGNORE_INDEX = -100
 

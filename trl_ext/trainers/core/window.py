@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..components import MAX, MEAN, METRIC_KINDS, MIN, SHARE
-from ..losses import KLFn
+from ...components import MAX, MEAN, METRIC_KINDS, MIN, SHARE
+from ...losses import KLFn
 
 
 class WindowNormalization:
