@@ -6,19 +6,20 @@
   version and what is wrong: never trained on. Each sample's version rides along in its `metrics`.
 * `VersionedCollator`: TRL's `DataCollatorForRollout`, which also packs each sample's version (`behave_version`,
   `[S]` per row, `-1` padding): the loss reads it for the staleness metric and AReaL's log-linear proximal policy.
-* `PromptlyCheckedQueueDataset`: TRL's `RolloutQueueDataset`, asking the worker's health every second (TRL: every 5
-  s) while the queue is empty, so that a worker that died is reported within a second.
+* `HEALTH_POLL_S`: how often the trainer asks the worker's health while the queue is empty (TRL: every 5 s), so that
+  a worker that died is reported within a second.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout, RolloutQueueDataset
+from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
 
 VERSION_KEY = "__model_version__"
 """Where a sample's policy version rides in its `metrics` dict, from the queue to the collator (which removes it)."""
@@ -97,6 +98,11 @@ def checked_rollout_queue(queue: Any, worker: Any, version: Callable[[], int]) -
 class VersionedCollator(DataCollatorForRollout):
     """TRL's collator; also packs each sample's policy version as `behave_version` (`[S]` per row, `-1` padding)."""
 
+    @classmethod
+    def from_trl(cls, collator: DataCollatorForRollout) -> VersionedCollator:
+        """The same collator as TRL's `collator`, with the versions."""
+        return cls(**{f.name: getattr(collator, f.name) for f in dataclasses.fields(collator)})
+
     def torch_call(self, examples: list[Any]) -> dict[str, Any]:
         (rows,) = examples
         versions = [[sample["metrics"].pop(VERSION_KEY, -1) for sample in row.samples] for row in rows]
@@ -104,14 +110,6 @@ class VersionedCollator(DataCollatorForRollout):
         width = max(len(v) for v in versions)
         batch["behave_version"] = torch.tensor([v + [-1] * (width - len(v)) for v in versions], dtype=torch.long)
         return batch
-
-
-class PromptlyCheckedQueueDataset(RolloutQueueDataset):
-    """TRL's queue dataset, polling an empty queue (and the worker's health) every `HEALTH_POLL_S` seconds."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        kwargs.setdefault("poll_interval_s", HEALTH_POLL_S)
-        super().__init__(*args, **kwargs)
 
 
 HEALTH_POLL_S = 1.0

@@ -28,11 +28,9 @@ version).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
-from unittest import mock
 
 import torch
 from accelerate.utils import broadcast_object_list
@@ -47,7 +45,7 @@ from ..components import MAX, MEAN
 from ..losses.decoupled_ppo import loglinear_proximal_logprob
 from ..losses.m2po import M2PO_METRICS, m2po_mask
 from .async_config import AsyncGRPOConfig
-from .async_samples import PromptlyCheckedQueueDataset, VersionedCollator, checked_rollout_queue
+from .async_samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
 from .core.loss_step import LossStep, StepBatch, step_part
 from .core.window import CountWindowInLoop
 from .model_card import AlgorithmModelCard
@@ -165,21 +163,20 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
         )
         if self._m2_threshold is not None:
             self.policy_loss_fn.m2_threshold = math.inf
-        with _optional_peak_flops():
-            super().__init__(
-                model=model,
-                reward_funcs=reward_funcs,
-                args=args,
-                train_dataset=train_dataset,
-                processing_class=processing_class,
-                callbacks=callbacks,
-                optimizers=optimizers,
-                peft_config=peft_config,
-                tools=tools,
-                environment_factory=environment_factory,
-                rollout_worker=rollout_worker,
-                weight_transfer=weight_transfer,
-            )
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+            tools=tools,
+            environment_factory=environment_factory,
+            rollout_worker=rollout_worker,
+            weight_transfer=weight_transfer,
+        )
         self.attention_path = use_tree_attention(self.accelerator.device)
         if self.accelerator.is_main_process:
             use_trl_ext_scoring(self.rollout_worker, scorer)  # TRL's vLLM worker: our estimator in its loop
@@ -201,13 +198,15 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
         return ref.to(self.accelerator.device)
 
     def get_train_dataloader(self):
-        """TRL's dataloader, with a collator that also packs each sample's policy version (`behave_version`) and a
-        queue dataset that asks the worker's health every second while it waits (`async_samples`)."""
-        with (
-            mock.patch.object(_trl_async, "DataCollatorForRollout", VersionedCollator),
-            mock.patch.object(_trl_async, "RolloutQueueDataset", PromptlyCheckedQueueDataset),
-        ):
-            return super().get_train_dataloader()
+        """TRL's dataloader; its collator also packs each sample's policy version (`behave_version`), and its queue
+        dataset asks the worker's health every second while it waits (`async_samples`)."""
+        loader = super().get_train_dataloader()
+        torch_loader = getattr(loader, "base_dataloader", loader)  # accelerate's dispatcher wraps a torch DataLoader
+        torch_loader.collate_fn = VersionedCollator.from_trl(torch_loader.collate_fn)
+        queue = getattr(self, "_rollout_dataset", None)  # the main process's
+        if queue is not None:
+            queue.poll_interval_s = HEALTH_POLL_S
+        return loader
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
@@ -414,19 +413,17 @@ def _worker_settings(args: AsyncGRPOConfig) -> dict[str, Any]:
     )
 
 
-@contextlib.contextmanager
-def _optional_peak_flops():
-    """TRL reads the accelerator's peak FLOPs for its MFU metric and fails on a CPU; there it is unknown (None)."""
-    original = _trl_async.get_peak_flops_per_device
+def _peak_flops_or_none(accelerator, dtype):
+    """TRL's peak FLOPs of the device for its MFU metric; None (MFU not logged) where TRL cannot tell, e.g. on a CPU,
+    where TRL's own lookup fails."""
+    try:
+        return _trl_peak_flops(accelerator, dtype)
+    except Exception:
+        return None
 
-    def peak_flops(*args, **kwargs):
-        try:
-            return original(*args, **kwargs)
-        except Exception:
-            return None
 
-    with mock.patch.object(_trl_async, "get_peak_flops_per_device", peak_flops):
-        yield
+_trl_peak_flops = _trl_async.get_peak_flops_per_device
+_trl_async.get_peak_flops_per_device = _peak_flops_or_none  # the one name of TRL's module this adapter replaces
 
 
 __all__ = ["AsyncGRPOTrainer"]
