@@ -1,7 +1,7 @@
 """The inputs of the losses, the KL and entropy terms and `aggregate_loss` (`trl_ext.losses.inputs`), rules 3-4.
 
 3. Masks hold only 0 and 1 (or are bool): a bool mask costs no device sync; a 0/1 number mask is checked once
-   (until it changes in place) and multiplies as the reference does.
+   (until it changes in place) and then selects as the bool mask does.
 4. An empty batch (B = 0 or T = 0) gives a finite 0 loss with a zero gradient and finite metrics.
 """
 
@@ -21,7 +21,6 @@ from trl_ext.losses import (
     aggregate_loss,
     get_entropy_fn,
     get_kl_fn,
-    masked_batch,
 )
 from trl_ext.losses import m2po as m2po_module
 
@@ -110,25 +109,31 @@ def test_a_bool_mask_costs_no_sync(name, kwargs, monkeypatch):
 
 
 @pytest.mark.parametrize(("name", "kwargs"), CASE_ARGS, ids=CASE_IDS)
-def test_a_number_mask_multiplies_and_selects_only_when_an_input_is_not_finite(name, kwargs, monkeypatch):
-    """With a 0/1 float mask a loss multiplies by it, as the reference does (no bitwise select), and checks that the
-    result is finite; with a NaN at a masked position it recomputes with the select and ignores the NaN."""
+def test_a_number_mask_selects_as_the_bool_mask_and_keeps_the_nan_contract(name, kwargs):
+    """A 0/1 float mask gives the bool mask's loss, gradient and metrics; NaN at its masked positions reach none of
+    them, and a NaN at one valid position makes the loss NaN."""
     fn = build(name, **kwargs)
     batch = full_batch() if name.startswith("mix") else make_batch()
-    want, want_metrics = fn(**batch)
-    selects = []
-    real_select = masked_batch._Select.apply
-    monkeypatch.setattr(masked_batch._Select, "apply", lambda *a: selects.append(1) or real_select(*a))
     number = {**batch, "action_mask": batch["action_mask"].to(batch["logprob"].dtype)}
-    got, got_metrics = fn(**number)
-    assert torch.equal(got, want)
-    # MIX hands its parts bool masks (the rollout and expert rows); clip_cov, drawing at random, selects from the start
-    assert not selects or name.startswith("mix") or not fn.deterministic
-    dirty = {**number, "logprob": batch["logprob"].clone()}
-    dirty["logprob"][~batch["action_mask"]] = math.nan
-    got, got_metrics = fn(**dirty)
-    assert torch.equal(got, want) and selects
-    assert all(torch.equal(got_metrics[k], v) for k, v in want_metrics.items() if k != "seq_mask/masked_tokens")
+
+    def run(inputs, logprob):
+        lp = logprob.clone().requires_grad_(True)
+        torch.manual_seed(0)  # clip_cov draws the tokens it drops
+        loss, metrics = fn(**{**inputs, "logprob": lp})
+        (grad,) = torch.autograd.grad(loss, lp)
+        return loss, grad, metrics
+
+    want, want_grad, want_metrics = run(batch, batch["logprob"])
+    dirty = batch["logprob"].clone()
+    dirty[~batch["action_mask"]] = math.nan
+    for logprob in (batch["logprob"], dirty):
+        got, got_grad, got_metrics = run(number, logprob)
+        assert torch.equal(got, want) and torch.equal(got_grad, want_grad)
+        assert all(torch.equal(got_metrics[k], v) for k, v in want_metrics.items() if k != "seq_mask/masked_tokens")
+    at_valid = batch["logprob"].clone()
+    at_valid[tuple(batch["action_mask"].nonzero()[0])] = math.nan
+    torch.manual_seed(0)
+    assert torch.isnan(fn(**{**number, "logprob": at_valid})[0])
 
 
 def test_a_number_mask_is_checked_once_until_it_changes_in_place(monkeypatch):
@@ -156,8 +161,8 @@ def test_a_number_mask_is_checked_once_until_it_changes_in_place(monkeypatch):
 
 
 def test_clip_cov_draws_once_with_a_number_mask():
-    """clip_cov draws the tokens it drops at random: with a float mask it selects from the start instead of multiplying
-    and recomputing after a masked NaN, so it draws once, the same tokens as with a bool mask."""
+    """clip_cov draws the tokens it drops at random: with a float mask and a masked NaN it draws once, the same tokens
+    as with a bool mask."""
     fn = build("clip_cov", clip_cov_ratio=0.5, clip_cov_lb=-1e9, clip_cov_ub=1e9)  # some, not all, dropped
     batch = make_batch()
     torch.manual_seed(0)

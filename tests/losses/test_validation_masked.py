@@ -165,8 +165,8 @@ def test_clean_batch_baseline(name, kwargs):
 @pytest.mark.parametrize("fill", ["nan", "inf", "-inf", "mixed"])
 @pytest.mark.parametrize(("name", "kwargs"), [c[1:] for c in CASES], ids=CASE_IDS)
 def test_masked_nan_inf_do_not_leak(name, kwargs, fill, mask_dtype):
-    """With a float mask the loss first multiplies by the mask, finds the result not finite and recomputes it with the
-    select (`multiplying_number_masks`): the same values as the clean batch's with a bool mask."""
+    """NaN / ±inf at masked positions, with a bool or a 0/1 float mask: the same values as the clean batch's with a
+    bool mask."""
     clean = make_batch()
     dirty = make_batch()
     dirty["action_mask"] = dirty["action_mask"].to(mask_dtype)

@@ -1,7 +1,8 @@
-"""The aggregation modes of the losses (`loss_agg_mode`) and the window counts of MIX's two parts.
+"""The aggregation modes (`loss_agg_mode`) as plain functions over a selected `[B, T]` loss, with the window counts.
 
-How a `[B, T]` per-token loss becomes a scalar is `aggregate_loss` (`trl_ext.losses.masked_batch`, the table of the
-modes is its docstring); normalizing over the optimizer window is docs/design.md §2.6.
+`aggregate` reduces a per-token loss that is already 0 at masked positions (`select` first: `where(mask, x, 0)`
+before any arithmetic, so that NaN / inf at a masked position reach neither the value nor the gradient). The table
+of the modes is `aggregate_loss`'s docstring (`trl_ext.losses.masked_batch`); the window counts, docs/design.md §2.6.
 """
 
 from __future__ import annotations
@@ -27,9 +28,69 @@ LOSS_AGG_HELP = (
 )
 """The help text of every `loss_agg_mode` argument."""
 
+Count = torch.Tensor | float
+
 
 def check_loss_agg_mode(owner: str, value: Any, name: str = "loss_agg_mode") -> None:
     check_choice(owner, name, value, LOSS_AGG_MODES)
+
+
+def select(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`where(mask, x, 0)` for a bool `mask` (broadcast): x at valid positions, 0 elsewhere, in value and gradient."""
+    return torch.where(mask, x, 0)
+
+
+def count_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the counts of values of `dtype`: at least float32, so that `count + ε` is not rounded away."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def window_count(count: Count, dtype: torch.dtype) -> Count:
+    """A window count (a number or a 0-dim tensor) as a float or a tensor of `dtype`."""
+    return count.to(dtype) if isinstance(count, torch.Tensor) else float(count)
+
+
+def mean_over_rows(rows: torch.Tensor) -> torch.Tensor:
+    """The mean of a per-row `[B]` tensor, 0 (not NaN) when there are no rows."""
+    return rows.mean() if rows.shape[0] else rows.sum()
+
+
+def seq_mean(rows: torch.Tensor, global_valid_seqs: Count | None = None) -> torch.Tensor:
+    """The mean over rows of a per-row `[B]` value, or with the window's sequence count this batch's share of the
+    window's mean: Σ rows / max(`global_valid_seqs`, 1)."""
+    if global_valid_seqs is None:
+        return mean_over_rows(rows)
+    count = window_count(global_valid_seqs, count_dtype(rows.dtype))
+    count = count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1.0)
+    return rows.sum() / count
+
+
+def aggregate(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    loss_agg_mode: str,
+    *,
+    global_valid_toks: Count | None = None,
+    global_valid_seqs: Count | None = None,
+    normalizer: Count | None = None,
+) -> torch.Tensor:
+    """Reduce a `[B, T]` loss `values`, already 0 at the masked positions of the bool `mask`, by `loss_agg_mode`
+    (with m the mask: Σ m·x / (Σ m + ε), Σ m·x, mean over rows of Σ_t m·x or of Σ_t m·x / (Σ_t m + ε), and
+    Σ m·x / (normalizer + ε)); with the window's counts, this batch's share of the window's aggregate."""
+    dtype = count_dtype(values.dtype)
+    if loss_agg_mode == "seq-mean-token-mean":
+        return seq_mean(values.sum(-1) / (mask.sum(-1, dtype=dtype) + EPS), global_valid_seqs)
+    if loss_agg_mode == "seq-mean-token-sum":
+        return seq_mean(values.sum(-1), global_valid_seqs)
+    if loss_agg_mode == "token-mean":
+        count = mask.sum(dtype=dtype) if global_valid_toks is None else window_count(global_valid_toks, dtype)
+        return values.sum() / (count + EPS)
+    if loss_agg_mode == "token-sum":
+        return values.sum()
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return values.sum() / ((values.shape[-1] if normalizer is None else normalizer) + EPS)
+    check_loss_agg_mode("aggregate", loss_agg_mode)
+    raise AssertionError  # unreachable
 
 
 def part_windows(

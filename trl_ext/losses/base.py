@@ -18,7 +18,6 @@ from ..components import MEAN, SHARE, Argument, Component, Registry
 from .aggregation import LOSS_AGG_HELP, LOSS_AGG_MODES
 from .inputs import WINDOW_INPUTS, Metrics
 from .masked_batch import MaskedBatch, masked_batch
-from .number_masks import multiplying_number_masks
 
 
 def loss_agg_mode_argument(default: str) -> Argument:
@@ -70,13 +69,7 @@ class PolicyLoss(Component):
     """The keyword-only window inputs the loss reads through `**kwargs` (beyond its named parameters)."""
 
     deterministic: ClassVar[bool] = True
-    """False for a loss whose call draws random numbers: a number mask then never takes the multiply-and-recompute path
-    (`multiplying_number_masks`), which would draw twice."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "__call__" in cls.__dict__:
-            cls.__call__ = multiplying_number_masks(cls.__dict__["__call__"])
+    """False for a loss whose call draws random numbers (clip_cov)."""
 
     def __init__(self, backend: str = "verl", **kwargs: Any) -> None:
         # Trinity-RFT maps batch keys per training backend; here every key has Trinity's name, so

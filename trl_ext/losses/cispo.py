@@ -79,7 +79,7 @@ class CISPOPolicyLoss(PolicyLoss):
                     (ratio < 1.0 - self.mask_clip_range_low) & (adv < 0)
                 )
                 coef = torch.where(clipped, 0.0, coef)
-        loss = b.aggregate_product(coef, lp, self.loss_agg_mode)
+        loss = b.aggregate(coef * lp, self.loss_agg_mode)
         with torch.no_grad():
             metrics = {
                 "cispo_loss": loss.detach(),

@@ -159,10 +159,10 @@ class DecoupledPPOPolicyLoss(ClippedRatioLoss):
         else:
             prox_input = b.check("prox_logprob", prox_logprob)
             prox = prox_input.detach()
-        delta = b.select(logprob - prox, covers=(logprob, prox_input)).clamp(-20.0, 20.0)
+        delta = b.select(logprob - prox).clamp(-20.0, 20.0)
         ratio = torch.exp(delta)
         with torch.no_grad():
-            log_weight = b.select(prox - old.detach(), covers=(prox_input, old))
+            log_weight = b.select(prox - old.detach())
             raw_weight = torch.exp(log_weight)  # 1 at masked positions
             cap = self.behave_imp_weight_cap
             if cap is None:
@@ -181,7 +181,7 @@ class DecoupledPPOPolicyLoss(ClippedRatioLoss):
         low = b.bound(ratio, negative, 1.0 - self.clip_range_low, -math.inf)
         high = b.bound(ratio, negative, c, 1.0 + self.clip_range_high)
         # −A·clamp(r) is finite at masked positions (selected inputs there): weighting it by `applied` selects it.
-        loss = b.aggregate_product(applied, -adv * ratio.clamp(low, high), self.loss_agg_mode)
+        loss = b.aggregate(applied * (-adv * ratio.clamp(low, high)), self.loss_agg_mode)
 
         with torch.no_grad():
             r = ratio.detach()

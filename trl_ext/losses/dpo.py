@@ -280,7 +280,6 @@ class DPOLoss(PolicyLoss):
             ref_sum,
             lambda ratio: f_divergence_score(ratio, self.f_divergence_type, self.f_alpha_divergence_coef),
         )
-        b.cover(pairs.log_ratio, logprob, ref)  # a NaN / ±inf in either row sum makes their difference NaN / ±inf
         chosen, rejected = pairs.chosen_logratio, pairs.rejected_logratio
         weights = self._wpo_weights(b, logprob, log_sum_sq_probs) if self.use_weighting else None
 
@@ -312,7 +311,7 @@ class DPOLoss(PolicyLoss):
         """Per-row sums of a watched input x over the valid positions: plain, or LD-DPO's shared part + α·the tail
         beyond the shorter completion of the pair."""
         if self.ld_alpha is None:
-            return b.row_sums(x)
+            return b.select(x).sum(-1)
         values = b.select(x)
         position = torch.cumsum(b.mask, dim=-1)  # 1, 2, ... over each row's valid tokens
         lengths = torch.count_nonzero(b.mask, dim=-1)

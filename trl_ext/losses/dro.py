@@ -63,13 +63,12 @@ class DROPolicyLoss(PolicyLoss):
         adv = b.advantages(advantages)
         weights = b.token_weights(importance_sampling_ratio)
         lp = b.select(logprob)
-        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
-        # −(A·lp − β/2·log_ratio²) in two passes; NaN / ±inf wherever an input is (a square and a product of the
-        # selected inputs), so no separate guard pass.
+        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
+        # −(A·lp − β/2·log_ratio²) in two passes
         per_token = torch.addcmul(lp * -adv, log_ratio, log_ratio, value=0.5 * self.dro_beta)
         if weights is not None:
             per_token = per_token * weights
-        loss = b.aggregate(per_token, self.loss_agg_mode, guarded=False)  # 0 at masked positions
+        loss = b.aggregate(per_token, self.loss_agg_mode)  # 0 at masked positions
         with torch.no_grad():
             metrics = {"pg_loss": loss.detach(), "ppo_kl": -b.mean(log_ratio.detach())}
         return loss, metrics

@@ -27,7 +27,6 @@ from ..components import SHARE, Argument, Component, Registry
 from .aggregation import check_loss_agg_mode, part_windows
 from .inputs import WINDOW_INPUTS, Metrics, check_inputs, check_window_inputs
 from .masked_batch import masked_batch
-from .number_masks import multiplying_number_masks
 
 
 class EntropyFn(Component):
@@ -60,7 +59,6 @@ class EntropyFn(Component):
     def owner(self) -> str:
         return f"{self.name} entropy"
 
-    @multiplying_number_masks
     def __call__(
         self,
         entropy: torch.Tensor,
@@ -70,7 +68,7 @@ class EntropyFn(Component):
     ) -> tuple[torch.Tensor, Metrics]:
         check_loss_agg_mode(self.name, loss_agg_mode)
         b = masked_batch(self.owner, self.inputs(), entropy, action_mask, kwargs, value_name="entropy")
-        entropy_loss = b.aggregate_input(entropy, loss_agg_mode, guarded=False)  # a sum of the input itself
+        entropy_loss = b.aggregate(b.select(entropy), loss_agg_mode)
         return entropy_loss * self.entropy_coef, {"entropy_loss": entropy_loss.detach()}
 
 

@@ -92,7 +92,7 @@ class GMPOPolicyLoss(ClippedRatioLoss):
         b = self.masked_batch(logprob, action_mask, kwargs)
         adv = b.advantages(advantages)  # [B, 1] or [B, T], 0 at masked positions / empty rows
         weights = b.token_weights(importance_sampling_ratio)
-        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
+        delta = b.select(logprob - b.check("old_logprob", old_logprob))
         positive, negative = adv > 0, adv < 0
         # sign(A)·min(sign(A)·Δ, sign(A)·clamp(Δ, −ε_low, ε_high)): one clamp per side, 0 where A = 0.
         clipped_delta = torch.where(
@@ -106,7 +106,7 @@ class GMPOPolicyLoss(ClippedRatioLoss):
         if weights is not None:
             log_weights = b.select(torch.log(weights + LOG_WEIGHT_EPS))
             rows = rows * torch.exp(log_weights.sum(-1) / (b.row_tok + EPS))
-        loss = b.guard(b._seq_mean(rows))
+        loss = b.seq_mean(rows)
         with torch.no_grad():
             d = delta.detach()
             outside = d != d.clamp(-self.clip_range_low, self.clip_range_high)  # masked: Δ = 0, inside

@@ -49,5 +49,5 @@ class GPGPolicyLoss(PolicyLoss):
         coef = -b.advantages(advantages)  # [B, 1] or [B, T]
         if weights is not None:
             coef = coef * weights
-        loss = b.aggregate_product(coef, b.select(logprob), self.loss_agg_mode, guarded=False)  # selected inputs
+        loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode)
         return loss, {"pg_loss": loss.detach()}

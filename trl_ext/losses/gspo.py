@@ -99,7 +99,7 @@ class GSPOPolicyLoss(PolicyLoss):
         b = self.masked_batch(logprob, action_mask, kwargs)
         adv = b.advantages(advantages)
         lp = b.select(logprob)
-        delta = b.select(logprob.detach() - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
+        delta = b.select(logprob.detach() - b.check("old_logprob", old_logprob))
         seq_log_ratio = b.row_mean(delta)
         ratio = torch.exp(lp - lp.detach() + seq_log_ratio.unsqueeze(-1))
         # max(−A·r, −A·clip(r)) = −A·min(r, 1 + ε_high) for A ≥ 0 and −A·max(r, 1 − ε_low) for A < 0.

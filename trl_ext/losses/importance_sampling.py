@@ -41,12 +41,10 @@ class ImportanceSamplingLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)).clamp(
-            -20.0, 20.0
-        )
+        delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
         ratio = b.select(torch.exp(delta))  # 1 at masked positions before the select
         # −A·ratio, guarded: the ±20 clamp can make an infinite log-ratio finite.
-        loss = b.aggregate_product(-b.advantages(advantages), ratio, self.loss_agg_mode)
+        loss = b.aggregate(-b.advantages(advantages) * ratio, self.loss_agg_mode)
         with torch.no_grad():
             metrics = {
                 "pg_loss": loss.detach(),

@@ -21,20 +21,18 @@ Rules every loss (and `aggregate_loss`, the KL and entropy terms) follows:
 3. **Masks are masks.** A mask is bool, or a number tensor holding only 0 and 1; any other value (0.5,
    2, NaN) is a ValueError naming the mask and the first offending position. That check costs one device
    sync, so it only runs for non-bool masks (and once per mask tensor until it changes in place: `check_mask`);
-   a number mask then selects by multiplying, and the loss checks its result is finite (one more sync,
-   `multiplying_number_masks`). Pass a bool mask (as the trl_ext trainers do) for no sync at all.
+   a number mask is then read as bool. Pass a bool mask (as the trl_ext trainers do) for no sync at all.
 4. **An empty batch (B = 0 or T = 0) gives a finite 0 loss** with a zero (or empty) gradient and finite
    (0) metrics, under every aggregation mode.
 5. **Non-finite values propagate, masked ones never do.** NaN or ±inf in an input the loss reads, at a
    *valid* position, makes the loss NaN — even where a clamp (the ±20 log-ratio clamp of ppo, sapo,
-   importance_sampling, ...) would otherwise turn it into a finite number. The guard is
-   0 · Σ_valid x over every input read (`MaskedBatch.guard`, summed in at least float32 over the selection the
-   loss makes anyway), detached: exactly 0 for finite inputs (the loss and its gradient are unchanged) and NaN
-   otherwise, with no device sync (and as NaN if the finite values' sum overflows float32, |Σ| > 3e38). At
-   *masked* positions NaN / ±inf reach neither the loss, nor the gradient, nor the metrics.
+   importance_sampling, ...) would otherwise turn it into a finite number. The guard is 0 · Σ_valid x over
+   every input read (`MaskedBatch.guard`, summed in at least float32), detached: exactly 0 for finite inputs
+   (the loss and its gradient are unchanged) and NaN otherwise, with no device sync (and NaN if the finite
+   values' sum overflows float32, |Σ| > 3e38). At *masked* positions NaN / ±inf reach neither the loss, nor
+   the gradient, nor the metrics: every input is selected, `where(mask, x, 0)`, before any arithmetic.
 
-How a loss applies them is `trl_ext.losses.masked_batch.MaskedBatch`; the number-mask path of rule 3 is
-`trl_ext.losses.number_masks`.
+How a loss applies them is `trl_ext.losses.masked_batch.MaskedBatch`.
 """
 
 from __future__ import annotations

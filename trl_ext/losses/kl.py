@@ -32,7 +32,6 @@ from ..components import MEAN, SHARE, Argument, Component, Registry
 from .aggregation import LOSS_AGG_MODES, check_loss_agg_mode
 from .inputs import WINDOW_INPUTS, Metrics, check_inputs, scalar
 from .masked_batch import MaskedBatch, masked_batch
-from .number_masks import multiplying_number_masks
 
 
 class KLFn(Component):
@@ -90,10 +89,6 @@ class KLFn(Component):
         """Per-token KL estimate `[B, T]` (unmasked)."""
         return self.kl_from_log_ratio(ref_logprob - logprob, None if old_logprob is None else logprob - old_logprob)
 
-    clamps: ClassVar[bool] = False
-    """Whether the estimator clamps (`low_var_kl`): a clamp can turn an infinite d into a finite KL, so the loss then
-    sums the inputs to stay NaN (`MaskedBatch.guard`); the others are NaN / ±inf wherever d is."""
-
     def kl_from_log_ratio(self, d: torch.Tensor, log_ratio_old: torch.Tensor | None = None) -> torch.Tensor:
         """The estimator in terms of d = ref − lp (and lp − old for corrected_k3)."""
         raise NotImplementedError
@@ -103,15 +98,14 @@ class KLFn(Component):
     ) -> tuple[torch.Tensor, float]:
         """The per-token KL of the loss (0 at masked positions) and a factor applied after the (linear) aggregation:
         `kl_from_log_ratio` of the selected d = ref − lp, and 1."""
-        d = b.select(ref_logprob - logprob, covers=(logprob, ref_logprob))
+        d = b.select(ref_logprob - logprob)
         return self.kl_from_log_ratio(d, log_ratio_old), 1.0
 
     @staticmethod
     def _selected_gap(b: MaskedBatch, logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
         """The selected lp − ref = −d, for the estimators written in it (no negation in the backward pass)."""
-        return b.select(logprob - ref_logprob, covers=(logprob, ref_logprob))
+        return b.select(logprob - ref_logprob)
 
-    @multiplying_number_masks
     def calculate_kl_loss(
         self,
         logprob: torch.Tensor,
@@ -152,11 +146,11 @@ class KLFn(Component):
         ref = b.check("ref_logprob", ref_logprob)
         log_ratio = None
         if old_logprob is not None and self.uses_old_logprob:
-            log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
+            log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
         kl, scale = self.loss_terms(b, logprob, ref, log_ratio)
         if token_weights is not None:
             kl = b.select((kl * token_weights).expand(b.shape))
-        kl_loss = b.aggregate(kl, loss_agg_mode, guarded=self.clamps)  # 0 at masked positions
+        kl_loss = b.aggregate(kl, loss_agg_mode)  # 0 at masked positions
         if scale != 1.0:
             kl_loss = kl_loss * scale
         metrics = {
@@ -259,8 +253,6 @@ class K3(KLFn):
 
 @KL_FNS.register("low_var_kl")
 class LowVarKL(KLFn):
-    clamps = True
-
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         if torch.is_grad_enabled() and d.requires_grad:
             return _LowVarKL.apply(d)
@@ -311,7 +303,6 @@ class AbsKL(KLFn):
 @KL_FNS.register("corrected_k3")
 class CorrectedK3(KLFn):
     uses_old_logprob = True
-    clamps = True  # the clamped importance weight
 
     def kl_from_log_ratio(self, d, log_ratio_old=None):
         k3 = torch.exp(d) - 1.0 - d

@@ -190,7 +190,7 @@ class M2POPolicyLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
+        log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
         adv = b.advantages(advantages)
         keep, stats = m2po_mask(log_ratio, adv, b.mask, self.m2_threshold)
         clamped = log_ratio.detach().clamp(-self.log_ratio_clip, self.log_ratio_clip)
@@ -202,7 +202,7 @@ class M2POPolicyLoss(PolicyLoss):
             metrics = {
                 "pg_loss": loss.detach(),
                 "ppo_kl": -b.mean(clamped),
-                "ratio/mean": b.derived_mean(ratio),
+                "ratio/mean": b.valid_mean(ratio),
                 **{name: value.to(b.count_dtype) for name, value in stats.items()},
             }
         return loss, metrics

@@ -40,5 +40,5 @@ class OPMDPolicyLoss(PolicyLoss):
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
         coef = -b.advantages(advantages)  # [B, 1] or [B, T]; the selected log-prob is 0 at masked positions
-        loss = b.aggregate_product(coef, b.select(logprob), self.loss_agg_mode, guarded=False) / (1.0 + self.tau)
+        loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode) / (1.0 + self.tau)
         return loss, {"opmd_loss": loss.detach()}

@@ -108,9 +108,7 @@ class PPOPolicyLoss(ClippedRatioLoss):
             lp = b.select(logprob)
             delta = lp - lp.detach()
         else:
-            delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob)).clamp(
-                -20.0, 20.0
-            )
+            delta = b.select(logprob - b.check("old_logprob", old_logprob)).clamp(-20.0, 20.0)
         ratio = torch.exp(delta)
         # Dual-clip PPO in one clamp: for A ≥ 0, max(−A·r, −A·clip(r)) = −A·min(r, 1 + ε_high); for A < 0,
         # min(−A·c, max(−A·r, −A·clip(r))) = −A·clamp(r, 1 − ε_low, c).

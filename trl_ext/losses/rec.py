@@ -150,7 +150,7 @@ class RECPolicyLoss(PolicyLoss):
         lp = b.select(logprob)
         with torch.no_grad():
             adv = b.advantages(advantages)
-            delta = b.select(logprob.detach() - old, covers=(logprob, old))
+            delta = b.select(logprob.detach() - old)
             ratio = torch.exp(delta)
             seq_ratio = None
             if self.clip_mode == "gspo-one-side":
@@ -167,10 +167,10 @@ class RECPolicyLoss(PolicyLoss):
         if self.regularizer == "forward-kl":
             coef = coef - self.regularizer_coef  # (coef − c)·lp
         if self.regularizer == "k2":
-            pg_losses = coef * lp + self.regularizer_coef * b.select(logprob - old, covers=(logprob, old)).square()
+            pg_losses = coef * lp + self.regularizer_coef * b.select(logprob - old).square()
             loss = b.aggregate(pg_losses, self.loss_agg_mode)
         else:
-            loss = b.aggregate_product(coef, lp, self.loss_agg_mode)
+            loss = b.aggregate(coef * lp, self.loss_agg_mode)
         if clipfrac is None:  # clip_mode "none" keeps every token
             clipfrac = torch.zeros((), dtype=loss.dtype, device=loss.device)
         metrics = {"pg_clipfrac": clipfrac, "pg_loss": loss.detach()}

@@ -91,22 +91,22 @@ class SAPOPolicyLoss(PolicyLoss):
         old = b.check("old_logprob", old_logprob)
         if self.detach_gate:
             with torch.no_grad():
-                delta = b.select(logprob.detach() - old, covers=(logprob, old)).clamp(-20.0, 20.0)
+                delta = b.select(logprob.detach() - old).clamp(-20.0, 20.0)
                 ratio = torch.exp(delta)
                 gate = self.soft_gate_function(ratio, adv)
-            loss = b.aggregate_product(-adv * gate, b.select(logprob), self.loss_agg_mode)  # −A·sg(gate)·lp
+            loss = b.aggregate(-adv * gate * b.select(logprob), self.loss_agg_mode)  # −A·sg(gate)·lp
         else:
-            delta = b.select(logprob - old, covers=(logprob, old)).clamp(-20.0, 20.0)
+            delta = b.select(logprob - old).clamp(-20.0, 20.0)
             ratio = torch.exp(delta)
             gate = self.soft_gate_function(ratio, adv)
             # −A·gate, from the selected gate's row sums when A is per sequence (no [B, T] product)
-            loss = b.aggregate_product(-adv, b.select(gate), self.loss_agg_mode)
+            loss = b.aggregate(-adv * b.select(gate), self.loss_agg_mode)
         with torch.no_grad():
             metrics = {
                 "sapo_loss": loss.detach(),
                 "ppo_kl": -b.mean(delta.detach()),
-                "avg_soft_gate": b.derived_mean(gate.detach()),
-                "avg_ratio": b.derived_mean(ratio.detach()),
+                "avg_soft_gate": b.valid_mean(gate.detach()),
+                "avg_ratio": b.valid_mean(ratio.detach()),
                 "pos_adv_frac": b.valid_mean(adv > 0),
             }
         return loss, metrics

@@ -37,9 +37,8 @@ class _SFTBase(PolicyLoss):
 
     def __call__(self, logprob: torch.Tensor, action_mask: torch.Tensor, **kwargs) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        # The aggregation is linear: −agg(w·lp) = agg(−w·lp), without a [B, T] negation and its backward. w·lp is NaN /
-        # ±inf wherever lp is, so the aggregate needs no separate guard pass over lp.
-        loss = -b.aggregate(self.weighted_logprob(b.select(logprob)), self.loss_agg_mode, guarded=False)
+        # The aggregation is linear: −agg(w·lp) = agg(−w·lp), without a [B, T] negation and its backward.
+        loss = -b.aggregate(self.weighted_logprob(b.select(logprob)), self.loss_agg_mode)
         return loss, dict.fromkeys(self.metrics, loss.detach())
 
 

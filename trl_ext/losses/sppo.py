@@ -50,12 +50,12 @@ class SPPOPolicyLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        delta = b.select(logprob - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
+        delta = b.select(logprob - b.check("old_logprob", old_logprob))
         with torch.no_grad():
             ratio = torch.exp(delta)
             outside = (ratio < 1.0 / (1.0 + self.epsilon)) | (ratio > 1.0 + self.epsilon)
             coef = torch.where(outside, 0.0, -b.advantages(advantages))
-        loss = b.aggregate_product(coef, delta, self.loss_agg_mode)
+        loss = b.aggregate(coef * delta, self.loss_agg_mode)
         with torch.no_grad():
             metrics = {"pg_clipfrac": b.mean(outside), "pg_loss": loss.detach()}
         return loss, metrics

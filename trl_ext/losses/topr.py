@@ -53,13 +53,11 @@ class TOPRPolicyLoss(PolicyLoss):
         b = self.masked_batch(logprob, action_mask, kwargs)
         with torch.no_grad():
             adv = b.advantages(advantages)
-            ratio = torch.exp(
-                b.select(logprob.detach() - b.check("old_logprob", old_logprob), covers=(logprob, old_logprob))
-            )
+            ratio = torch.exp(b.select(logprob.detach() - b.check("old_logprob", old_logprob)))
             # α = clip(r, 0, 1) where A <= threshold, else 1: one clamp with per-row bounds [0, 1] or [1, 1]
             alpha = ratio.clamp(b.bound(ratio, adv <= self.advantage_threshold, 0.0, 1.0), scalar(1.0, ratio))
-            metrics = {"avg_alpha": b.derived_mean(alpha), "avg_ratio": b.derived_mean(ratio)}
+            metrics = {"avg_alpha": b.valid_mean(alpha), "avg_ratio": b.valid_mean(ratio)}
             coef = alpha.mul_(-adv)  # −α·A
-        loss = b.aggregate_product(coef, b.select(logprob), self.loss_agg_mode)
+        loss = b.aggregate(coef * b.select(logprob), self.loss_agg_mode)
         metrics["topr_loss"] = loss.detach()
         return loss, metrics
