@@ -8,6 +8,8 @@ first step is ≈ lr·sign(g) and would hide it). Three steps with `beta > 0`: t
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import trl
@@ -66,3 +68,17 @@ def test_same_updates_as_trl(case, tiny_model, tmp_path):
     assert total.norm() > 1e-3
     for name, update in ours_update.items():
         torch.testing.assert_close(update, theirs_update[name], rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("trainer_class", [trl_ext.GRPOTrainer, trl_ext.GiGPOTrainer])
+def test_trls_generate_needs_no_state_of_trl_ext(trainer_class):
+    """TRL's own `TestGRPORolloutDispatch` builds the trainer without `__init__` and sets only what TRL's `_generate`
+    reads: trl_ext's override points must not add state that TRL's methods then depend on (a per-turn estimator's
+    recorder is armed before generation, not looked up in `_generate`)."""
+    trainer = object.__new__(trainer_class)
+    trainer.accelerator = SimpleNamespace(device=torch.device("cpu"))
+    trainer.model = SimpleNamespace(training=True)
+    trainer.use_vllm = False
+    trainer.rollout_func = lambda prompts, trainer: {"prompt_ids": [[1]], "completion_ids": [[2]]}
+    with pytest.raises(ValueError, match=r"rollout_func must return keys \['logprobs'\]"):
+        trainer._generate(["a prompt"])

@@ -97,6 +97,7 @@ class GRPOScoring:
     def _generate_round(self, inputs) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor | None]:
         """One generation and reward pass of TRL's on the local prompts `inputs`: `(output, rewards_per_func [N, F],
         overlong penalties [N] or None)`, the rewards of every process's samples."""
+        self._arm_turn_recorder()
         with self._reference_log_probs():
             output = super()._generate_and_score_completions(inputs)
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None

@@ -165,13 +165,19 @@ class MultiTurnAdvantages:
     """Mixin of `GRPOFamilyTrainer`: the per-turn layout for advantage functions that take `run_ids`."""
 
     _turn_recorder: TurnRecorder | None = None
+    _record_turns: bool = False
 
     def _per_turn(self) -> bool:
         return "run_ids" in self.advantage_fn.inputs()
 
+    def _arm_turn_recorder(self) -> None:
+        """Before a generation batch: whether to record each rollout's turns (an estimator that works per turn,
+        `run_ids`, on rollouts TRL generates); `_generate` then wraps the tools of the batch's environments."""
+        self._record_turns = self._per_turn() and self.rollout_func is None
+
     def _generate(self, prompts):
         self._turn_recorder = None
-        if self._per_turn() and self.environments and self.rollout_func is None:
+        if self._record_turns and self.environments:
             recorder = TurnRecorder(type(self).__name__, self.environments)
             if self.tools:  # TRL built each rollout's tool tables for this batch: the calls now tell the recorder
                 for i, tables in enumerate(zip(self._sync_tool_dicts, self._async_tool_dicts, strict=True)):
