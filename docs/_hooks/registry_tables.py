@@ -19,6 +19,7 @@ Directives (ARGs are `key=value`):
 * `shared-settings FAMILY`: the fields every config of a family adds to its TRL config.
 * `configs`, `trainers`: one API block (mkdocstrings `:::`) per algorithm's config / trainer class.
 * `recipes`: the packaged YAML recipes and accelerate configs.
+* `trl-private-names`: the private names of TRL's trainers that trl_ext touches (the upgrade inventory).
 * `verl-losses`: the names `trl_ext.compat.verl.get_policy_loss_fn` takes.
 * `modules PACKAGE`: one API block per module of `trl_ext.PACKAGE` (`losses`, `advantages`).
 """
@@ -311,6 +312,18 @@ def recipes() -> str:
     )
 
 
+def trl_private_names() -> str:
+    """The private names of TRL's trainers that trl_ext overrides or reads, with their count and defining class."""
+    from trl_ext.trainers.core.trl_private_names import REPLACED_TRL_FUNCTIONS, TRL_PRIVATE_NAMES
+
+    rows = [[f"`{name}`", f"`{owner}`"] for name, owner in TRL_PRIVATE_NAMES.items()]
+    for path in REPLACED_TRL_FUNCTIONS:
+        module, name = path.rsplit(".", 1)
+        rows.append([f"`{name}` (replaced)", f"`{module}`"])
+    count = f"{len(TRL_PRIVATE_NAMES)} private names, {len(REPLACED_TRL_FUNCTIONS)} replaced function.\n\n"
+    return count + _table(["name", "defined by"], rows)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {
     "algorithms": algorithms,
     "algorithms-short": algorithms_short,
@@ -328,6 +341,7 @@ RENDERERS: dict[str, Callable[..., str]] = {
     "verl-losses": verl_losses,
     "about": about,
     "trl-equivalents": trl_equivalents,
+    "trl-private-names": trl_private_names,
 }
 
 

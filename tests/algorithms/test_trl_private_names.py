@@ -1,0 +1,78 @@
+"""The inventory of TRL's private names that trl_ext touches (`trl_ext.trainers.core.trl_private_names`): complete
+(a scan of the package finds exactly its names) and current (each exists in the installed TRL)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import pathlib
+import re
+
+import pytest
+import trl
+from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+import trl_ext
+from trl_ext.trainers.core.trl_private_names import REPLACED_TRL_FUNCTIONS, TRL_PRIVATE_NAMES
+
+TRL_TRAINERS = (trl.GRPOTrainer, trl.DPOTrainer, trl.SFTTrainer, AsyncGRPOTrainer)
+PACKAGE = pathlib.Path(trl_ext.__file__).parent
+
+
+@functools.cache
+def trl_private_names() -> dict[str, str]:
+    """Every private name TRL's trainers define (as class attributes, or `self._x = ...` in their source), with the
+    class that defines it first in their method resolution order."""
+    names: dict[str, str] = {}
+    for trainer in TRL_TRAINERS:
+        for klass in trainer.__mro__[:-1]:
+            owner = f"{klass.__module__}.{klass.__qualname__}"
+            for name in vars(klass):
+                if name.startswith("_") and not name.startswith("__"):
+                    names.setdefault(name, owner)
+            for name in re.findall(r"self\.(_[a-z]\w*)\s*(?::[^=]*)?=", inspect.getsource(klass)):
+                names.setdefault(name, owner)
+    return names
+
+
+def used_in_package() -> set[str]:
+    """TRL's private names the package reads (`x._name`, `getattr(x, "_name")`) or overrides (in a class body)."""
+    trl_names, used = trl_private_names(), set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                used.add(node.value)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef):
+                        used.add(item.name)
+                    elif isinstance(item, ast.Assign):
+                        used.update(t.id for t in item.targets if isinstance(t, ast.Name))
+    return used & set(trl_names)
+
+
+def test_the_inventory_lists_exactly_the_private_trl_names_the_package_touches():
+    used = used_in_package()
+    assert not used - set(TRL_PRIVATE_NAMES), (
+        f"touched but not in the inventory: {sorted(used - set(TRL_PRIVATE_NAMES))}"
+    )
+    assert not set(TRL_PRIVATE_NAMES) - used, f"listed but no longer touched: {sorted(set(TRL_PRIVATE_NAMES) - used)}"
+
+
+@pytest.mark.parametrize("name", sorted(TRL_PRIVATE_NAMES))
+def test_each_private_name_exists_in_the_installed_trl(name):
+    assert trl_private_names().get(name) == TRL_PRIVATE_NAMES[name], (
+        f"{name}: TRL defines it in {trl_private_names().get(name)}, the inventory says {TRL_PRIVATE_NAMES[name]}"
+    )
+
+
+@pytest.mark.parametrize("path", REPLACED_TRL_FUNCTIONS)
+def test_each_replaced_trl_function_exists(path):
+    importlib.import_module("trl_ext.trainers.async_trainer")  # the adapter that replaces it
+    module, name = path.rsplit(".", 1)
+    function = getattr(importlib.import_module(module), name)
+    assert callable(function) and function.__module__.startswith("trl_ext."), path  # replaced once, by trl_ext
