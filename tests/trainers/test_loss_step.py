@@ -1,0 +1,57 @@
+"""One loss step for every RL trainer (`trl_ext.trainers.core.loss_step.LossStep`): the GRPO family's trainers (GRPO,
+MIX, distillation, critic PPO) and the asynchronous trainer each compute their loss by calling it."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from async_helpers import async_config, make_samples, packed_batch, padded_grpo_inputs, stub_trainer
+from trainer_helpers import ROLLOUT_FAMILIES, algorithm_classes, cpu_config, toy_trainer
+
+import trl_ext
+from trl_ext.toy import build_tokenizer
+from trl_ext.trainers.core.loss_step import LossStep
+from trl_ext.trainers.grpo_trainer import GRPOFamilyTrainer
+
+
+@pytest.fixture
+def step_calls(monkeypatch):
+    calls = []
+    original = LossStep.__call__
+
+    def spy(self, batch, window, mode):
+        calls.append((type(self.host).__name__, mode))
+        return original(self, batch, window, mode)
+
+    monkeypatch.setattr(LossStep, "__call__", spy)
+    return calls
+
+
+def test_the_grpo_and_async_trainers_call_the_loss_step(step_calls, random_tiny_model, tmp_path):
+    sync = toy_trainer(trl_ext.GRPOTrainer, cpu_config(trl_ext.GRPOConfig, str(tmp_path / "s")), random_tiny_model)
+    asynchronous = stub_trainer(random_tiny_model, async_config(str(tmp_path / "a")))
+    tokenizer = build_tokenizer()
+    samples = make_samples(tokenizer, sync.model, seed=3)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.5, -0.5])
+    inputs = padded_grpo_inputs(samples, advantages, tokenizer.pad_token_id)
+    inputs.update(sync.count_window([inputs]))
+    sync.model.train()
+    sync._compute_loss(sync.model, inputs)
+    batch = packed_batch(samples, advantages, tokenizer.pad_token_id)
+    asynchronous.model.train()
+    asynchronous._get_num_items_in_batch([batch], asynchronous.accelerator.device)
+    asynchronous.compute_loss(asynchronous.model, batch)
+    assert step_calls == [("GRPOTrainer", "train"), ("AsyncGRPOTrainer", "train")]
+
+
+@pytest.mark.parametrize("family", ROLLOUT_FAMILIES)
+def test_every_rollout_family_computes_its_loss_through_the_grpo_step(family):
+    """MIX, distillation and critic PPO are `GRPOFamilyTrainer`s whose `_compute_loss` is the family's, or wraps
+    it (`super()._compute_loss`): none computes a loss of its own."""
+    for name, trainer_class in algorithm_classes(family, trainers=True).items():
+        assert issubclass(trainer_class, GRPOFamilyTrainer), name
+        for klass in trainer_class.__mro__[: trainer_class.__mro__.index(GRPOFamilyTrainer)]:
+            if "_compute_loss" in vars(klass):
+                assert "super()._compute_loss(" in inspect.getsource(klass._compute_loss), (name, klass)
