@@ -102,6 +102,21 @@ def train_update(trainer) -> dict[str, torch.Tensor]:
     return {name: p.detach() - before[name] for name, p in trainer.model.named_parameters()}
 
 
+def kl_and_entropy(algorithm: str, beta: float = 0.0, entropy_coef: float = 0.0) -> dict[str, Any]:
+    """Config settings that add a KL term `beta` (only where the record has a reference model) and an entropy bonus
+    `entropy_coef` to `algorithm`'s config, choosing `k2` / `default` where its record has no such term (`none`)."""
+    import trl_ext
+
+    spec = trl_ext.get_algorithm(algorithm)
+    settings: dict[str, Any] = {}
+    if beta and spec.use_reference:
+        settings.update(beta=beta, kl_loss_fn="k2" if spec.kl_loss_fn == "none" else spec.kl_loss_fn)
+    if entropy_coef:
+        entropy = "default" if spec.entropy_loss_fn == "none" else spec.entropy_loss_fn
+        settings.update(entropy_coef=entropy_coef, entropy_loss_fn=entropy)
+    return settings
+
+
 ROLLOUT_FAMILIES = ("grpo", "mix", "distill", "critic")
 """The trainer families that generate their own rollouts (a `trl.GRPOTrainer`), one config class per algorithm."""
 

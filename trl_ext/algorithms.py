@@ -25,9 +25,6 @@ from typing import Any
 
 from .families import FAMILIES, TrainerFamily, get_family
 
-DEFAULT_KL_ESTIMATOR = "k2"
-"""The KL estimator of an algorithm whose record has no KL term by default (Trinity-RFT's `kl_loss_fn: none`)."""
-
 ClassSource = Callable[[str], tuple[type, type]]
 """What gives an algorithm's `(config class, trainer class)` by its name (`trl_ext.trainers.algorithm_classes`)."""
 
@@ -157,13 +154,6 @@ class AlgorithmSpec:
     def sample_strategy(self) -> str:
         """Trinity-RFT's `sample_strategy`: its family's (`mix` where expert rows are mixed into the batch)."""
         return self.family.sample_strategy if self.family is not None else "default"
-
-    @property
-    def kl_estimator(self) -> str:
-        """The default `kl_loss_fn` of the algorithm's config: the record's estimator, or `DEFAULT_KL_ESTIMATOR`
-        where the record has no KL term. (The term itself is off by default either way: the config's KL
-        coefficient `beta` defaults to 0, TRL's default.)"""
-        return DEFAULT_KL_ESTIMATOR if self.kl_loss_fn == "none" else self.kl_loss_fn
 
     @property
     def has_trainer(self) -> bool:

@@ -232,11 +232,13 @@ def test_repeat_times_is_the_default_group_size(name):
 )
 def test_use_reference_decides_whether_a_kl_term_to_a_reference_model_is_allowed(name):
     """Without a reference model (`use_reference=False`, as Trinity-RFT launches none) a KL coefficient is refused
-    when the config is built, naming `beta`; with one, `beta` > 0 is a KL term (TRL then loads the reference)."""
+    when the config is built, naming `beta`; with one, `beta` > 0 is a KL term (TRL then loads the reference), with
+    an estimator: the record's, or one chosen where the record has none (`kl_loss_fn='none'`)."""
     spec = trl_ext.get_algorithm(name)
     settings = {"output_dir": "unused", "use_cpu": True, "bf16": False, "report_to": "none"}
     if spec.use_reference:
-        assert spec.config_class(**settings, beta=0.05).beta == 0.05
+        estimator = {"kl_loss_fn": "k2"} if spec.kl_loss_fn == "none" else {}
+        assert spec.config_class(**settings, beta=0.05, **estimator).beta == 0.05
     else:
         with pytest.raises(
             ValueError, match=rf"{spec.class_names[0]}: beta=0.05 adds a KL term .* use_reference=False"

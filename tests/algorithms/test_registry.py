@@ -156,7 +156,7 @@ def test_builtin_configs_are_built_from_their_records(name):
             assert field.metadata["help"].startswith(argument.help), argument
     assert set(own) == base_fields | {field_name for field_name, _, _ in algorithm_fields(name)}
     assert str(spec.paper) in " ".join(config_class.__doc__.split())  # wrapped to the line width
-    assert own["kl_loss_fn"].default == spec.kl_estimator
+    assert own["kl_loss_fn"].default == spec.kl_loss_fn
 
 
 def test_kl_fields_come_from_the_kl_specs():
@@ -181,7 +181,7 @@ def test_kl_fields_come_from_the_kl_specs():
     with pytest.raises(ValueError, match=r"SAPOConfig: kl_horizon=1000.5 is not valid; must be an integer > 0"):
         trl_ext.SAPOConfig(output_dir="out", use_cpu=True, kl_horizon=1000.5)
     config = trl_ext.SAPOConfig(
-        output_dir="out", use_cpu=True, beta=0.1, adaptive_kl=True, target_kl=0.05, kl_horizon=300
+        output_dir="out", use_cpu=True, kl_loss_fn="k2", beta=0.1, adaptive_kl=True, target_kl=0.05, kl_horizon=300
     )
     kl = config.components.kl_fn
     assert (kl.kl_coef, kl.adaptive, kl.target_kl, kl.horizon) == (0.1, True, 0.05, 300)

@@ -12,7 +12,15 @@ import pytest
 import torch
 import trl
 from peft import LoraConfig
-from trainer_helpers import TRL_EQUIVALENTS, TRL_SHARED_SETTINGS, changed, length_reward, logged, snapshot
+from trainer_helpers import (
+    TRL_EQUIVALENTS,
+    TRL_SHARED_SETTINGS,
+    changed,
+    kl_and_entropy,
+    length_reward,
+    logged,
+    snapshot,
+)
 
 import trl_ext
 from trl_ext import toy
@@ -45,7 +53,7 @@ def build(algorithm: str, model: str, tmp_path, teacher: str | None = None, lora
     settings = {"per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 8, **settings}
     if spec.family.name == "async":  # the offline worker (on the CPU, its own process) and fixed-count batches
         settings = {"rollout_backend": "transformers", "token_budget": 0, **settings}
-    config = spec.config_class(**{"beta": 0.04 if spec.use_reference else 0.0, **settings})
+    config = spec.config_class(**{**kl_and_entropy(algorithm, beta=0.04), **settings})
     if algorithm == "on_policy_distill":
         extra["teacher_model"] = teacher
     if algorithm.startswith("mix"):

@@ -28,7 +28,15 @@ from test_mix_trainers import _trainer as mix_trainer
 from test_on_policy_distill import _trainer as distill_trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from trainer_helpers import TRL_EQUIVALENTS, algorithm_classes, changed, cpu_config, length_reward, snapshot
+from trainer_helpers import (
+    TRL_EQUIVALENTS,
+    algorithm_classes,
+    changed,
+    cpu_config,
+    kl_and_entropy,
+    length_reward,
+    snapshot,
+)
 
 import trl_ext
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_preference_dataset
@@ -132,7 +140,8 @@ def build(case: str, model: str, teacher: str, out: str, dtype: torch.dtype):
     """trl_ext's trainer for `case`, the metrics it must log, and TRL's trainer of the same setting (kind, config)."""
     settings = {**COMMON, "model_init_kwargs": {"dtype": dtype}}
     if case in algorithm_classes("grpo", trainers=True):
-        grpo_args = GRPO_ARGS if trl_ext.get_algorithm(case).use_reference else {"beta": 0.0}  # no reference model
+        beta = GRPO_ARGS["beta"] if trl_ext.get_algorithm(case).use_reference else 0.0  # no reference model
+        grpo_args = kl_and_entropy(case, beta)  # the KL estimator: the record's, k2 where it has none
         trainer = grpo_trainer(case, model, out, reward_funcs=length_reward, **grpo_args, **settings)
         _, metrics = trainer.policy_loss_fn(  # the loss's own metric names (Trinity-RFT's)
             logprob=torch.zeros(2, 3),
@@ -142,8 +151,8 @@ def build(case: str, model: str, teacher: str, out: str, dtype: torch.dtype):
         )
         # TRL's equivalent loss_type (the README's mapping); TRL's default `dapo` (token-mean) for the others.
         theirs = TRL_EQUIVALENTS.get(case, ({}, {"loss_type": "dapo"}))[1]
-        kl = ["kl", "kl_coef"] if grpo_args["beta"] else []
-        return trainer, [*metrics, "policy_loss", *kl, "entropy"], ("grpo", {**grpo_args, **theirs})
+        kl = ["kl", "kl_coef"] if beta else []
+        return trainer, [*metrics, "policy_loss", *kl, "entropy"], ("grpo", {"beta": beta, **theirs})
     if case in ("mix", "mix_chord"):
         cls = trl_ext.MIXTrainer if case == "mix" else trl_ext.MIXCHORDTrainer
         # beta = 0 (both): with a reference model MIX scores the rollouts' and the expert rows' reference log-probs in

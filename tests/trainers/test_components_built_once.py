@@ -66,7 +66,7 @@ def test_config_trainer_and_step_build_the_policy_loss_once(case, constructions,
 
 
 def test_a_changed_field_rebuilds_the_parts(constructions, tmp_path):
-    config = cpu_config(trl_ext.SAPOConfig, str(tmp_path), beta=0.1)
+    config = cpu_config(trl_ext.SAPOConfig, str(tmp_path), kl_loss_fn="k2", beta=0.1)
     first = config.components
     assert config.components is first and len(constructions) == 1  # asked again: the same object
     assert first.kl_fn.kl_coef == 0.1 and first.policy_loss.tau_pos == 1.0

@@ -162,7 +162,9 @@ def test_args_from_the_command_line_and_yaml(tmp_path):
 
 
 def test_composition_is_named_in_summary_parts():
-    parts = _config(trl_ext.SAPOConfig, advantage_fn="rloo", kl_penalty_fn="k1", beta=0.01).composition()
+    parts = _config(
+        trl_ext.SAPOConfig, advantage_fn="rloo", kl_penalty_fn="k1", kl_loss_fn="k2", beta=0.01
+    ).composition()
     assert parts["policy loss"] == "sapo"
     assert parts["advantage"] == "rloo, composed (the algorithm's: grpo)"
     assert parts["KL in the reward"] == "k1, coefficient 0.001"

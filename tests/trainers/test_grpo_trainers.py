@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from trainer_helpers import algorithm_classes, changed, cpu_config, length_reward, logged, snapshot
+from trainer_helpers import algorithm_classes, changed, cpu_config, kl_and_entropy, length_reward, logged, snapshot
 
 import trl_ext
 from trl_ext.losses import get_policy_loss
@@ -50,7 +50,7 @@ def test_every_grpo_family_algorithm_has_a_trainer_and_config():
 def test_algorithm_trains_and_logs_its_loss_metrics(algorithm, tiny_model, tmp_path):
     reference = trl_ext.get_algorithm(algorithm).use_reference  # without a reference model: no KL term
     beta = 0.02 if reference else 0.0
-    trainer = make_trainer(algorithm, tiny_model, str(tmp_path), beta=beta, entropy_coef=0.001)
+    trainer = make_trainer(algorithm, tiny_model, str(tmp_path), **kl_and_entropy(algorithm, beta, 0.001))
     before = snapshot(trainer.model)
     trainer.train()
     assert len(changed(before, trainer.model)) == len(before)  # every parameter moved (full fine-tuning)
@@ -132,7 +132,7 @@ def test_lora_changes_only_the_adapter(tiny_model, tmp_path):
     trainer = spec.trainer_class(
         model=tiny_model,
         reward_funcs=length_reward,
-        args=cpu_config(spec.config_class, str(tmp_path), beta=0.1, max_steps=3, learning_rate=1e-2),
+        args=cpu_config(spec.config_class, str(tmp_path), kl_loss_fn="k2", beta=0.1, max_steps=3, learning_rate=1e-2),
         train_dataset=toy_dataset(32),
         processing_class=build_tokenizer(),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
@@ -282,7 +282,12 @@ def test_the_loss_is_handed_exactly_the_inputs_it_declares(algorithm, random_tin
     """The trainer passes a loss what its `inputs()` names and nothing else (no `ref_logprob` to SAPO, no
     `old_logprob` to OPMD, no MIX keys), window counts included."""
     trainer = make_trainer(
-        algorithm, random_tiny_model, str(tmp_path), reward_funcs=length_reward, beta=0.1, max_steps=1
+        algorithm,
+        random_tiny_model,
+        str(tmp_path),
+        reward_funcs=length_reward,
+        **kl_and_entropy(algorithm, 0.1),
+        max_steps=1,
     )
     loss_fn, given = trainer.policy_loss_fn, []
 

@@ -39,7 +39,6 @@ def test_trl_config_becomes_the_algorithm_config_with_the_fields_set(tmp_path):
         output_dir=str(tmp_path),
         learning_rate=3e-6,
         per_device_train_batch_size=8,
-        beta=0.04,
         gradient_accumulation_steps=2,
         logging_steps=3,
         **TRL_CPU,
@@ -47,7 +46,7 @@ def test_trl_config_becomes_the_algorithm_config_with_the_fields_set(tmp_path):
     args = convert_config("SAPOTrainer", source, trl_ext.SAPOConfig)
     assert type(args) is trl_ext.SAPOConfig
     assert (args.output_dir, args.learning_rate, args.per_device_train_batch_size) == (str(tmp_path), 3e-6, 8)
-    assert (args.beta, args.gradient_accumulation_steps, args.logging_steps) == (0.04, 2, 3)
+    assert (args.gradient_accumulation_steps, args.logging_steps) == (2, 3)
     # derived by TRL together: steps_per_generation carried over, generation_batch_size recomputed from it
     assert (args.steps_per_generation, args.generation_batch_size) == (2, 16)
     assert (args.tau_pos, args.tau_neg) == (
@@ -55,6 +54,11 @@ def test_trl_config_becomes_the_algorithm_config_with_the_fields_set(tmp_path):
         _default(trl_ext.SAPOConfig, "tau_neg"),
     )
     assert args.loss_type == trl.GRPOConfig.loss_type and not args.uses_trl_loss  # TRL's default: not set
+    # beta is carried over; SAPO's record has no KL term (kl_loss_fn='none'): choose one in a SAPOConfig
+    with_kl = trl.GRPOConfig(output_dir=str(tmp_path), beta=0.04, **TRL_CPU)
+    assert convert_config("GRPOTrainer", with_kl, trl_ext.GRPOConfig).beta == 0.04
+    with pytest.raises(ValueError, match=r"SAPOConfig: beta=0.04 adds a KL term but kl_loss_fn='none'"):
+        convert_config("SAPOTrainer", with_kl, trl_ext.SAPOConfig)
 
 
 def test_a_field_at_trls_default_takes_the_algorithms_default(tmp_path):

@@ -18,7 +18,7 @@ from functools import cache
 from typing import Any, ClassVar
 
 from ..advantages import ADVANTAGE_FNS
-from ..algorithms import DEFAULT_KL_ESTIMATOR, get_algorithm
+from ..algorithms import get_algorithm
 from ..components import Argument, Component
 from ..losses import POLICY_LOSSES
 from ..losses.kl import KL_FNS, KLFn
@@ -140,6 +140,10 @@ def component_arguments(component: type[Component], part: type, leading: tuple[t
     return cls
 
 
+BASE_KL_ESTIMATOR = "k2"
+"""The KL estimator of the family config bases (`GRPOFamilyConfig`); an algorithm's config takes its record's."""
+
+
 def kl_estimator_field(default: str, term: str) -> tuple[str, type, Any]:
     """`(name, type, field)` of a config's `kl_loss_fn`: which `KL_FNS` estimator the KL term `term` uses."""
     names = ", ".join(f"`{name}`" for name in sorted(KL_FNS) if name != "none")
@@ -155,7 +159,7 @@ GRPO_KL_ARGUMENTS = component_arguments(
     KLArguments,
     leading=(
         kl_estimator_field(
-            DEFAULT_KL_ESTIMATOR,
+            BASE_KL_ESTIMATOR,
             "the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0)",
         ),
     ),
@@ -190,6 +194,22 @@ def config_renames(component: type[Component]) -> dict[str, str]:
     return {spec.config_name: spec.name for spec in component.arguments if spec.config_name}
 
 
+def entropy_field(default: str, expert_rows: bool = False) -> Any:
+    """The `entropy_loss_fn` field of a family's configs, `default` its default; with `expert_rows` (a family that
+    mixes expert demonstrations into the batch) it may also be `mix`, the bonus over the rollouts only."""
+    if expert_rows:
+        text = (
+            "Entropy bonus `entropy_coef`·agg(entropy): `mix` over the rollouts only (expert demonstrations are "
+            "not the policy's samples), `default` over every row, `none` disables it."
+        )
+        return field(default=default, metadata=_help(text, choices=["mix", "default", "none"]))
+    text = (
+        "Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none` "
+        "disables it."
+    )
+    return field(default=default, metadata=_help(text, choices=["default", "none"]))
+
+
 @dataclass
 class ExpertDataArguments:
     """The expert-data fields of MIX / MIX-CHORD (and the entropy bonus on rollouts only)."""
@@ -210,14 +230,7 @@ class ExpertDataArguments:
             "default batch holds one group of `num_generations=8` rollouts and 8 demonstrations."
         ),
     )
-    entropy_loss_fn: str = field(
-        default="mix",
-        metadata=_help(
-            "Entropy bonus `entropy_coef`·agg(entropy): `mix` over the rollouts only (expert demonstrations are "
-            "not the policy's samples), `default` over every row, `none` disables it.",
-            choices=["mix", "default", "none"],
-        ),
-    )
+    entropy_loss_fn: str = entropy_field("mix", expert_rows=True)
 
 
 _REWARD_ADVANTAGE_FNS = ("grpo", "rloo", "reinforce")
@@ -490,7 +503,7 @@ def composition_field_help(kind: str, spec: Any) -> str:
 
 
 _DPO_KL_ESTIMATOR = kl_estimator_field(
-    get_algorithm("dpo").kl_estimator, "the KL term `kl_coef`·token-mean(KL(π‖π_ref)) over the completion tokens"
+    get_algorithm("dpo").kl_loss_fn, "the KL term `kl_coef`·token-mean(KL(π‖π_ref)) over the completion tokens"
 )
 
 
@@ -521,9 +534,9 @@ _TRL_BATCH_SIZE = 8
 
 def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
     """`(name, type, field)` of each field that algorithm `name`'s config declares over its family's config base,
-    read from its record: the KL estimator with the record's default, the group size (`repeat_times`, where the
-    family samples groups; a group larger than TRL's default batch of 8 rows also sets the batch: one group), then
-    the fields of its policy loss's and its advantage's arguments (`argument_field`).
+    read from its record: the KL estimator, the entropy bonus and the KL penalty with the record's defaults, the group
+    size (`repeat_times`, where the family samples groups; a group larger than TRL's default batch of 8 rows also sets
+    the batch: one group), then the fields of its policy loss's and its advantage's arguments (`argument_field`).
     The built-in configs' class statements (`trl_ext.trainers.grpo_algorithms`) and the classes built for a record
     registered later (`trl_ext.trainers.classes`) both take their fields from here."""
     spec = get_algorithm(name)
@@ -533,7 +546,12 @@ def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
         # the record's estimator as the default, marked as not given, so that TRL's own loss can default to TRL's
         # estimator (`GRPOFamilyConfig.uses_trl_loss`)
         metadata = GRPO_KL_ARGUMENTS.__dataclass_fields__["kl_loss_fn"].metadata
-        fields.append(("kl_loss_fn", str, field(default=documented_default(spec.kl_estimator), metadata=metadata)))
+        fields.append(("kl_loss_fn", str, field(default=documented_default(spec.kl_loss_fn), metadata=metadata)))
+    if "entropy_loss_fn" in family.components:
+        fields.append(("entropy_loss_fn", str, entropy_field(spec.entropy_loss_fn, family.sample_strategy == "mix")))
+    if family.per_algorithm_classes:  # the configs built on the records compose a KL penalty (`CompositionArguments`)
+        metadata = CompositionArguments.__dataclass_fields__["kl_penalty_fn"].metadata
+        fields.append(("kl_penalty_fn", str, field(default=spec.kl_penalty_fn, metadata=metadata)))
     if family.group_size_field:
         text = (
             f"Completions sampled per prompt (the group of the group-relative advantages): the {spec.name} "

@@ -97,6 +97,8 @@ class PPOConfig(CriticFamilyConfig):
     algorithm: ClassVar[str] = "ppo"
 
     kl_loss_fn: str = algorithm_field("ppo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("ppo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("ppo", "kl_penalty_fn")
     num_generations: int = algorithm_field("ppo", "num_generations")
     policy_loss_fn: str = algorithm_field("ppo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("ppo", "advantage_fn")
@@ -140,6 +142,8 @@ class GRPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "grpo"
 
     kl_loss_fn: str = algorithm_field("grpo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("grpo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("grpo", "kl_penalty_fn")
     num_generations: int = algorithm_field("grpo", "num_generations")
     policy_loss_fn: str = algorithm_field("grpo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("grpo", "advantage_fn")
@@ -191,6 +195,8 @@ class DAPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "dapo"
 
     kl_loss_fn: str = algorithm_field("dapo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("dapo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("dapo", "kl_penalty_fn")
     num_generations: int = algorithm_field("dapo", "num_generations")
     per_device_train_batch_size: int = algorithm_field("dapo", "per_device_train_batch_size")
     policy_loss_fn: str = algorithm_field("dapo", "policy_loss_fn")
@@ -237,6 +243,8 @@ class GRPOVerlConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "grpo_verl"
 
     kl_loss_fn: str = algorithm_field("grpo_verl", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("grpo_verl", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("grpo_verl", "kl_penalty_fn")
     num_generations: int = algorithm_field("grpo_verl", "num_generations")
     policy_loss_fn: str = algorithm_field("grpo_verl", "policy_loss_fn")
     advantage_fn: str = algorithm_field("grpo_verl", "advantage_fn")
@@ -276,6 +284,8 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "reinforceplusplus"
 
     kl_loss_fn: str = algorithm_field("reinforceplusplus", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("reinforceplusplus", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("reinforceplusplus", "kl_penalty_fn")
     num_generations: int = algorithm_field("reinforceplusplus", "num_generations")
     policy_loss_fn: str = algorithm_field("reinforceplusplus", "policy_loss_fn")
     advantage_fn: str = algorithm_field("reinforceplusplus", "advantage_fn")
@@ -315,6 +325,8 @@ class RLOOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "rloo"
 
     kl_loss_fn: str = algorithm_field("rloo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("rloo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("rloo", "kl_penalty_fn")
     num_generations: int = algorithm_field("rloo", "num_generations")
     policy_loss_fn: str = algorithm_field("rloo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("rloo", "advantage_fn")
@@ -352,6 +364,8 @@ class OPMDConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "opmd"
 
     kl_loss_fn: str = algorithm_field("opmd", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("opmd", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("opmd", "kl_penalty_fn")
     num_generations: int = algorithm_field("opmd", "num_generations")
     policy_loss_fn: str = algorithm_field("opmd", "policy_loss_fn")
     advantage_fn: str = algorithm_field("opmd", "advantage_fn")
@@ -385,6 +399,8 @@ class AsymREConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "asymre"
 
     kl_loss_fn: str = algorithm_field("asymre", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("asymre", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("asymre", "kl_penalty_fn")
     num_generations: int = algorithm_field("asymre", "num_generations")
     policy_loss_fn: str = algorithm_field("asymre", "policy_loss_fn")
     advantage_fn: str = algorithm_field("asymre", "advantage_fn")
@@ -417,6 +433,8 @@ class TOPRConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "topr"
 
     kl_loss_fn: str = algorithm_field("topr", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("topr", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("topr", "kl_penalty_fn")
     num_generations: int = algorithm_field("topr", "num_generations")
     policy_loss_fn: str = algorithm_field("topr", "policy_loss_fn")
     advantage_fn: str = algorithm_field("topr", "advantage_fn")
@@ -448,6 +466,8 @@ class CISPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "cispo"
 
     kl_loss_fn: str = algorithm_field("cispo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("cispo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("cispo", "kl_penalty_fn")
     num_generations: int = algorithm_field("cispo", "num_generations")
     policy_loss_fn: str = algorithm_field("cispo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("cispo", "advantage_fn")
@@ -489,6 +509,8 @@ class GSPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "gspo"
 
     kl_loss_fn: str = algorithm_field("gspo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("gspo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("gspo", "kl_penalty_fn")
     num_generations: int = algorithm_field("gspo", "num_generations")
     policy_loss_fn: str = algorithm_field("gspo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("gspo", "advantage_fn")
@@ -527,6 +549,8 @@ class SAPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "sapo"
 
     kl_loss_fn: str = algorithm_field("sapo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("sapo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("sapo", "kl_penalty_fn")
     num_generations: int = algorithm_field("sapo", "num_generations")
     policy_loss_fn: str = algorithm_field("sapo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("sapo", "advantage_fn")
@@ -566,6 +590,8 @@ class GPGConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "gpg"
 
     kl_loss_fn: str = algorithm_field("gpg", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("gpg", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("gpg", "kl_penalty_fn")
     num_generations: int = algorithm_field("gpg", "num_generations")
     policy_loss_fn: str = algorithm_field("gpg", "policy_loss_fn")
     advantage_fn: str = algorithm_field("gpg", "advantage_fn")
@@ -598,6 +624,8 @@ class GMPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "geo_mean"
 
     kl_loss_fn: str = algorithm_field("geo_mean", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("geo_mean", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("geo_mean", "kl_penalty_fn")
     num_generations: int = algorithm_field("geo_mean", "num_generations")
     policy_loss_fn: str = algorithm_field("geo_mean", "policy_loss_fn")
     advantage_fn: str = algorithm_field("geo_mean", "advantage_fn")
@@ -635,6 +663,8 @@ class DROConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "dro"
 
     kl_loss_fn: str = algorithm_field("dro", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("dro", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("dro", "kl_penalty_fn")
     num_generations: int = algorithm_field("dro", "num_generations")
     policy_loss_fn: str = algorithm_field("dro", "policy_loss_fn")
     advantage_fn: str = algorithm_field("dro", "advantage_fn")
@@ -672,6 +702,8 @@ class ClipCovConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "clip_cov"
 
     kl_loss_fn: str = algorithm_field("clip_cov", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("clip_cov", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("clip_cov", "kl_penalty_fn")
     num_generations: int = algorithm_field("clip_cov", "num_generations")
     policy_loss_fn: str = algorithm_field("clip_cov", "policy_loss_fn")
     advantage_fn: str = algorithm_field("clip_cov", "advantage_fn")
@@ -715,6 +747,8 @@ class KLCovConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "kl_cov"
 
     kl_loss_fn: str = algorithm_field("kl_cov", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("kl_cov", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("kl_cov", "kl_penalty_fn")
     num_generations: int = algorithm_field("kl_cov", "num_generations")
     policy_loss_fn: str = algorithm_field("kl_cov", "policy_loss_fn")
     advantage_fn: str = algorithm_field("kl_cov", "advantage_fn")
@@ -753,6 +787,8 @@ class DPPOTVConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "dppo_tv"
 
     kl_loss_fn: str = algorithm_field("dppo_tv", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("dppo_tv", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("dppo_tv", "kl_penalty_fn")
     num_generations: int = algorithm_field("dppo_tv", "num_generations")
     policy_loss_fn: str = algorithm_field("dppo_tv", "policy_loss_fn")
     advantage_fn: str = algorithm_field("dppo_tv", "advantage_fn")
@@ -792,6 +828,8 @@ class DPPOKLConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "dppo_kl"
 
     kl_loss_fn: str = algorithm_field("dppo_kl", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("dppo_kl", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("dppo_kl", "kl_penalty_fn")
     num_generations: int = algorithm_field("dppo_kl", "num_generations")
     policy_loss_fn: str = algorithm_field("dppo_kl", "policy_loss_fn")
     advantage_fn: str = algorithm_field("dppo_kl", "advantage_fn")
@@ -833,6 +871,8 @@ class MIXConfig(MIXFamilyConfig):
     algorithm: ClassVar[str] = "mix"
 
     kl_loss_fn: str = algorithm_field("mix", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("mix", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("mix", "kl_penalty_fn")
     num_generations: int = algorithm_field("mix", "num_generations")
     policy_loss_fn: str = algorithm_field("mix", "policy_loss_fn")
     advantage_fn: str = algorithm_field("mix", "advantage_fn")
@@ -882,6 +922,8 @@ class MIXCHORDConfig(MIXFamilyConfig):
     algorithm: ClassVar[str] = "mix_chord"
 
     kl_loss_fn: str = algorithm_field("mix_chord", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("mix_chord", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("mix_chord", "kl_penalty_fn")
     num_generations: int = algorithm_field("mix_chord", "num_generations")
     policy_loss_fn: str = algorithm_field("mix_chord", "policy_loss_fn")
     advantage_fn: str = algorithm_field("mix_chord", "advantage_fn")
@@ -934,6 +976,8 @@ class RAFTConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "raft"
 
     kl_loss_fn: str = algorithm_field("raft", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("raft", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("raft", "kl_penalty_fn")
     num_generations: int = algorithm_field("raft", "num_generations")
     policy_loss_fn: str = algorithm_field("raft", "policy_loss_fn")
     advantage_fn: str = algorithm_field("raft", "advantage_fn")
@@ -965,6 +1009,8 @@ class SPPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "sppo"
 
     kl_loss_fn: str = algorithm_field("sppo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("sppo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("sppo", "kl_penalty_fn")
     num_generations: int = algorithm_field("sppo", "num_generations")
     policy_loss_fn: str = algorithm_field("sppo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("sppo", "advantage_fn")
@@ -1001,6 +1047,8 @@ class RECConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "rec"
 
     kl_loss_fn: str = algorithm_field("rec", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("rec", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("rec", "kl_penalty_fn")
     num_generations: int = algorithm_field("rec", "num_generations")
     policy_loss_fn: str = algorithm_field("rec", "policy_loss_fn")
     advantage_fn: str = algorithm_field("rec", "advantage_fn")
@@ -1048,6 +1096,8 @@ class M2POConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "m2po"
 
     kl_loss_fn: str = algorithm_field("m2po", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("m2po", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("m2po", "kl_penalty_fn")
     num_generations: int = algorithm_field("m2po", "num_generations")
     policy_loss_fn: str = algorithm_field("m2po", "policy_loss_fn")
     advantage_fn: str = algorithm_field("m2po", "advantage_fn")
@@ -1089,6 +1139,8 @@ class MultiStepGRPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "multi_step_grpo"
 
     kl_loss_fn: str = algorithm_field("multi_step_grpo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("multi_step_grpo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("multi_step_grpo", "kl_penalty_fn")
     num_generations: int = algorithm_field("multi_step_grpo", "num_generations")
     policy_loss_fn: str = algorithm_field("multi_step_grpo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("multi_step_grpo", "advantage_fn")
@@ -1132,6 +1184,8 @@ class GiGPOConfig(GRPOFamilyConfig):
     algorithm: ClassVar[str] = "gigpo"
 
     kl_loss_fn: str = algorithm_field("gigpo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("gigpo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("gigpo", "kl_penalty_fn")
     num_generations: int = algorithm_field("gigpo", "num_generations")
     policy_loss_fn: str = algorithm_field("gigpo", "policy_loss_fn")
     advantage_fn: str = algorithm_field("gigpo", "advantage_fn")
@@ -1175,6 +1229,8 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
     algorithm: ClassVar[str] = "on_policy_distill"
 
     kl_loss_fn: str = algorithm_field("on_policy_distill", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("on_policy_distill", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("on_policy_distill", "kl_penalty_fn")
     num_generations: int = algorithm_field("on_policy_distill", "num_generations")
     policy_loss_fn: str = algorithm_field("on_policy_distill", "policy_loss_fn")
     advantage_fn: str = algorithm_field("on_policy_distill", "advantage_fn")
@@ -1220,6 +1276,8 @@ class JSDConfig(DistillFamilyConfig):
     algorithm: ClassVar[str] = "jsd"
 
     kl_loss_fn: str = algorithm_field("jsd", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("jsd", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("jsd", "kl_penalty_fn")
     num_generations: int = algorithm_field("jsd", "num_generations")
     policy_loss_fn: str = algorithm_field("jsd", "policy_loss_fn")
     advantage_fn: str = algorithm_field("jsd", "advantage_fn")

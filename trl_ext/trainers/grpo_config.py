@@ -36,6 +36,7 @@ from .arguments import (
     RolloutCorrectionArguments,
     _help,
     config_arguments,
+    entropy_field,
 )
 from .composition import ComposedComponents
 from .config_fields import resolve_kl_coefficient
@@ -135,14 +136,7 @@ class GRPOFamilyConfig(
         ),
     )
 
-    entropy_loss_fn: str = field(
-        default="default",
-        metadata=_help(
-            "Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with "
-            "`loss_agg_mode`; `none` disables it.",
-            choices=["default", "none"],
-        ),
-    )
+    entropy_loss_fn: str = entropy_field("default")
 
     turns_as_samples: bool = field(
         default=False,
@@ -168,7 +162,6 @@ class GRPOFamilyConfig(
         self._check_fields()
         self._check_rollout_correction()
         owner = type(self).__name__
-        self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
         if self.algorithm and not get_algorithm(self.algorithm).use_reference:
             for name, value, off in (("beta", self.beta, 0), ("kl_penalty_fn", self.kl_penalty_fn, "none")):
                 if value != off:
@@ -183,6 +176,7 @@ class GRPOFamilyConfig(
                             else ""
                         )
                     )
+        self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
         if self.adaptive_kl and self.beta == 0:
             raise ValueError(
                 f"{owner}: adaptive_kl=True adapts beta, but beta=0 (kl_loss_fn={self.kl_loss_fn!r}): there is no "

@@ -36,6 +36,16 @@ PROMPTS = 4  # 16 completions per optimizer window
 MULTI_TURN = ("multi_step_grpo", "gigpo")  # trained on completions with two model turns
 
 
+def kl_and_entropy(spec) -> dict:
+    """A KL term (none without a reference model) and an entropy bonus: the record's, `k2` / `default` where the
+    record has none."""
+    entropy = "default" if spec.entropy_loss_fn == "none" else spec.entropy_loss_fn
+    terms = {"entropy_coef": 0.01, "entropy_loss_fn": entropy}
+    if spec.use_reference:
+        terms.update(beta=0.1, kl_loss_fn="k2" if spec.kl_loss_fn == "none" else spec.kl_loss_fn)
+    return terms
+
+
 def completion_for(prompt_index: int, k: int, eos: int) -> list[int]:
     length = 2 + (5 * prompt_index + 3 * k) % 7  # 2..8 tokens: uneven lengths make the modes differ
     ids = [10 + (prompt_index * 31 + k * 17 + 7 * t) % 200 for t in range(length)]
@@ -242,8 +252,7 @@ def main() -> None:
                 learning_rate=0.1,
                 lr_scheduler_type="constant",
                 max_grad_norm=0.0,
-                beta=0.1 if spec.use_reference else 0.0,  # an algorithm without a reference model has no KL term
-                entropy_coef=0.01,
+                **kl_and_entropy(spec),
                 report_to="none",
                 save_strategy="no",
                 logging_steps=1,
