@@ -253,7 +253,7 @@ register_family(TrainerFamily(
     "up to `max_staleness` policy versions old (TRL's experimental async GRPO).",
     class_names=("AsyncGRPOConfig", "AsyncGRPOTrainer"), components=COMPONENT_KINDS, schema="experience",
     per_algorithm_classes=False, group_size_field="num_generations",
-    loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob"),
+    loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob", "window_selected"),
     advantage_inputs=("response_mask", "completion_mask", "generator"),
     geometry=_async_geometry,
 ))  # fmt: skip

@@ -256,6 +256,7 @@ def _fuzz_cases():
             "step": STEP_BAD if name == "mix_chord" else {},
             "importance_sampling_ratio": IS_RATIO_BAD,
             "prox_logprob": {k: v for k, v in FLOAT_BAD.items() if k != "none"},
+            "window_selected": {k: v for k, v in MASK_BAD.items() if k != "none"},
             **dict.fromkeys(("global_valid_toks", "global_valid_seqs", "normalizer"), WINDOW_BAD),
             **dict.fromkeys(("expert_valid_toks", "expert_valid_seqs"), WINDOW_BAD),
         }

@@ -130,7 +130,7 @@ EXPECTED_INPUTS = {
     "mix": _MIX,
     "mix_chord": _MIX,
     "dpo": ("logprob", "ref_logprob", "action_mask", "global_valid_seqs"),
-    "m2po": _PG,
+    "m2po": ("logprob", "old_logprob", "action_mask", "advantages", "window_selected", *_WINDOW),
     "gpg": ("logprob", "action_mask", "advantages", "importance_sampling_ratio", *_WINDOW),
     "geo_mean": (
         "logprob",
@@ -153,6 +153,7 @@ def test_batch_inputs_vocabulary():
         "logprob",
         "old_logprob",
         "prox_logprob",
+        "window_selected",
         "ref_logprob",
         "action_mask",
         "advantages",
@@ -217,6 +218,7 @@ def full_batch(**overrides) -> dict:
         normalizer=40.0,
         expert_valid_toks=torch.tensor(12.0),
         expert_valid_seqs=torch.tensor(4.0),
+        window_selected=torch.rand(B, T, generator=torch.Generator().manual_seed(1)) < 0.7,
     )
     return {**batch, **overrides}
 

@@ -18,6 +18,7 @@ from trainer_helpers import cpu_config, logged, toy_trainer
 import trl_ext
 from trl_ext.losses import EPS, LOSS_AGG_MODES, M2POPolicyLoss, get_policy_loss, m2po_mask
 from trl_ext.losses import m2po as m2po_module
+from trl_ext.losses.m2po import M2PO_METRICS
 
 E = math.exp
 
@@ -393,6 +394,7 @@ def test_defaults_and_metrics_are_the_references():
         "old_logprob",
         "action_mask",
         "advantages",
+        "window_selected",
         "global_valid_toks",
         "global_valid_seqs",
         "normalizer",
@@ -534,3 +536,24 @@ def test_trains_on_stale_rollouts_and_logs_the_selection(tiny_model, tmp_path):
         series["m2po/m2_before"], series["m2po/m2_after"], series["m2po/masked_fraction"], strict=True
     ):
         assert (masked > 0) == (before > 1e-3) and after <= before
+
+
+def test_a_window_selection_replaces_the_loss_own():
+    """`window_selected` (the selection a trainer made over the whole window, `select_over_window`) is the loss's
+    selection: the unselected tokens train nothing, stay counted, and the statistics are left to the window."""
+    torch.manual_seed(0)
+    logprob = (torch.randn(3, 5) * 0.3 - 1).requires_grad_()
+    old = logprob.detach() + torch.randn(3, 5) * 0.5
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+    fn = M2POPolicyLoss(m2_threshold=0.01)
+    selected, stats = fn.select_over_window(logprob.detach() - old, advantages.unsqueeze(1).expand(3, 5), mask)
+    assert stats["m2po/masked_fraction"] > 0
+    own, own_metrics = fn(logprob=logprob, old_logprob=old, action_mask=mask, advantages=advantages)
+    given, given_metrics = fn(
+        logprob=logprob, old_logprob=old, action_mask=mask, advantages=advantages, window_selected=selected
+    )
+    torch.testing.assert_close(given, own)  # one micro-batch is the window: the same selection
+    assert set(own_metrics) - set(given_metrics) == set(M2PO_METRICS)
+    none, _ = fn(logprob=logprob, old_logprob=old, action_mask=mask, advantages=advantages, window_selected=~mask)
+    assert none.item() == 0.0

@@ -58,6 +58,7 @@ BATCH_INPUTS = (
     "logprob",
     "old_logprob",
     "prox_logprob",
+    "window_selected",
     "ref_logprob",
     "action_mask",
     "advantages",

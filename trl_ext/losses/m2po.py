@@ -35,7 +35,7 @@ import torch
 
 from ..components import MEAN, SHARE, Argument
 from .base import PolicyLoss, loss_agg_mode_argument, register_policy_loss
-from .inputs import Metrics
+from .inputs import Metrics, check_mask, shape_of
 
 M2PO_METRICS = {
     "m2po/m2_before": MEAN,
@@ -181,18 +181,34 @@ class M2POPolicyLoss(PolicyLoss):
     )
     metrics: ClassVar[dict[str, str]] = {"pg_loss": SHARE, "ppo_kl": MEAN, "ratio/mean": MEAN, **M2PO_METRICS}
 
+    def select_over_window(
+        self, log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, Metrics]:
+        """The selection over a whole optimizer window `[N, T]` (the reference's mini-batch pre-pass), for a trainer
+        that hands each micro-batch's share back as `window_selected`."""
+        return m2po_mask(log_ratio, advantages, mask, self.m2_threshold)
+
     def __call__(
         self,
         logprob: torch.Tensor,
         old_logprob: torch.Tensor,
         action_mask: torch.Tensor,
         advantages: torch.Tensor,
+        window_selected: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
         log_ratio = b.select(logprob - b.check("old_logprob", old_logprob))
         adv = b.advantages(advantages)
-        keep, stats = m2po_mask(log_ratio, adv, b.mask, self.m2_threshold)
+        if window_selected is None:
+            keep, stats = m2po_mask(log_ratio, adv, b.mask, self.m2_threshold)
+        else:  # selected over the whole optimizer window (`select_over_window`), its statistics logged there
+            if not isinstance(window_selected, torch.Tensor) or window_selected.shape != log_ratio.shape:
+                raise ValueError(
+                    f"{self.name}: window_selected must be a bool tensor shaped like logprob {tuple(log_ratio.shape)}; "
+                    f"got {shape_of(window_selected)}"
+                )
+            keep, stats = check_mask(self.name, "window_selected", window_selected).bool() & b.mask, {}
         clamped = log_ratio.detach().clamp(-self.log_ratio_clip, self.log_ratio_clip)
         ratio = torch.exp(log_ratio + (clamped - log_ratio.detach()))  # value e^clamp, gradient of e^{log r} there
         # −A·ratio is finite at every position (a clamped ratio; A, a selected column): multiplying by the 0/1 `keep`

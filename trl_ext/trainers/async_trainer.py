@@ -28,7 +28,6 @@ version).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -43,7 +42,6 @@ from ..async_rollout import GroupScorer, TransformersRolloutWorker
 from ..async_rollout.trl_loop import use_trl_ext_scoring
 from ..components import MAX, MEAN
 from ..losses.decoupled_ppo import loglinear_proximal_logprob
-from ..losses.m2po import M2PO_METRICS, m2po_mask
 from .async_config import AsyncGRPOConfig
 from .async_samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
 from .core.loss_step import LossStep, StepBatch, step_part
@@ -153,16 +151,10 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
                 **_worker_settings(args),
             )
             weight_transfer = weight_transfer or rollout_worker.weight_transfer
-        self.loss_step = LossStep(
-            self, args.components.for_trainer(), args, policy_term=self._policy_term, trainer_terms=self._staleness
-        )
+        self.loss_step = LossStep(self, args.components.for_trainer(), args, trainer_terms=self._staleness)
         self.beta = args.beta
-        # M2PO selects over the whole window (`_prepare_window`); the loss then trains the tokens selected there
-        self._m2_threshold = (
-            getattr(self.policy_loss_fn, "m2_threshold", None) if self.policy_loss_fn.name == "m2po" else None
-        )
-        if self._m2_threshold is not None:
-            self.policy_loss_fn.m2_threshold = math.inf
+        # a loss that selects over the whole window (M2PO) gets the selection made there (`_prepare_window`)
+        self._selects_over_window = "window_selected" in self.policy_loss_fn.inputs()
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -251,8 +243,7 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
         tokens, `window_keep`: batch normalization and rejection see the whole batch, as verl's) and M2PO's
         second-moment selection (`window_selected`). Each is stored on its micro-batch, aligned with its
         `token_index`. One forward pass without gradients per micro-batch, only when one of them is on."""
-        m2po = self._m2_threshold is not None
-        if not (self.correction.enabled or m2po):
+        if not (self.correction.enabled or self._selects_over_window):
             return
         rows, logps = [], []
         with torch.no_grad():
@@ -282,8 +273,8 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
             if self.correction.rs_bounds:
                 keep = mask & kept
         selected = None
-        if m2po:  # M2PO's log-ratio is π against the sampler μ, over the kept tokens
-            selected, stats = m2po_mask(old - sampler, advantages, keep, self._m2_threshold)
+        if self._selects_over_window:  # M2PO's log-ratio is π against the sampler μ, over the kept tokens
+            selected, stats = self.policy_loss_fn.select_over_window(old - sampler, advantages, keep)
             metrics.update(stats)
         values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
         for name, value in zip(metrics, values, strict=True):
@@ -336,22 +327,17 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
             sampling_logprob=sampler,
             ref_logprob=ref,
             importance_sampling_ratio=None if ratio is None else torch.where(mask, ratio.to(logps.dtype), 1.0),
-            selected=extras.get("window_selected"),
             aux_loss=outputs.aux_loss if self.aux_loss_enabled else None,
-            loss_inputs={"prox_logprob": self._proximal(logps, old, row) if "prox_logprob" in reads else None},
+            loss_inputs={
+                "prox_logprob": self._proximal(logps, old, row) if "prox_logprob" in reads else None,
+                "window_selected": extras.get("window_selected"),
+            },
             source={"behave_version": row.behave_version},
         )
         loss = self.loss_step(batch, self.loss_counts(inputs, mode), mode)
         self.beta = self.loss_step.beta
         self._account_step(inputs)
         return loss
-
-    def _policy_term(self, mode: str, **inputs: Any):
-        """The policy loss; with the window's M2PO selection (`_prepare_window`) its statistics are the window's."""
-        loss, metrics = self.loss_step.policy_loss(mode, **inputs)
-        if self._m2_threshold is not None:
-            metrics = {k: v for k, v in metrics.items() if k not in M2PO_METRICS}
-        return loss, metrics
 
     def _staleness(self, mode, batch, window, loss, metrics) -> torch.Tensor:
         """The samples' staleness at the step (the trainer's own metrics; no loss term)."""

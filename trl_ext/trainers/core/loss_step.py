@@ -4,8 +4,8 @@ A trainer's adapter turns its micro-batch into a `StepBatch` (TRL's padded rows,
 tree rows) and calls its `LossStep`, which reads top to bottom:
 
 1. corrections on the advantages: the sampler's importance weights (vLLM's, verl's rollout correction) when the loss
-   does not read them itself, TRL's `top_entropy_quantile` token selection, DeepSeek-V3.2's off-policy sequence mask,
-   a window selection (M2PO's tokens: they train nothing and stay counted);
+   does not read them itself, TRL's `top_entropy_quantile` token selection, DeepSeek-V3.2's off-policy sequence mask
+   (a loss that selects over the whole window, M2PO, gets the window's selection as its `window_selected` input);
 2. each model turn as a sample (`turns_as_samples`);
 3. the policy loss, handed the inputs it declares;
 4. the KL term β·agg(KL) (bias-corrected with `use_bias_correction_kl`; β adapted once per optimizer step);
@@ -44,7 +44,6 @@ class StepBatch:
         sampling_logprob: The sampler's log-probs, which the off-policy mask compares π with (None: π_old).
         ref_logprob: The reference model's log-probs (the KL term).
         importance_sampling_ratio: The sampler's per-token importance weights (vLLM's, the rollout correction's).
-        selected: The tokens a window-wide selection keeps (M2PO); the others train nothing but stay counted.
         aux_loss: The MoE router's auxiliary loss of the forward pass.
         loss_inputs: Further inputs a loss may declare (`expert_mask`, `prox_logprob`, `teacher_logprob`, ...).
         source: The trainer's own micro-batch, for its own terms.
@@ -58,7 +57,6 @@ class StepBatch:
     sampling_logprob: torch.Tensor | None = None
     ref_logprob: torch.Tensor | None = None
     importance_sampling_ratio: torch.Tensor | None = None
-    selected: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None
     loss_inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
     source: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -173,8 +171,6 @@ class LossStep:
             sampler = old if batch.sampling_logprob is None else batch.sampling_logprob
             keep = off_policy_mask(per_token(batch.advantages), logps, sampler, mask, self.off_policy_mask_threshold)
             advantages = per_token(advantages) * keep
-        if batch.selected is not None:
-            advantages = torch.where(batch.selected, per_token(advantages), 0)
         entropies, ref = batch.entropy, batch.ref_logprob
         if self.turns_as_samples:  # one row per model turn, on its tokens: turn r is row r of every tensor
             rows, mask = turn_samples(mask)
