@@ -76,3 +76,13 @@ def test_each_replaced_trl_function_exists(path):
     module, name = path.rsplit(".", 1)
     function = getattr(importlib.import_module(module), name)
     assert callable(function) and function.__module__.startswith("trl_ext."), path  # replaced once, by trl_ext
+
+
+def test_the_package_patches_nothing_with_mock():
+    """trl_ext is fastened to TRL at named points, never by `unittest.mock` at run time."""
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if re.search(r"\bunittest\b|\bmock\.patch|\bpatch\.object\(", path.read_text())
+    ]
+    assert not offenders

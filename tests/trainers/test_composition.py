@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import trl
 from trainer_helpers import CPU, algorithm_classes, cpu_config, logged, toy_trainer, train_update
 
 import trl_ext
@@ -224,15 +225,27 @@ def test_adaptive_kl_penalty_moves_the_coefficient_in_training_only():
 
 
 @pytest.mark.parametrize("config_class", [trl_ext.GRPOConfig, trl_ext.ReinforcePlusPlusConfig])
-def test_kl_in_the_reward_trains_with_a_reference_model_and_no_kl_term(config_class, tiny_model, tmp_path):
+def test_kl_in_the_reward_trains_with_a_reference_model_and_no_kl_term(config_class, tiny_model, tmp_path, monkeypatch):
     config = cpu_config(config_class, str(tmp_path), kl_penalty_fn="k2", kl_penalty_fn_args={"kl_coef": 0.05})
+    seen = []  # TRL's constructor sees the config as the user made it: the reference is built explicitly
+    trl_init = trl.GRPOTrainer.__init__
+    monkeypatch.setattr(
+        trl.GRPOTrainer, "__init__", lambda self, *a, **k: seen.append(a[2].beta) or trl_init(self, *a, **k)
+    )
     trainer = toy_trainer(getattr(trl_ext, config_class.__name__.replace("Config", "Trainer")), config, tiny_model)
+    assert seen == [0.0]
     assert trainer.ref_model is not None and trainer.beta == 0.0 and config.beta == 0.0
     trainer.train()
     kls = logged(trainer, "advantage/kl")
     assert len(kls) == 2 and kls[0] == 0.0 < kls[1]  # the policy starts at the reference, then moves
     assert logged(trainer, "advantage/kl_coef") == [0.05, 0.05]
     assert "kl" not in trainer.state.log_history[0]  # no KL term in the loss
+
+
+def test_kl_in_the_reward_refuses_sync_ref_model(tiny_model, tmp_path):
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), kl_penalty_fn="k2", sync_ref_model=True)
+    with pytest.raises(ValueError, match=r"sync_ref_model=True updates TRL's reference model, which TRL builds only"):
+        toy_trainer(trl_ext.GRPOTrainer, config, tiny_model)
 
 
 def test_distillation_with_a_reference_model_refuses_kl_in_the_reward():

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import nanstd
+from trl.trainer.utils import nanstd, use_adapter
 
 from ..advantages.reinforce_plus_plus import place_token_rewards
 from .overlong_reward import overlong_penalty
@@ -81,25 +81,13 @@ class GRPOScoring:
             )
         return rewards_per_func
 
-    @contextlib.contextmanager
-    def _reference_log_probs(self):
-        """TRL computes the reference log-probs only while its `beta` is non-zero: so it is while it generates, when
-        the KL penalty on the rewards needs them and the loss has no KL term."""
-        if not self._reference_for_reward:
-            yield
-            return
-        self.beta = 1.0
-        try:
-            yield
-        finally:
-            self.beta = 0.0
-
     def _generate_round(self, inputs) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor | None]:
         """One generation and reward pass of TRL's on the local prompts `inputs`: `(output, rewards_per_func [N, F],
         overlong penalties [N] or None)`, the rewards of every process's samples."""
         self._arm_turn_recorder()
-        with self._reference_log_probs():
-            output = super()._generate_and_score_completions(inputs)
+        output = super()._generate_and_score_completions(inputs)
+        if self.kl_penalty_fn is not None and output.get("ref_per_token_logps") is None:  # TRL's only for beta != 0
+            output["ref_per_token_logps"] = self._reference_log_probs(output)
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
         overlong, self._gathered_overlong = self._gathered_overlong, None
         return output, rewards_per_func, overlong
@@ -126,7 +114,7 @@ class GRPOScoring:
 
         result, response_mask = self._compute_advantages(rewards, group_ids, output)
         self._reward_components = None
-        if self._reference_for_reward:
+        if self.beta == 0:
             output.pop("ref_per_token_logps", None)  # the loss has no KL term
         for name, value in (result.metrics or {}).items():
             self._metrics[mode][f"advantage/{name}"].append(float(value))
@@ -324,12 +312,29 @@ class GRPOScoring:
         old = output.get("old_per_token_logps")
         if old is not None and not entropy:
             return old, None
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, entropies = self._log_probs(self.model, output, entropy)
+        return (logps if old is None else old), entropies
+
+    def _reference_log_probs(self, output: dict[str, Any]) -> torch.Tensor:
+        """The reference model's per-token log-probs `[B, T]` of the local completions, as TRL computes them for
+        beta != 0: its reference model (`ref_model`), or with PEFT the policy with the adapter off (or its initial
+        `ref` adapter). The KL penalty on the rewards reads them when the loss has no KL term."""
+        if self.ref_model is not None:
+            return self._log_probs(self.ref_model, output, entropy=False)[0]
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        with use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None):
+            return self._log_probs(self.model, output, entropy=False)[0]
+
+    def _log_probs(self, model, output: dict[str, Any], entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`model`'s per-token log-probs (and entropies) of the local completions, without gradients, TRL's batch
+        size at a time."""
         completion_ids = output["completion_ids"]
         mode = "train" if self.model.training else "eval"
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+        with torch.no_grad():
             logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                self.model,
+                model,
                 torch.cat([output["prompt_ids"], completion_ids], dim=1),
                 torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
                 completion_ids.size(1),
@@ -337,7 +342,7 @@ class GRPOScoring:
                 compute_entropy=entropy,
                 **{key: output.get(key) for key in _MULTIMODAL_KEYS},
             )
-        return (logps if old is None else old), entropies
+        return logps, entropies
 
     def _sum_pi_squared(self, output: dict[str, Any]) -> torch.Tensor:
         """Σ_v π(v)² at each completion position `[B, T]` under the sampling policy (the current weights, TRL's

@@ -40,8 +40,11 @@ from typing import Any, ClassVar
 
 import torch
 import trl
+from accelerate.utils import is_peft_model
 from transformers import TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.models import prepare_deepspeed, prepare_fsdp
+from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable_dropout_in_model, get_config_model_id
 
 from .config_conversion import trainer_config
 from .core.loss_step import LossStep, StepBatch, step_part
@@ -142,17 +145,16 @@ class GRPOFamilyTrainer(
                         f"cannot be made with {name}; drop {name} or choose another advantage function"
                     )
 
-        # TRL loads the reference model (and computes its log-probs) only for beta != 0; KL in the reward needs it
-        # too: TRL sees a non-zero beta while it builds and while it generates (`_reference_log_probs`).
-        self._reference_for_reward = args.kl_penalty_fn != "none" and args.beta == 0
-        beta = args.beta
-        if self._reference_for_reward:
-            args.beta = 1.0
-        try:
-            super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
-        finally:
-            args.beta = beta
-        self.beta = beta
+        reward_reference = args.kl_penalty_fn != "none" and args.beta == 0  # TRL builds a reference for beta != 0
+        if reward_reference and args.sync_ref_model:
+            raise ValueError(
+                f"{type(self).__name__}: sync_ref_model=True updates TRL's reference model, which TRL builds only for "
+                f"beta != 0, but beta=0 with kl_penalty_fn={args.kl_penalty_fn!r} (the KL in the reward); set "
+                "sync_ref_model=False, or put the KL in the loss (beta > 0)"
+            )
+        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
+        if reward_reference and not is_peft_model(self.model):  # PEFT: the policy with its adapter off
+            self.ref_model = reference_model(self, kwargs.get("quantization_config"))
 
         self.algorithm = algorithm
         self.advantage_fn = components.advantage_fn
@@ -297,6 +299,29 @@ class GRPOFamilyTrainer(
         if path is not None and os.path.exists(path):
             with open(path) as f:
                 self._restore_checkpoint_state(json.load(f))
+
+
+def reference_model(trainer: trl.GRPOTrainer, quantization_config: Any = None) -> torch.nn.Module:
+    """A frozen copy of the initial policy for the KL penalty on the rewards, built, loaded and wrapped as TRL builds
+    its own reference model for beta != 0 (TRL's fused log-prob head; DeepSpeed, FSDP or accelerate)."""
+    args, policy = trainer.args, trainer.model
+    kwargs = dict(args.model_init_kwargs or {})
+    if quantization_config is not None:
+        kwargs["quantization_config"] = quantization_config
+    if args.distributed_state.distributed_type in ("MULTI_GPU", "DEEPSPEED"):
+        kwargs["device_map"] = None
+    kwargs.setdefault("trust_remote_code", args.trust_remote_code)
+    kwargs.setdefault("dtype", policy.dtype)
+    kwargs.setdefault("attn_implementation", policy.config._attn_implementation)
+    reference = create_model_from_path(get_config_model_id(policy.config), **kwargs)
+    if args.disable_dropout:
+        disable_dropout_in_model(reference)
+    add_fused_lm_head(reference, temperature=trainer.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+    if trainer.is_deepspeed_enabled:
+        return prepare_deepspeed(reference, trainer.accelerator)
+    if trainer.is_fsdp_enabled:
+        return prepare_fsdp(reference, trainer.accelerator)
+    return trainer.accelerator.prepare_model(reference, evaluation_mode=True)
 
 
 def _check_prompt_column(owner: str, split: str, dataset: Any) -> None:
