@@ -5,7 +5,7 @@ Run (from the repository root)::
     python benchmarks/dynamic_sampling.py                        # seeds 0, 1, 2, 120 steps: ~3 min on 2 CPU cores
     python benchmarks/dynamic_sampling.py --seeds 0 --steps 20 --out /tmp/dynamic_sampling
 
-Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476 §3.2; `trl_ext/trainers/dynamic_sampling.py`) drops the
+Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476 §3.2; `trl_ext/trainers/grpo/dynamic_sampling.py`) drops the
 prompt groups whose task rewards all agree, which have zero group-relative advantage, and generates for more prompts
 until the generation batch holds as many informative groups as it was built for. So every trained group carries a
 gradient, at the price of more generation per optimizer step. The toy task's reward (`trl_ext.toy.toy_reward`) is

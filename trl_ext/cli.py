@@ -114,7 +114,7 @@ def describe_algorithm(name: str) -> str:
     if not spec.has_trainer:
         lines.append(f"  trainer     none yet: its loss is trl_ext.losses.get_policy_loss({spec.policy_loss_fn!r})")
         return "\n".join(lines)
-    from .trainers.model_card import algorithm_fields, field_default
+    from .trainers.core.model_card import algorithm_fields, field_default
 
     config, trainer = spec.class_names
     lines.append(f"  trainer     trl_ext.{trainer} / trl_ext.{config} ({spec.family.name} family)")

@@ -14,7 +14,7 @@ gets classes of its own (`SAPOConfig`, `SAPOTrainer`) or is the family's single 
 
 The classes themselves are above the record: they are built on the records, so this module, like the algorithm
 table, neither imports nor names by path trl, the trainers or the scripts. The trainers' package registers each
-family's classes when it is imported (`trl_ext.trainers.family_classes`).
+family's classes when it is imported (`trl_ext.trainers.core.family_classes`).
 
 Adding a family is one `register_family(TrainerFamily(...))` and, beside its trainer, one
 `register_family_classes(...)`; adding an algorithm to a family is one `register_algorithm(AlgorithmSpec(...))`.
@@ -68,7 +68,7 @@ class TrainerFamily:
         class_names: The names of its config and trainer class, `("GRPOFamilyConfig", "GRPOFamilyTrainer")`: the
             bases of its algorithms' classes, or the classes of its single algorithm (`("DPOConfig",
             "DPOTrainer")`). The classes are registered under these names by the trainers' package
-            (`trl_ext.trainers.family_classes`).
+            (`trl_ext.trainers.core.family_classes`).
         components: The component kinds (`COMPONENT_KINDS`, `policy_loss_fn` included) an algorithm of the family
             chooses (its config gets their arguments as fields); a record naming an advantage for a family without
             one is refused.

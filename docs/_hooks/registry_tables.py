@@ -240,21 +240,21 @@ def aggregation_modes() -> str:
 
 
 def _field_rows(fields) -> list[list[object]]:
-    from trl_ext.trainers.model_card import field_default
+    from trl_ext.trainers.core.model_card import field_default
 
     return [[f"`{f.name}`", f"`{field_default(f)!r}`", f.metadata.get("help", "")] for f in fields]
 
 
 def settings(algorithm: str) -> str:
     from trl_ext import get_algorithm
-    from trl_ext.trainers.model_card import algorithm_fields
+    from trl_ext.trainers.core.model_card import algorithm_fields
 
     spec = get_algorithm(algorithm)
     return _table(["field", "default", "help"], _field_rows(algorithm_fields(spec.config_class, algorithm)))
 
 
 def shared_settings(family: str) -> str:
-    from trl_ext.trainers.family_classes import get_family_classes
+    from trl_ext.trainers.core.family_classes import get_family_classes
 
     base = get_family_classes(family).settings_base
     trl_base = next(c for c in base.__mro__ if c.__module__.startswith("trl."))

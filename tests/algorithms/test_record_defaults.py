@@ -11,7 +11,7 @@ import trl_ext
 from trl_ext.advantages import ADVANTAGE_FNS
 from trl_ext.losses import POLICY_LOSSES
 from trl_ext.losses.kl import KLFn
-from trl_ext.trainers.arguments import config_arguments
+from trl_ext.trainers.core.arguments import config_arguments
 
 COMPONENT_FIELDS = ("policy_loss_fn", "advantage_fn", "kl_loss_fn", "kl_penalty_fn", "entropy_loss_fn")
 WITH_CONFIG = [name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer]

@@ -138,8 +138,8 @@ def test_builtin_configs_are_built_from_their_records(name):
     config names, with the specs' defaults) on top of its family's base."""
     from trl_ext.advantages import ADVANTAGE_FNS
     from trl_ext.losses.kl import KLFn
-    from trl_ext.trainers.arguments import algorithm_fields, config_arguments
-    from trl_ext.trainers.family_classes import get_family_classes
+    from trl_ext.trainers.core.arguments import algorithm_fields, config_arguments
+    from trl_ext.trainers.core.family_classes import get_family_classes
 
     spec = get_algorithm(name)
     config_class = spec.config_class
@@ -164,7 +164,7 @@ def test_kl_fields_come_from_the_kl_specs():
     its coefficient is the family's own field (TRL's `beta`, DPO's `kl_coef`)."""
     import trl_ext
     from trl_ext.losses.kl import KL_FNS, KLFn
-    from trl_ext.trainers.arguments import config_arguments
+    from trl_ext.trainers.core.arguments import config_arguments
 
     generated = [spec.field_name for spec in config_arguments(KLFn)]
     assert generated == ["adaptive_kl", "target_kl", "kl_horizon"]

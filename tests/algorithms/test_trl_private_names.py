@@ -72,7 +72,7 @@ def test_each_private_name_exists_in_the_installed_trl(name):
 
 @pytest.mark.parametrize("path", REPLACED_TRL_FUNCTIONS)
 def test_each_replaced_trl_function_exists(path):
-    importlib.import_module("trl_ext.trainers.async_trainer")  # the adapter that replaces it
+    importlib.import_module("trl_ext.trainers.asynchronous.trainer")  # the adapter that replaces it
     module, name = path.rsplit(".", 1)
     function = getattr(importlib.import_module(module), name)
     assert callable(function) and function.__module__.startswith("trl_ext."), path  # replaced once, by trl_ext

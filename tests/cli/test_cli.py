@@ -15,7 +15,7 @@ from trainer_helpers import logged
 
 import trl_ext
 from trl_ext.cli import main, train
-from trl_ext.trainers.model_card import algorithm_fields, field_default
+from trl_ext.trainers.core.model_card import algorithm_fields, field_default
 
 QUICK = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4", "--logging_steps", "1"]
 QUICK += ["--save_strategy", "no"]
@@ -41,7 +41,7 @@ def test_list_groups_algorithms_by_family_and_fits_a_terminal(capsys):
 
 
 def test_list_imports_neither_trl_nor_transformers():
-    """`trl-ext list` reads the argument dataclasses (`trl_ext.trainers.arguments`), not the configs: it costs the
+    """`trl-ext list` reads the argument dataclasses (`trl_ext.trainers.core.arguments`), not the configs: it costs the
     import of torch, not that of trl / transformers (several seconds)."""
     heavy = "sorted(m for m in ('trl', 'transformers', 'accelerate', 'datasets') if m in sys.modules)"
     script = f"import sys, trl_ext.cli; trl_ext.cli.list_algorithms(); print({heavy})"

@@ -31,7 +31,7 @@ def test_dpo_example_trains_the_toy_pairs(toy_cache, tiny_model, tmp_path):
     from trl_ext.scripts.dpo import main as dpo_main
 
     trainer = dpo_main(["--output_dir", str(tmp_path), "--max_steps", "20", "--eval_steps", "20", "--kl_coef", "0.01"])
-    assert type(trainer).__module__ == "trl_ext.trainers.dpo_trainer" and trainer.kl_fn.kl_coef == 0.01
+    assert type(trainer).__module__ == "trl_ext.trainers.dpo.trainer" and trainer.kl_fn.kl_coef == 0.01
     assert trainer.model.config._name_or_path == tiny_model and trainer.args.use_cpu
     accuracy = logged(trainer, "eval_accuracy_mean")  # held-out pairs (trl_ext.toy.toy_preference_dataset seed 99)
     assert len(accuracy) == 1 and accuracy[0] > 0.6

@@ -1,6 +1,6 @@
 """The end of a training script's run: resuming (`--resume_from_checkpoint`), the closing line, the training curves
 (`trl_ext/scripts/finish.py`, `curves.py`) and the noise the scripts silence or explain (`noise.py`, the critic's
-value head: `trl_ext/trainers/new_head.py`)."""
+value head: `trl_ext/trainers/critic/new_head.py`)."""
 
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ def test_the_critics_new_value_head_is_loaded_without_a_load_report(tiny_model, 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     from trl_ext import PPOTrainer
-    from trl_ext.trainers.new_head import LOAD_REPORT, from_pretrained_with_new_head
+    from trl_ext.trainers.critic.new_head import LOAD_REPORT, from_pretrained_with_new_head
 
     records = _Records()
     logger = logging.getLogger("transformers.modeling_utils")

@@ -14,7 +14,7 @@ from trl.experimental.async_grpo import packing
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path
 
 from trl_ext import AsyncGRPOConfig, AsyncGRPOTrainer, toy
-from trl_ext.trainers.tree_attention import tree_sdpa_attention, use_tree_attention
+from trl_ext.trainers.asynchronous.tree_attention import tree_sdpa_attention, use_tree_attention
 
 
 def _flash_loads() -> bool:

@@ -115,7 +115,7 @@ def packed_batch(samples: list[dict], advantages, pad_token_id: int, versions=No
     """The samples as TRL packs one micro-batch for one process (a `TreeRow`, trl_ext's collator)."""
     from trl.experimental.async_grpo.packing import TreeRow
 
-    from trl_ext.trainers.async_samples import VERSION_KEY, VersionedCollator
+    from trl_ext.trainers.asynchronous.samples import VERSION_KEY, VersionedCollator
 
     row = TreeRow()
     for i, sample in enumerate(samples):

@@ -10,7 +10,7 @@ from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
 from trl_ext import AsyncGRPOTrainer
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
-from trl_ext.trainers.async_samples import check_sample
+from trl_ext.trainers.asynchronous.samples import check_sample
 
 # ---- the config --------------------------------------------------------------------------------------------------
 

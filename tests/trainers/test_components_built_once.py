@@ -1,6 +1,6 @@
-"""A config resolves its trained parts once (`config.components`, `trl_ext.trainers.resolved`), and its trainer trains
-a copy of that object: building a config, its trainer and a training step constructs the policy loss at most twice
-(once for most; twice for critic PPO, whose config checks around TRL's with a stand-in group size, and for DPO,
+"""A config resolves its trained parts once (`config.components`, `trl_ext.trainers.core.resolved`), and its trainer
+trains a copy of that object: building a config, its trainer and a training step constructs the policy loss at most
+twice (once for most; twice for critic PPO, whose config checks around TRL's with a stand-in group size, and for DPO,
 whose config checks its loss before TRL's checks normalize the fields). A config changed
 after construction builds its parts again, and two trainers from one config do not share a stateful part."""
 

@@ -19,7 +19,7 @@ from trainer_helpers import CPU, algorithm_classes, cpu_config, logged, toy_trai
 
 import trl_ext
 from trl_ext.losses import get_kl_fn
-from trl_ext.trainers.grpo_trainer import GRPOFamilyTrainer
+from trl_ext.trainers.grpo.trainer import GRPOFamilyTrainer
 
 GRPO_CONFIGS = algorithm_classes("grpo")
 

@@ -20,9 +20,9 @@ from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes
 import trl_ext
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.cli import describe_algorithm
-from trl_ext.trainers.arguments import DocumentedDefault
-from trl_ext.trainers.model_card import field_default
-from trl_ext.trainers.trl_loss_fields import TRL_LOSS_FIELDS
+from trl_ext.trainers.core.arguments import DocumentedDefault
+from trl_ext.trainers.core.model_card import field_default
+from trl_ext.trainers.core.trl_loss_fields import TRL_LOSS_FIELDS
 
 CONFIGS = {**algorithm_classes(*ROLLOUT_FAMILIES), "dpo": trl_ext.DPOConfig}
 GRPO_FAMILY = list(algorithm_classes(*ROLLOUT_FAMILIES))

@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM
 import trl_ext
 from trl_ext.scripts.cpt import toy_text_dataset
 from trl_ext.toy import build_tokenizer
-from trl_ext.trainers.cpt_trainer import CPTConfig, CPTTrainer
-from trl_ext.trainers.sft_config import SFTConfig
+from trl_ext.trainers.sft.config import SFTConfig
+from trl_ext.trainers.sft.cpt import CPTConfig, CPTTrainer
 
 TEXTS = ["Repeat the letter c: c c c", "The quick brown fox jumps over the lazy dog.", "a b", "Hello world!"]
 MISSING_MODEL = "/nonexistent/model"  # loading it would fail: an error about the data proves the model never loaded

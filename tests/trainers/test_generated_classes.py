@@ -1,8 +1,8 @@
 """The built-in algorithms' public classes are class statements in the source, kept current with their records.
 
-`trl_ext/trainers/grpo_algorithms.py` and the `TYPE_CHECKING` imports of `trl_ext/__init__.py` are generated from the
-algorithm records (`python -m trl_ext.trainers.generate`); these tests fail when either is out of date, and check that
-a generated class is the class the records describe (the same fields, types, defaults and help as the classes built
+`trl_ext/trainers/grpo/algorithms.py` and the `TYPE_CHECKING` imports of `trl_ext/__init__.py` are generated from the
+algorithm records (`python -m trl_ext.trainers.core.generate`); these tests fail when either is out of date, and check
+that a generated class is the class the records describe (the same fields, types, defaults and help as the classes built
 for a record registered at run time). (That the records and the trainers do not import each other:
 tests/algorithms/test_import_graph.py.)
 """
@@ -17,9 +17,9 @@ import re
 import pytest
 
 import trl_ext
-from trl_ext.trainers import generate
-from trl_ext.trainers.classes import build_classes
-from trl_ext.trainers.family_classes import get_family_classes, register_family_classes
+from trl_ext.trainers.core import generate
+from trl_ext.trainers.core.classes import build_classes
+from trl_ext.trainers.core.family_classes import get_family_classes, register_family_classes
 
 ROOT = pathlib.Path(trl_ext.__file__).parent
 BUILT_IN = [name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_trainer]
@@ -27,14 +27,14 @@ BUILT_IN = [name for name, spec in trl_ext.ALGORITHMS.items() if spec.has_traine
 
 def test_generated_module_is_current():
     assert generate.MODULE_PATH.read_text() == generate.render_module(), (
-        "trl_ext/trainers/grpo_algorithms.py is out of date: run `python -m trl_ext.trainers.generate`"
+        "trl_ext/trainers/grpo/algorithms.py is out of date: run `python -m trl_ext.trainers.core.generate`"
     )
 
 
 def test_type_checking_imports_are_current():
     text = generate.PACKAGE_INIT.read_text()
     assert generate.package_init_with_exports(text) == text, (
-        "the generated imports of trl_ext/__init__.py are out of date: run `python -m trl_ext.trainers.generate`"
+        "the generated imports of trl_ext/__init__.py are out of date: run `python -m trl_ext.trainers.core.generate`"
     )
 
 
@@ -98,7 +98,7 @@ def test_a_family_is_registered_once_with_every_part():
         register_family(grpo)
     with pytest.raises(ValueError, match="trainer family 'ppo': missing part\\(s\\) description, class_names"):
         dataclasses.replace(grpo, name="ppo", description="", class_names=())
-    path = ("trl_ext.trainers.grpo_config:GRPOFamilyConfig",)  # a record names its classes, not where they live
+    path = ("trl_ext.trainers.grpo.config:GRPOFamilyConfig",)  # a record names its classes, not where they live
     with pytest.raises(ValueError, match=re.escape(f"class_names={path!r} must be (config class name, trainer class")):
         dataclasses.replace(grpo, name="ppo", class_names=path)
     with pytest.raises(
@@ -132,7 +132,7 @@ def test_the_trainers_register_each_familys_classes_under_its_names():
 
 
 def test_registered_classes_must_be_the_ones_the_record_names(monkeypatch):
-    from trl_ext.trainers import family_classes
+    from trl_ext.trainers.core import family_classes
 
     monkeypatch.delitem(family_classes.FAMILY_CLASSES, "mix")
     with pytest.raises(ValueError, match=r"family 'mix' has no classes registered .*families with classes: grpo,"):

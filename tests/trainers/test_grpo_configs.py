@@ -15,8 +15,8 @@ import trl_ext
 from trl_ext.advantages import ADVANTAGE_FNS
 from trl_ext.losses import POLICY_LOSSES
 from trl_ext.trainers import GRPOFamilyConfig
-from trl_ext.trainers.arguments import config_arguments
-from trl_ext.trainers.trl_loss_fields import TRL_LOSS_FIELDS
+from trl_ext.trainers.core.arguments import config_arguments
+from trl_ext.trainers.core.trl_loss_fields import TRL_LOSS_FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ALGORITHMS = list(algorithm_classes("grpo"))

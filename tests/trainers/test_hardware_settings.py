@@ -13,7 +13,7 @@ import torch
 from trainer_helpers import CPU
 
 import trl_ext
-from trl_ext.trainers.devices import check_device, check_device_map
+from trl_ext.trainers.core.devices import check_device, check_device_map
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -13,7 +13,7 @@ from trainer_helpers import ROLLOUT_FAMILIES, algorithm_classes, cpu_config, toy
 import trl_ext
 from trl_ext.toy import build_tokenizer
 from trl_ext.trainers.core.loss_step import LossStep
-from trl_ext.trainers.grpo_trainer import GRPOFamilyTrainer
+from trl_ext.trainers.grpo.trainer import GRPOFamilyTrainer
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def test_batch_mixes_rollouts_and_expert_rows(tiny_model, tmp_path):
     assert torch.all(batch["advantages"][is_expert] == 0)
     # The expert rows are the stream's first 4 demonstrations, tokenized like the prompts, completion + EOS.
     tok = build_tokenizer()
-    order = trl_ext.trainers.expert_data.ExpertStream(32, seed=0).take(4)
+    order = trl_ext.trainers.mix.expert_data.ExpertStream(32, seed=0).take(4)
     expected = set()
     for i in order:
         row = expert[i]
@@ -378,7 +378,7 @@ def test_bad_expert_dataset(tiny_model, tmp_path, expert, match):
 
 
 def test_mixed_formats_are_rejected():
-    from trl_ext.trainers.expert_data import load_expert_examples
+    from trl_ext.trainers.mix.expert_data import load_expert_examples
 
     rows = [
         {"prompt": "a", "completion": " b"},

@@ -10,7 +10,7 @@ from trainer_helpers import cpu_config, length_reward
 import trl_ext
 from trl_ext.cli import describe_algorithm, list_algorithms
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_preference_dataset
-from trl_ext.trainers.model_card import paper
+from trl_ext.trainers.core.model_card import paper
 
 
 def _card(path) -> str:

@@ -19,7 +19,7 @@ from trainer_helpers import CPU, changed, logged, snapshot
 import trl_ext
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.toy import toy_dataset, toy_reward
-from trl_ext.trainers.grpo_trainer import GRPOFamilyTrainer
+from trl_ext.trainers.grpo.trainer import GRPOFamilyTrainer
 
 
 def shared(model, tmp_path, **overrides):

@@ -96,7 +96,7 @@ def test_each_model_gets_the_gradient_of_its_own_loss(tiny_model, tmp_path):
         if with_value_loss:
             trainer._compute_loss(trainer.model, batch).backward()
         else:  # the policy's terms alone
-            plain = trl_ext.trainers.grpo_trainer.GRPOFamilyTrainer._add_trainer_terms
+            plain = trl_ext.trainers.grpo.trainer.GRPOFamilyTrainer._add_trainer_terms
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(type(trainer), "_add_trainer_terms", plain)
                 trainer._compute_loss(trainer.model, batch).backward()

@@ -18,8 +18,8 @@ from transformers import AutoModelForCausalLM
 
 from trl_ext.losses.sft import SFTISLoss, SFTLoss, SFTPhiLoss
 from trl_ext.toy import build_tokenizer, toy_expert_dataset
-from trl_ext.trainers.sft_config import SFTConfig
-from trl_ext.trainers.sft_trainer import SFTTrainer
+from trl_ext.trainers.sft.config import SFTConfig
+from trl_ext.trainers.sft.trainer import SFTTrainer
 
 EPS32 = torch.finfo(torch.float32).eps  # 2^-23: float32's relative resolution
 

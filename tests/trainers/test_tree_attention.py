@@ -1,5 +1,5 @@
-"""`trl_ext.trainers.tree_attention`: SDPA attention over TRL's packed prefix-tree rows, checked against independent
-computations.
+"""`trl_ext.trainers.asynchronous.tree_attention`: SDPA attention over TRL's packed prefix-tree rows, checked against
+independent computations.
 
 - the mask equals a brute-force mask from the segment/path definition (query j of a segment sees
   `path[: P - L + j + 1]`) and one from the position_ids interval rule (`k <= q < end[k]`), with and without a sliding
@@ -26,7 +26,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from trl.experimental.async_grpo import packing
 from trl.trainer.utils import add_fused_lm_head
 
-from trl_ext.trainers.tree_attention import tree_attention_mask, tree_sdpa_attention, use_tree_attention
+from trl_ext.trainers.asynchronous.tree_attention import tree_attention_mask, tree_sdpa_attention, use_tree_attention
 
 VOCAB = 97
 

@@ -1,6 +1,6 @@
 """A trl_ext trainer given TRL's own config (`trl.GRPOConfig` / `trl.DPOConfig` / `trl.SFTConfig`) or a plain
 `transformers.TrainingArguments` converts it to the algorithm's config, as `trl.SFTTrainer` converts a
-`TrainingArguments` (`trl_ext.trainers.config_conversion`): the fields that differ from TRL's defaults are carried
+`TrainingArguments` (`trl_ext.trainers.core.config_conversion`): the fields that differ from TRL's defaults are carried
 over, the algorithm's defaults fill the rest, and a TRL loss field the algorithm does not train is refused by name.
 
 The field-level cases call the conversion itself; one trainer per family is constructed (no training) to show that
@@ -18,7 +18,7 @@ from trainer_helpers import CPU, length_reward
 
 import trl_ext
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_expert_dataset, toy_preference_dataset
-from trl_ext.trainers.config_conversion import convert_config, trainer_config
+from trl_ext.trainers.core.config_conversion import convert_config, trainer_config
 
 TRL_CPU = {"use_cpu": True, "bf16": False, "report_to": "none", "save_strategy": "no"}
 """What the CPU test machine needs of every config (TRL's `bf16` default needs a GPU)."""

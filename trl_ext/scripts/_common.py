@@ -120,7 +120,7 @@ class ScriptParser(_UsageErrors, TrlParser):
     def _group_flags(self, algorithm: str | None) -> None:
         """Put each dataclass's flags under a titled group, the algorithm's own settings first. Help only: the parser
         reads the flags from `_actions`, which keeps them all."""
-        from ..trainers.model_card import algorithm_fields
+        from ..trainers.core.model_card import algorithm_fields
 
         groups: list[tuple[str, list[str]]] = []
         config = get_algorithm(algorithm).config_class if algorithm is not None else None
@@ -461,8 +461,8 @@ def _rows(dataset) -> str:
 def algorithm_overrides(args: Any, algorithm: str, shown: Sequence[str] = ()) -> list[str]:
     """`name=value (default d)` for each of the algorithm's own config fields (`trl-ext list`'s) that differ from their
     default, except those in `shown`."""
-    from ..trainers.arguments import is_documented_default
-    from ..trainers.model_card import algorithm_fields, field_default
+    from ..trainers.core.arguments import is_documented_default
+    from ..trainers.core.model_card import algorithm_fields, field_default
 
     out = []
     for f in algorithm_fields(type(args), algorithm):

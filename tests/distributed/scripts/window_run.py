@@ -102,7 +102,7 @@ def reward_uniform_for_prompt_1(prompts, completion_ids, **kwargs):
 
 def use_local_normalization() -> None:
     """Per-micro-batch means divided by the accumulation steps (TRL's `grpo` / `bnpo` convention)."""
-    from trl_ext.trainers.grpo_trainer import GRPOFamilyTrainer
+    from trl_ext.trainers.grpo.trainer import GRPOFamilyTrainer
 
     compute_loss = GRPOFamilyTrainer._compute_loss
 
@@ -137,7 +137,7 @@ def fix_micro_batches() -> None:
 
 def drop_process_scale() -> None:
     """Control: MIX's reference weighting scaled by 1 / accumulation steps only, without the number of processes."""
-    from trl_ext.trainers.mix_trainer import MIXFamilyTrainer
+    from trl_ext.trainers.mix.trainer import MIXFamilyTrainer
 
     policy_loss = MIXFamilyTrainer._policy_loss
 

@@ -1,0 +1,219 @@
+"""Config of the asynchronous trainer: TRL's experimental `AsyncGRPOConfig` plus any trl_ext loss and estimator.
+
+`AsyncGRPOConfig` keeps every field of `trl.experimental.async_grpo.AsyncGRPOConfig` (the vLLM server, the token
+budget, `max_staleness`, `weight_sync_steps`, `max_inflight_tasks`, the worker's heartbeat, ...) and adds what the
+synchronous GRPO-family configs have: the policy loss (`policy_loss_fn`, `policy_loss_fn_args` and the `ppo` loss's
+fields), the group advantage (`advantage_fn`, `advantage_fn_args` and the `grpo` advantage's fields), the KL term
+(`beta`, `kl_loss_fn`), the entropy bonus (`entropy_coef`), verl's rollout correction against the sampler
+(`rollout_is`, `rollout_rs`) and the proximal policy of AReaL's decoupled PPO (`prox_logp_method`). The parts are
+resolved once, by the same code as the synchronous configs (`composition.ComposedComponents`), from the
+`async_grpo` record.
+
+What an asynchronous run cannot do is refused here, each naming its field: TRL's own loss fields (`epsilon`,
+`epsilon_high`: use `clip_range_low` / `clip_range_high`), a KL penalty in the reward (the worker has no reference
+model), an advantage that needs what the worker does not compute (token-level, multi-turn, values, greedy baselines:
+`trl_ext.async_rollout.check_async_estimator`), `max_staleness` < 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trl.experimental.async_grpo import AsyncGRPOConfig as _TRLAsyncGRPOConfig
+
+from ..._validation import check_choice, check_number
+from ...algorithms import get_algorithm
+from ...async_rollout.scoring import check_async_estimator
+from ..core.arguments import (
+    GRPO_KL_ARGUMENTS,
+    CompositionArguments,
+    DocumentedDefault,
+    RolloutCorrectionArguments,
+    _help,
+    algorithm_field,
+    composition_field_help,
+)
+from ..core.composition import ComposedComponents
+from ..core.config_fields import resolve_kl_coefficient
+from ..core.step_arguments import LossStepArguments, check_loss_step_fields
+
+ALGORITHM = "async_grpo"
+ROLLOUT_BACKENDS = ("vllm", "transformers")
+"""Who generates: TRL's vLLM worker (`trl vllm-serve`), or trl_ext's transformers worker in its own process."""
+PROX_LOGP_METHODS = ("recompute", "loglinear")
+"""How the decoupled loss gets π_prox: the weights at the start of the optimizer step, or AReaL's approximation."""
+
+
+@dataclass
+class AsyncGRPOConfig(
+    ComposedComponents,
+    CompositionArguments,
+    RolloutCorrectionArguments,
+    GRPO_KL_ARGUMENTS,
+    LossStepArguments,
+    _TRLAsyncGRPOConfig,
+):
+    r"""
+    Configuration of [`trl_ext.AsyncGRPOTrainer`]: TRL's `AsyncGRPOConfig` (generation decoupled from training,
+    samples up to `max_staleness` policy versions old) with any trl_ext policy loss and group advantage.
+
+    The defaults train TRL's objective: the `ppo` loss (PPO's clip against the sampler's log-probs μ, token-mean,
+    TRL's global token normalization) on `grpo` advantages computed in the rollout worker. Set `policy_loss_fn`
+    (any loss of `trl_ext.losses`, its arguments in `policy_loss_fn_args`) and `advantage_fn` (a group estimator,
+    `advantage_fn_args`) to compose others; for stale samples `decoupled_ppo` (AReaL), `m2po` or `rollout_is` /
+    `rollout_rs`. `beta` > 0 adds the KL term to a frozen reference model (loaded for it), `entropy_coef` the
+    entropy bonus. Every loss is normalized over the optimizer window, all micro-batches and processes.
+
+    `rollout_backend="transformers"` generates with trl_ext's `TransformersRolloutWorker` in a process of its own
+    (offline, CPU or one GPU); `"vllm"` (default) is TRL's worker against `trl vllm-serve`.
+    """
+
+    algorithm: ClassVar[str] = ALGORITHM
+    uses_trl_loss: ClassVar[bool] = False  # TRL's own loss fields are refused (`epsilon`, `epsilon_high`)
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [
+        *_TRLAsyncGRPOConfig._VALID_DICT_FIELDS,
+        "policy_loss_fn_args",
+        "advantage_fn_args",
+    ]
+
+    kl_loss_fn: str = algorithm_field(ALGORITHM, "kl_loss_fn")
+    num_generations: int = algorithm_field(ALGORITHM, "num_generations")
+    policy_loss_fn: str = field(
+        default=get_algorithm(ALGORITHM).policy_loss_fn,
+        metadata=_help(composition_field_help("policy_loss_fn", get_algorithm(ALGORITHM))),
+    )
+    advantage_fn: str = field(
+        default=get_algorithm(ALGORITHM).advantage_fn,
+        metadata=_help(composition_field_help("advantage_fn", get_algorithm(ALGORITHM))),
+    )
+    clip_range: float | None = algorithm_field(ALGORITHM, "clip_range")
+    clip_range_low: float | None = algorithm_field(ALGORITHM, "clip_range_low")
+    clip_range_high: float | None = algorithm_field(ALGORITHM, "clip_range_high")
+    clip_ratio_c: float = algorithm_field(ALGORITHM, "clip_ratio_c")
+    loss_agg_mode: str = algorithm_field(ALGORITHM, "loss_agg_mode")
+    enable_sequence_masking: bool = algorithm_field(ALGORITHM, "enable_sequence_masking")
+    delta_sequence_masking: float = algorithm_field(ALGORITHM, "delta_sequence_masking")
+    fallback_to_policy_gradient: bool = algorithm_field(ALGORITHM, "fallback_to_policy_gradient")
+    advantage_epsilon: float = algorithm_field(ALGORITHM, "advantage_epsilon")
+    std_threshold: float | None = algorithm_field(ALGORITHM, "std_threshold")
+    duplicate_experiences: bool = algorithm_field(ALGORITHM, "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field(ALGORITHM, "rank_penalty")
+    std_cal_level: str = algorithm_field(ALGORITHM, "std_cal_level")
+
+    epsilon: float | None = field(
+        default=None,
+        metadata=_help("TRL's PPO clip; refused here: set `clip_range_low` (and `clip_range_high`)."),
+    )
+    epsilon_high: float | None = field(
+        default=None,
+        metadata=_help("TRL's upper PPO clip; refused here: set `clip_range_high`."),
+    )
+    beta: float = field(
+        default=DocumentedDefault(0.0),
+        metadata=_help(
+            "KL coefficient β of the term β·agg(KL(π‖π_ref)) (estimator `kl_loss_fn`). Default 0.0: no KL term and "
+            "no reference model; > 0 loads a frozen copy of the initial model and forwards it on the same packed rows."
+        ),
+    )
+    entropy_loss_fn: str = field(
+        default="default",
+        metadata=_help(
+            "Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; "
+            "`none` disables it.",
+            choices=["default", "none"],
+        ),
+    )
+    entropy_coef: float = field(default=0.0, metadata=_help("Coefficient of the entropy bonus (0: off)."))
+    prox_logp_method: str = field(
+        default="recompute",
+        metadata=_help(
+            "π_prox of a loss that reads it (`decoupled_ppo`): `recompute` (default), the weights at the start of the "
+            "optimizer step, i.e. the trained policy's own log-probs, detached (exact: this trainer takes one "
+            "optimizer step per batch, so it costs no forward pass); `loglinear`, AReaL's approximation "
+            "log π_prox ≈ log μ + α(log π − log μ), α = (v_prox − v_μ)/(v_π − v_μ) from the policy versions.",
+            choices=list(PROX_LOGP_METHODS),
+        ),
+    )
+    rollout_backend: str = field(
+        default="vllm",
+        metadata=_help(
+            "Who generates: `vllm` (default), TRL's rollout worker against a `trl vllm-serve` server, weights over "
+            "NCCL; `transformers`, trl_ext's `TransformersRolloutWorker` in a process of its own (offline; weights "
+            "through shared memory every `weight_sync_steps`). Ignored when a `rollout_worker` is passed.",
+            choices=list(ROLLOUT_BACKENDS),
+        ),
+    )
+    rollout_batch_size: int | None = field(
+        default=None,
+        metadata=_help(
+            "Completions per `generate` call of the transformers worker (a multiple of `num_generations`); default: "
+            "one optimizer step's samples."
+        ),
+    )
+    rollout_num_threads: int = field(
+        default=1, metadata=_help("Torch threads of the transformers worker's process (its cores).")
+    )
+
+    # The composition machinery reads these; an asynchronous run has one meaning for each (no KL in the reward: the
+    # worker has no reference model; the group's own std)
+    scale_rewards: ClassVar[str] = "group"
+    multi_objective_aggregation: ClassVar[str] = "sum_then_normalize"
+    kl_penalty_fn_args: ClassVar[None] = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name, use in (("epsilon", "clip_range_low"), ("epsilon_high", "clip_range_high")):
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"{owner}: {name}={getattr(self, name)!r} is TRL's PPO clip; trl_ext's loss takes it as {use} "
+                    f"(the `ppo` loss's argument, or the chosen loss's in policy_loss_fn_args)"
+                )
+        check_number(owner, "max_staleness", self.max_staleness, ge=0, integer=True)
+        check_number(owner, "weight_sync_steps", self.weight_sync_steps, ge=1, integer=True)
+        check_choice(owner, "rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
+        check_choice(owner, "prox_logp_method", self.prox_logp_method, PROX_LOGP_METHODS)
+        check_number(owner, "rollout_num_threads", self.rollout_num_threads, ge=1, integer=True)
+        if self.rollout_batch_size is not None:
+            check_number(owner, "rollout_batch_size", self.rollout_batch_size, ge=1, integer=True)
+            if self.rollout_batch_size % self.num_generations:
+                raise ValueError(
+                    f"{owner}: rollout_batch_size={self.rollout_batch_size} must be a multiple of "
+                    f"num_generations={self.num_generations} (the worker generates whole groups)"
+                )
+        check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, ("default", "none"))
+        check_number(owner, "entropy_coef", self.entropy_coef)
+        self._check_composition_fields()
+        if self.kl_penalty_fn != "none":
+            raise ValueError(
+                f"{owner}: kl_penalty_fn={self.kl_penalty_fn!r} puts a KL to a reference model into the rewards, but "
+                "the rewards are scored in the rollout worker, which has no reference model; use the KL term in the "
+                "loss (beta > 0, kl_loss_fn) or leave kl_penalty_fn='none'"
+            )
+        self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
+        check_number(owner, "beta", self.beta, ge=0)
+        self.build_rollout_correction()  # each rollout_* field checked, naming it
+        super().__post_init__()
+        self._check_pairing()
+        check_loss_step_fields(self)
+        try:
+            check_async_estimator(self.components.advantage_fn)
+        except ValueError as error:
+            raise ValueError(f"{owner}: advantage_fn={self.advantage_fn_name!r}: {error}") from None
+        reads = self.components.policy_loss.inputs()
+        if self.prox_logp_method != "recompute" and "prox_logprob" not in reads:
+            raise ValueError(
+                f"{owner}: prox_logp_method={self.prox_logp_method!r} chooses the proximal policy of a decoupled loss, "
+                f"but policy_loss_fn={self.policy_loss_name!r} reads none (use policy_loss_fn='decoupled_ppo')"
+            )
+
+    def advantage_kwargs(self) -> dict[str, Any]:
+        """The advantage function's arguments (`scale_rewards` is a synchronous option: the group std always)."""
+        return self.composed_kwargs("advantage_fn")
+
+    def use_toy_task(self) -> None:
+        """Called by the training script on the toy model: it trains offline, so with the transformers worker, and
+        with TRL's fixed-count micro-batches (the token budget would ask a vLLM server for its length)."""
+        self.rollout_backend = "transformers"
+        if self.token_budget is None:
+            self.token_budget = 0

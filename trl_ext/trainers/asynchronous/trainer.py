@@ -1,0 +1,415 @@
+"""`AsyncGRPOTrainer`: TRL's experimental asynchronous GRPO trainer with any trl_ext loss and group estimator.
+
+TRL 1.16's `trl.experimental.async_grpo.AsyncGRPOTrainer` decouples generation from training: a rollout worker
+streams scored samples into a queue while the trainer trains on them, each up to `max_staleness` policy versions old
+(TRL drops older ones), and the weights go back to the worker every `weight_sync_steps`. Its samples arrive packed
+into prefix-tree rows (one per process), and its loss is PPO's clip against the sampler's log-probs μ with GRPO
+advantages computed in the worker.
+
+This subclass changes what is trained and nothing of how samples flow:
+
+* **the loss** (`compute_loss`, the one override of the training step): TRL's forward on the packed row, unpacked into
+  `[B, T]` (`packed_rows`), then the config's policy loss, KL term (a frozen reference forwarded on the same row when
+  `beta` > 0) and entropy bonus, normalized over the optimizer window, every micro-batch and process
+  (`window.CountWindowInLoop`), as in the synchronous trainers;
+* **the advantage**: the config's estimator, on each complete group, in the worker (`trl_ext.async_rollout`);
+* **staleness**: μ is the sampler (`old_logprob`); `decoupled_ppo` gets π_prox (`prox_logp_method`); verl's rollout
+  correction (`rollout_is` / `rollout_rs`) weighs and rejects against μ, the loss's π_old then being the step's own
+  weights (verl's recomputed old log-probs: its correction is a decoupled objective); `m2po` selects over the whole
+  window. The last two take one forward pass without gradients over the window before its first micro-batch
+  (`_prepare_window`), so that their batch statistics, and the token count that normalizes the loss, are the window's;
+* **the generator**: `rollout_backend="transformers"` builds trl_ext's offline `TransformersRolloutWorker`; attention
+  on the packed rows runs without flash-attention where its kernel is missing (`tree_attention`).
+
+Bad input stops early: a non-path model, a reward function that cannot be pickled into the worker's process, an
+estimator the worker cannot run, a malformed sample (`RolloutSampleCheck`), a failed weight sync (named, with the
+version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from accelerate.utils import broadcast_object_list
+from transformers import AutoTokenizer
+from trl.experimental.async_grpo import AsyncGRPOTrainer as _TRLAsyncGRPOTrainer
+from trl.experimental.async_grpo import async_grpo_trainer as _trl_async
+from trl.trainer.utils import add_fused_lm_head, create_model_from_path
+
+from ...async_rollout import GroupScorer, TransformersRolloutWorker
+from ...async_rollout.trl_loop import use_trl_ext_scoring
+from ...components import MAX, MEAN
+from ...losses.decoupled_ppo import loglinear_proximal_logprob
+from ..core.loss_step import LossStep, StepBatch, step_part
+from ..core.model_card import AlgorithmModelCard
+from ..core.window import CountWindowInLoop
+from .config import AsyncGRPOConfig
+from .packed_rows import PackedRow
+from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
+from .tree_attention import use_tree_attention
+
+
+class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrainer):
+    """TRL's `AsyncGRPOTrainer` training the config's trl_ext loss and estimator (see the module docstring).
+
+    Args:
+        model (str): The model's path or Hub id: TRL's asynchronous trainer loads it itself, and so does the worker.
+        reward_funcs: Callables (pickled into the worker's process: module-level functions, `functools.partial`
+            or callable instances), as TRL's.
+        args (AsyncGRPOConfig | None): The config; default `AsyncGRPOConfig` in `<model>-AsyncGRPO`.
+        train_dataset: The prompts (a `prompt` column), as TRL's; the worker cycles them.
+        eval_dataset: Must be None: TRL's asynchronous trainer does not evaluate.
+        processing_class: The tokenizer, as TRL's (loaded from `model` when None).
+        callbacks: As TRL's.
+        optimizers: As TRL's.
+        peft_config: As TRL's (LoRA: TRL merges the adapter into the weights it sends).
+        tools: As TRL's (the vLLM worker's multi-turn tool loop).
+        environment_factory: As TRL's (the vLLM worker's environments).
+        rollout_worker: TRL's `RolloutWorkerProtocol`; default: TRL's vLLM worker, or with
+            `rollout_backend="transformers"` trl_ext's `TransformersRolloutWorker`.
+        weight_transfer: TRL's `WeightTransferProtocol`; default: TRL's NCCL transfer, or the transformers worker's
+            `LocalWeightTransfer`.
+        quantization_config: How the model is loaded (into `args.model_init_kwargs`), as the training scripts pass it.
+    """
+
+    config_class: ClassVar[type] = AsyncGRPOConfig
+    algorithm: ClassVar[str] = "async_grpo"
+    policy_loss_fn = step_part("policy_loss_fn")
+    kl_fn = step_part("kl_fn")
+    entropy_fn = step_part("entropy_fn")
+    #: the trainer's own metrics besides the loss's: the samples' staleness when trained (TRL's `sample/staleness_*`
+    #: are taken when a sample leaves the queue, one micro-batch before it is trained: accelerate's dispatcher
+    #: collates the next micro-batch ahead)
+    trainer_metrics: ClassVar[dict[str, str]] = {
+        **CountWindowInLoop.trainer_metrics,
+        "staleness_mean": MEAN,
+        "staleness_max": MAX,
+    }
+
+    def __init__(
+        self,
+        model: str,
+        reward_funcs: Callable | list[Callable] | None = None,
+        args: AsyncGRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+        tools=None,
+        environment_factory=None,
+        rollout_worker=None,
+        weight_transfer=None,
+        quantization_config=None,
+    ):
+        owner = type(self).__name__
+        if eval_dataset is not None:
+            raise ValueError(
+                f"{owner}: eval_dataset is given, but TRL's asynchronous trainer does not evaluate (its samples come "
+                "from the rollout worker); leave eval_dataset None (eval_strategy='no')"
+            )
+        if not isinstance(model, str):
+            raise TypeError(
+                f"{owner}: model must be a path or Hub id (got {type(model).__name__}): TRL's asynchronous trainer "
+                "loads the model itself, and the rollout worker loads the same one; save the model and pass its path"
+            )
+        if args is None:
+            args = AsyncGRPOConfig(output_dir=f"{model.rstrip('/').split('/')[-1]}-AsyncGRPO")
+        elif not isinstance(args, AsyncGRPOConfig):
+            raise TypeError(
+                f"{owner}: args must be a trl_ext.AsyncGRPOConfig (got {type(args).__name__}); it carries the loss "
+                "and the estimator"
+            )
+        if quantization_config is not None:  # as the training scripts pass it: how the model is loaded
+            args.model_init_kwargs = {**(args.model_init_kwargs or {}), "quantization_config": quantization_config}
+        reward_funcs = (
+            [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+        )
+        scorer = GroupScorer(
+            reward_funcs,
+            advantage_fn=args.advantage_fn_name,
+            advantage_fn_args=args.advantage_kwargs(),
+            seed=args.seed,
+        )
+        scorer.check_picklable()  # before anything loads: TRL's worker and ours pickle them into a child process
+        if rollout_worker is None and args.rollout_backend == "transformers":
+            if tools or environment_factory is not None:
+                raise ValueError(
+                    f"{owner}: rollout_backend='transformers' generates single-turn completions; tools and "
+                    "environment_factory need TRL's vLLM worker (rollout_backend='vllm')"
+                )
+            if processing_class is None:
+                processing_class = AutoTokenizer.from_pretrained(model, padding_side="left")
+            rollout_worker = TransformersRolloutWorker(
+                model_path=model,
+                dataset=train_dataset,
+                processing_class=processing_class,
+                scorer=scorer,
+                **_worker_settings(args),
+            )
+            weight_transfer = weight_transfer or rollout_worker.weight_transfer
+        self.loss_step = LossStep(self, args.components.for_trainer(), args, trainer_terms=self._staleness)
+        self.beta = args.beta
+        # a loss that selects over the whole window (M2PO) gets the selection made there (`_prepare_window`)
+        self._selects_over_window = "window_selected" in self.policy_loss_fn.inputs()
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+            tools=tools,
+            environment_factory=environment_factory,
+            rollout_worker=rollout_worker,
+            weight_transfer=weight_transfer,
+        )
+        self.attention_path = use_tree_attention(self.accelerator.device)
+        if self.accelerator.is_main_process:
+            use_trl_ext_scoring(self.rollout_worker, scorer)  # TRL's vLLM worker: our estimator in its loop
+            self.rollout_queue = checked_rollout_queue(
+                self.rollout_queue, self.rollout_worker, lambda: self.model_version
+            )
+        self.ref_model = self._reference_model(model) if self.beta != 0 else None
+        self.correction = args.build_rollout_correction()
+
+    # ---- the pieces around TRL's loop -------------------------------------------------------------------------
+
+    def _reference_model(self, path: str) -> torch.nn.Module:
+        """A frozen copy of the initial policy, forwarded on the same packed rows (the KL term, `beta` > 0)."""
+        kwargs = dict(self.args.model_init_kwargs or {})
+        kwargs.setdefault("dtype", self.args.dtype)
+        ref = create_model_from_path(path, device_map=None, attn_implementation=_trl_async.TREE_ATTENTION, **kwargs)
+        add_fused_lm_head(ref, temperature=self.temperature, outputs=("log_probs",))
+        ref.requires_grad_(False).eval()
+        return ref.to(self.accelerator.device)
+
+    def get_train_dataloader(self):
+        """TRL's dataloader; its collator also packs each sample's policy version (`behave_version`), and its queue
+        dataset asks the worker's health every second while it waits (`async_samples`)."""
+        loader = super().get_train_dataloader()
+        torch_loader = getattr(loader, "base_dataloader", loader)  # accelerate's dispatcher wraps a torch DataLoader
+        torch_loader.collate_fn = VersionedCollator.from_trl(torch_loader.collate_fn)
+        queue = getattr(self, "_rollout_dataset", None)  # the main process's
+        if queue is not None:
+            queue.poll_interval_s = HEALTH_POLL_S
+        return loader
+
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        if "behave_version" not in self._signature_columns:
+            self._signature_columns.append("behave_version")
+
+    def _sync_weight(self):
+        """TRL's weight sync; a failure names the transfer and the version it was sending. TRL counts the versions
+        on the main process only; every process gets its count (the loss reads it: staleness, AReaL's proximal
+        policy)."""
+        try:
+            super()._sync_weight()
+        except Exception as error:
+            transfer = type(getattr(self, "weight_transfer", None)).__name__
+            raise RuntimeError(
+                f"{type(self).__name__}: the weight sync to version {self.model_version + 1} failed in {transfer}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        if self.accelerator.num_processes > 1:
+            self.model_version = broadcast_object_list([self.model_version], from_process=0)[0]
+
+    # ---- the optimizer window ---------------------------------------------------------------------------------
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
+        """The window's micro-batches, before the first one runs: the pass that needs the whole window (rollout
+        correction, M2PO's selection), then the window's counts (`count_window`)."""
+        self._prepare_window(batch_samples)
+        return super()._get_num_items_in_batch(batch_samples, device)
+
+    def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Loss tokens (without the window's rejected ones) and samples of this process's row."""
+        selected = batch["token_index"] >= 0
+        keep = batch.get("window_keep")
+        tokens = keep[selected].sum() if keep is not None else selected.sum()
+        segments = batch["segment_id"][selected]
+        samples = segments.max() + 1 if segments.numel() else torch.zeros((), device=segments.device)
+        return {"global_valid_toks": tokens.float(), "global_valid_seqs": samples.float().reshape(())}
+
+    def _prepare_window(self, batches: list[dict[str, Any]]) -> None:
+        """Decide over the whole window (all micro-batches, all processes), from π at the start of the optimizer
+        step, what needs the window: verl's rollout correction against μ (its weights, `window_weights`, and kept
+        tokens, `window_keep`: batch normalization and rejection see the whole batch, as verl's) and M2PO's
+        second-moment selection (`window_selected`). Each is stored on its micro-batch, aligned with its
+        `token_index`. One forward pass without gradients per micro-batch, only when one of them is on."""
+        if not (self.correction.enabled or self._selects_over_window):
+            return
+        rows, logps = [], []
+        with torch.no_grad():
+            for batch in batches:
+                row = PackedRow.from_inputs(batch)
+                out = self.model(**row.forward_kwargs, fused_lm_head=True)
+                rows.append(row)
+                logps.append(out.log_probs.flatten()[row.token_index].float())
+        grids = [row.grid() for row in rows]
+        width = torch.tensor(max([g.width for g in grids] + [1]), device=self.accelerator.device)
+        width = int(self.accelerator.reduce(width, "max"))
+        local = torch.cat([
+            torch.stack([
+                _pad(grid.scatter(lp), width), _pad(grid.scatter(row.old_log_probs.float()), width),
+                _pad(grid.scatter(row.advantages.float()), width), _pad(grid.mask.float(), width),
+            ], dim=1)
+            for row, grid, lp in zip(rows, grids, logps, strict=True)
+        ])  # fmt: skip  # [B_local, 4, T]
+        everything = self.accelerator.gather(self.accelerator.pad_across_processes(local, dim=0))
+        # each process's block is padded to the largest: this process's rows start at its index times that size
+        start = self.accelerator.process_index * (everything.size(0) // self.accelerator.num_processes)
+        old, sampler, advantages, mask = everything.unbind(1)
+        mask = mask.bool()
+        keep, weights, metrics = mask, None, {}
+        if self.correction.enabled:
+            weights, kept, metrics = self.correction(old, sampler, mask)
+            if self.correction.rs_bounds:
+                keep = mask & kept
+        selected = None
+        if self._selects_over_window:  # M2PO's log-ratio is π against the sampler μ, over the kept tokens
+            selected, stats = self.policy_loss_fn.select_over_window(old - sampler, advantages, keep)
+            metrics.update(stats)
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
+        for name, value in zip(metrics, values, strict=True):
+            self._metrics["train"][name].append(value)
+        offset = start
+        for batch, grid in zip(batches, grids, strict=True):
+            here = slice(offset, offset + grid.num_samples)
+            offset += grid.num_samples
+            terms = batch["token_index"] >= 0
+            for name, value in (("window_keep", keep), ("window_weights", weights), ("window_selected", selected)):
+                if value is not None:
+                    full = torch.zeros_like(batch["token_index"], dtype=value.dtype)
+                    full[terms] = grid.gather(value[here])
+                    batch[name] = full
+
+    # ---- the loss ---------------------------------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """TRL's forward on the packed row, unpacked to `[B, T]`, then the loss step (`core.loss_step`)."""
+        mode = "train" if self.model.training else "eval"
+        row = PackedRow.from_inputs(inputs)
+        grid = row.grid()
+        terms = inputs["token_index"] >= 0
+        extras = {name: grid.scatter(inputs[name][terms]) for name in _WINDOW_KEYS if name in inputs}
+
+        forward_start = _trl_async.time.time()
+        router = {"output_router_logits": True} if self.aux_loss_enabled else {}
+        outputs = model(**row.forward_kwargs, fused_lm_head=True, **router)
+        logps = grid.scatter(outputs.log_probs.flatten()[row.token_index])
+        entropies = grid.scatter(outputs.entropy.flatten()[row.token_index])
+        self._last_forward_time_s = _trl_async.time.time() - forward_start
+
+        mask = grid.mask & extras["window_keep"] if "window_keep" in extras else grid.mask
+        sampler = grid.scatter(row.old_log_probs.to(logps.dtype))  # μ
+        # verl's rollout correction: π_old is the trained policy, recomputed; μ enters through the correction
+        old = logps.detach() if self.correction.enabled else sampler
+        ratio = extras.get("window_weights")
+        ref = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_out = self.ref_model(**row.forward_kwargs, fused_lm_head=True)
+            ref = grid.scatter(ref_out.log_probs.flatten()[row.token_index].to(logps.dtype))
+        reads = self.policy_loss_fn.inputs()
+        batch = StepBatch(
+            logprob=logps,
+            entropy=entropies,
+            mask=mask,
+            advantages=grid.scatter(row.advantages.to(logps.dtype)),
+            old_logprob=old,
+            sampling_logprob=sampler,
+            ref_logprob=ref,
+            importance_sampling_ratio=None if ratio is None else torch.where(mask, ratio.to(logps.dtype), 1.0),
+            aux_loss=outputs.aux_loss if self.aux_loss_enabled else None,
+            loss_inputs={
+                "prox_logprob": self._proximal(logps, old, row) if "prox_logprob" in reads else None,
+                "window_selected": extras.get("window_selected"),
+            },
+            source={"behave_version": row.behave_version},
+        )
+        loss = self.loss_step(batch, self.loss_counts(inputs, mode), mode)
+        self.beta = self.loss_step.beta
+        self._account_step(inputs)
+        return loss
+
+    def _staleness(self, mode, batch, window, loss, metrics) -> torch.Tensor:
+        """The samples' staleness at the step (the trainer's own metrics; no loss term)."""
+        versions = batch.source["behave_version"]
+        if versions is not None and versions.numel():
+            staleness = self.model_version - versions.float()
+            metrics["staleness_mean"], metrics["staleness_max"] = staleness.mean(), staleness.max()
+        return loss
+
+    def _proximal(self, logps: torch.Tensor, old: torch.Tensor, row: PackedRow) -> torch.Tensor | None:
+        """π_prox of a decoupled loss: the step's weights (`recompute`: the loss's default, sg(π)), or AReaL's
+        log-linear interpolation between μ and π from the versions: the weights being trained become version
+        `model_version + 1`, the proximal ones are `model_version`."""
+        if self.args.prox_logp_method == "recompute" or row.behave_version is None:
+            return None
+        versions = row.behave_version.to(logps.device)
+        return loglinear_proximal_logprob(
+            old, logps.detach(), versions, proximal_version=self.model_version, current_version=self.model_version + 1
+        )
+
+    def _account_step(self, inputs: dict[str, Any]) -> None:
+        """TRL's per-step accounting (its `perf/*` and `batch/*` metrics), as its `compute_loss` keeps it."""
+        forward_tokens = float(inputs["global_n_forward_tokens"][0])
+        mean_seq_len = float(inputs["mean_seq_len"][0])
+        self._step_forward_tokens += forward_tokens
+        self._step_trained_tokens += float(inputs["global_n_tokens"][0])
+        self._step_seq_len_weighted += mean_seq_len * forward_tokens
+        self._step_samples += forward_tokens / mean_seq_len
+        self._step_forward_s += self._last_forward_time_s
+
+
+_WINDOW_KEYS = ("window_keep", "window_weights", "window_selected")
+
+
+def _pad(grid: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(grid, (0, width - grid.size(1)))
+
+
+def _worker_settings(args: AsyncGRPOConfig) -> dict[str, Any]:
+    """The transformers worker's settings from the config: TRL's sampling fields, and a queue that holds what TRL's
+    worker keeps in flight (`max_inflight_tasks`, by default `max(max_staleness, 1)` optimizer steps of samples)."""
+    from accelerate import PartialState
+
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * PartialState().num_processes
+    inflight = args.max_inflight_tasks if args.max_inflight_tasks > 0 else max(args.max_staleness, 1) * per_step
+    batch = args.rollout_batch_size or max(args.num_generations, per_step - per_step % args.num_generations)
+    return dict(
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        generation_batch_size=batch,
+        queue_maxsize=inflight,
+        seed=args.seed,
+        num_threads=args.rollout_num_threads,
+    )
+
+
+def _peak_flops_or_none(accelerator, dtype):
+    """TRL's peak FLOPs of the device for its MFU metric; None (MFU not logged) where TRL cannot tell, e.g. on a CPU,
+    where TRL's own lookup fails."""
+    try:
+        return _trl_peak_flops(accelerator, dtype)
+    except Exception:
+        return None
+
+
+_trl_peak_flops = _trl_async.get_peak_flops_per_device
+_trl_async.get_peak_flops_per_device = _peak_flops_or_none  # the one name of TRL's module this adapter replaces
+
+
+__all__ = ["AsyncGRPOTrainer"]

@@ -1,0 +1,1 @@
+"""The critic family: critic PPO, a value model beside the policy."""

@@ -1,0 +1,1 @@
+"""The distillation family: on-policy distillation, rollouts scored by a teacher."""

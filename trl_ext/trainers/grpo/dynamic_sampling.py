@@ -1,0 +1,209 @@
+"""DAPO's dynamic sampling on TRL's generation: uniform prompt groups leave, more prompts fill the batch.
+
+Paper: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (arXiv 2503.14476), §3.2
+"Dynamic Sampling". A prompt group whose rewards all agree (every completion right, or every one wrong) has zero
+group-relative advantage: it adds nothing to the gradient but still counts in the loss's normalization, so the
+effective batch shrinks as the policy improves. With `dynamic_sampling=True` a GRPO-family trainer generates its
+generation batch as usual, drops those groups, and generates for more prompts until the batch again holds as many
+prompt groups as it was built for; the surplus of the last round is discarded (the order is kept: earlier rounds
+first, verl's `dapo_ray_trainer`). The trained batch then has exactly the usual size, so the window normalization,
+the micro-batch split and the 2-processes = 1-process equivalence hold unchanged.
+
+* The groups are judged on the task reward (the weighted reward functions, before `overlong_buffer`'s length
+  penalty, which would otherwise make an all-correct group look informative): verl's `filter_groups.metric=acc`.
+* Extra prompts come from a second, independently shuffled pass over the training dataset (the same sampler as
+  TRL's, seed + 1), so the training loop's epochs and steps are untouched; every process draws the same prompts.
+* A generation batch is never trained partially filled: after `dynamic_sampling_max_rounds` generation rounds
+  (the first included) without enough informative groups the trainer raises, naming the setting (verl's
+  `max_num_gen_batches`).
+* Logged per generation batch: `dynamic_sampling/rounds`, `dynamic_sampling/prompts_drawn` (prompts generated for,
+  all rounds), `dynamic_sampling/groups_dropped` (uniform groups), `dynamic_sampling/groups_surplus` (informative
+  groups left over).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset
+from trl.trainer.utils import RepeatSampler
+
+from ..._validation import check_bool, check_number
+from ..core.arguments import _help
+
+
+@dataclass
+class DynamicSamplingArguments:
+    """The dynamic-sampling fields of the GRPO-family configs (see the module docstring)."""
+
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata=_help(
+            "DAPO's dynamic sampling (arXiv 2503.14476 §3.2): drop the prompt groups whose task rewards all agree "
+            "and generate for more prompts until the generation batch is full again (logged under "
+            "`dynamic_sampling/`). Needs num_generations >= 2."
+        ),
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10,
+        metadata=_help(
+            "The most generation rounds (the first included) dynamic sampling may take to fill one generation "
+            "batch; when they are not enough, training stops with an error rather than train a partial batch "
+            "(verl's `max_num_gen_batches`)."
+        ),
+    )
+
+    def _check_dynamic_sampling(self, family: str | None, advantage_inputs: tuple[str, ...]) -> None:
+        owner = type(self).__name__
+        check_bool(owner, "dynamic_sampling", self.dynamic_sampling)
+        check_number(owner, "dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, ge=1, integer=True)
+        if not self.dynamic_sampling:
+            return
+        if self.num_generations < 2:
+            raise ValueError(
+                f"{owner}: dynamic_sampling=True drops the prompt groups whose rewards all agree, but "
+                f"num_generations={self.num_generations} makes every group a single completion; set "
+                "num_generations >= 2 or dynamic_sampling=False"
+            )
+        if family == "distill":
+            raise ValueError(
+                f"{owner}: dynamic_sampling=True selects prompt groups by their task rewards, but on-policy "
+                "distillation's advantages come from the teacher; leave dynamic_sampling=False"
+            )
+        if "run_ids" in advantage_inputs or "reward_baselines" in advantage_inputs:
+            raise ValueError(
+                f"{owner}: dynamic_sampling=True is not available with advantage_fn={self.advantage_fn_name!r}, "
+                "which reads per-generation state (multi-turn turn records or ReMax's greedy baselines) that does "
+                "not follow rows across generation rounds; use a group estimator (grpo, rloo, ...) or "
+                "dynamic_sampling=False"
+            )
+
+
+def check_dynamic_sampling_dataset(owner: str, args: Any, train_dataset: Any) -> None:
+    """Before the model loads: dynamic sampling draws extra prompts by index, which an iterable dataset lacks."""
+    if getattr(args, "dynamic_sampling", False) and isinstance(train_dataset, IterableDataset):
+        raise ValueError(
+            f"{owner}: dynamic_sampling=True draws extra prompts from the training dataset by index, which an "
+            "IterableDataset does not allow; pass a map-style dataset or set dynamic_sampling=False"
+        )
+
+
+class DynamicSampling:
+    """Mixin of `GRPOFamilyTrainer`: `_dynamically_sampled`, the generation batch refilled after uniform groups
+    leave. It calls the trainer's `_generate_round` (one TRL generation and reward pass) and `_take_rows`."""
+
+    _prompt_loader = None
+    _prompt_iterator = None
+
+    def _dynamically_sampled(self, inputs: list[dict[str, Any]]):
+        """`(output, rewards_per_func, overlong, table_rows)` of a generation batch of informative groups only.
+
+        `output` is the local part of a batch as TRL's `_generate_and_score_completions` returns it, the rewards
+        `[N, F]` (all processes) and the overlong penalties `[N]` (or None) its rows'; `table_rows` gives each row's
+        position in the last round (whose samples TRL's completions table shows), -1 for a row of an earlier round.
+        """
+        group_size = self.num_generations
+        n_local = len(inputs)
+        needed = n_local * self.accelerator.num_processes // group_size
+        weights = self.reward_weights
+        rounds, picks, dropped = [], [], 0
+        batch = inputs
+        for round_index in range(self.args.dynamic_sampling_max_rounds):
+            output, rewards_per_func, overlong = self._generate_round(batch)
+            rounds.append((output, rewards_per_func, overlong))
+            task = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1).view(-1, group_size)
+            uniform = task.amax(dim=1) == task.amin(dim=1)
+            dropped += int(uniform.sum())
+            picks += [(round_index, int(g)) for g in (~uniform).nonzero().flatten().tolist()]
+            if len(picks) >= needed:
+                break
+            batch = self._next_prompt_batch(n_local)
+        else:
+            drawn = len(rounds) * needed
+            raise RuntimeError(
+                f"{type(self).__name__}: dynamic sampling found {len(picks)} of the {needed} prompt groups a "
+                f"generation batch needs after dynamic_sampling_max_rounds={self.args.dynamic_sampling_max_rounds} "
+                f"rounds ({drawn} prompts): the rewards of every other group agreed (all completions scored the "
+                "same), which gives GRPO no signal. Raise dynamic_sampling_max_rounds, use prompts or rewards on "
+                "which the model's completions differ, or set dynamic_sampling=False"
+            )
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
+        metrics["dynamic_sampling/prompts_drawn"].append(float(len(rounds) * needed))
+        metrics["dynamic_sampling/groups_dropped"].append(float(dropped))
+        metrics["dynamic_sampling/groups_surplus"].append(float(len(picks) - needed))
+        if len(rounds) == 1:  # nothing dropped: TRL's batch as it is
+            return output, rewards_per_func, overlong, None
+
+        round_of = torch.tensor([r for r, _ in picks[:needed]]).repeat_interleave(group_size)
+        row_of = torch.tensor([g for _, g in picks[:needed]]).repeat_interleave(group_size) * group_size
+        row_of += torch.arange(group_size).repeat(needed)
+        merged = _concatenate([out for out, _, _ in rounds], self._tokenizer.pad_token_id)
+        # Global row `row` of round `r` is, in the gathered concatenation of every process's rounds, at
+        # process (row // n_local), round r, position row % n_local.
+        source = (row_of // n_local) * (len(rounds) * n_local) + round_of * n_local + row_of % n_local
+        device = rewards_per_func.device
+        output = self._take_rows(merged, source.to(device), n_local=n_local, purpose="dynamic_sampling")
+        round_of, row_of = round_of.to(device), row_of.to(device)
+        rewards_per_func = torch.stack([r for _, r, _ in rounds])[round_of, row_of]
+        if overlong is not None:
+            overlong = torch.stack([o for _, _, o in rounds])[round_of, row_of]
+        table_rows = torch.where(round_of == len(rounds) - 1, row_of, -1)
+        return output, rewards_per_func, overlong, table_rows
+
+    def _next_prompt_batch(self, n_local: int) -> list[dict[str, Any]]:
+        """The next `n_local` prompt rows of this process from the extra-prompt stream (whole groups; a new shuffled
+        pass when one ends): as many as the training loop's batch of this generation round (the rollout rows only,
+        where MIX mixes expert rows in)."""
+        if self._prompt_loader is None:
+            sampler = RepeatSampler(
+                data_source=self.train_dataset,
+                mini_repeat_count=self.num_generations,
+                batch_size=n_local * self.accelerator.num_processes // self.num_generations,
+                repeat_count=1,
+                shuffle=self.shuffle_dataset,
+                seed=self.args.seed + 1,  # another order than the training loop's
+            )
+            self._prompt_loader = self._get_dataloader(
+                dataset=self.train_dataset,
+                description="Dynamic sampling",
+                batch_size=n_local,
+                sampler_fn=lambda _: sampler,
+                is_training=True,
+            )
+        for _ in range(2):
+            if self._prompt_iterator is None:
+                self._prompt_iterator = iter(self._prompt_loader)
+            try:
+                return next(self._prompt_iterator)
+            except StopIteration:
+                self._prompt_iterator = None
+        raise RuntimeError(f"{type(self).__name__}: dynamic sampling got no prompts from the training dataset")
+
+
+def _concatenate(outputs: list[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:
+    """The row-aligned tensors of several local generation outputs, one after the other (padded to a common width:
+    prompts on the left, completions on the right, as TRL pads them); other values are the first output's."""
+    merged = dict(outputs[0])
+    for key, first in outputs[0].items():
+        if not isinstance(first, torch.Tensor) or first.dim() == 0:
+            continue
+        values = [out[key] for out in outputs]
+        if first.dim() > 1:
+            width = max(v.size(1) for v in values)
+            fill = 1 if key == "importance_sampling_ratio" else 0
+            fill = pad_token_id if key.endswith("_ids") else fill
+            left = key.startswith("prompt")
+            values = [_pad(v, width, fill, left) for v in values]
+        merged[key] = torch.cat(values)
+    return merged
+
+
+def _pad(value: torch.Tensor, width: int, fill: float, left: bool) -> torch.Tensor:
+    missing = width - value.size(1)
+    if missing == 0:
+        return value
+    padding = value.new_full((value.size(0), missing, *value.shape[2:]), fill)
+    return torch.cat([padding, value] if left else [value, padding], dim=1)

@@ -1,0 +1,1 @@
+"""The SFT family: TRL's SFTTrainer with the trl_ext SFT losses, and continued pretraining (CPT)."""
