@@ -45,21 +45,8 @@ class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
         self.value_model_init_kwargs = check_kwargs(owner, "value_model_init_kwargs", self.value_model_init_kwargs)
         check_bool(owner, "shared_backbone", self.shared_backbone)
         check_number(owner, "vf_coef", self.vf_coef, ge=0, allow_none=True)
-        if self.shared_backbone:
-            separate = ("value_model_name_or_path", "value_model_init_kwargs", "critic_learning_rate")
-            given = [name for name in separate if getattr(self, name) is not None]
-            if given:
-                raise ValueError(
-                    f"{owner}: {', '.join(given)} configure a separate value model, but shared_backbone=True puts "
-                    "the value head on the policy (one optimizer: weigh the value loss with vf_coef)"
-                )
-            if self.vf_coef is None:
-                self.vf_coef = SHARED_BACKBONE_VF_COEF
-        elif self.vf_coef is not None:
-            raise ValueError(
-                f"{owner}: vf_coef={self.vf_coef} weighs the value loss in the summed loss of shared_backbone=True; "
-                "a separate value model has its own optimizer (set critic_learning_rate instead)"
-            )
+        if self.shared_backbone and self.vf_coef is None:  # (with a separate value model vf_coef stays unset)
+            self.vf_coef = SHARED_BACKBONE_VF_COEF
 
     def _check_group_size(self) -> None:
         advantage = self.components.advantage_fn

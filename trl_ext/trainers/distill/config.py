@@ -36,13 +36,6 @@ class DistillFamilyConfig(TeacherArguments, GRPOFamilyConfig):
             check_device(owner, "teacher_device", self.teacher_device)
         check_number(owner, "teacher_top_k", self.teacher_top_k, ge=-1, integer=True)
         check_number(owner, "jsd_beta", self.jsd_beta, ge=0, le=1)
-        if self.teacher_top_k == 0 and self.jsd_beta != 1.0:
-            raise ValueError(
-                f"{owner}: jsd_beta={self.jsd_beta!r} sets the dense divergence, but teacher_top_k=0 distills with "
-                "the sampled-token advantage (advantage_fn), which has no β; set teacher_top_k (k > 0: the teacher's "
-                "top-k, -1: the whole vocabulary) or leave jsd_beta unset (for the sampled-token JSD use "
-                "advantage_fn='jsd' with its lambda_coef)"
-            )
 
     @property
     def dense_distillation(self) -> bool:

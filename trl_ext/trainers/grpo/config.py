@@ -26,8 +26,6 @@ from typing import ClassVar
 from trl import GRPOConfig as _TRLGRPOConfig
 
 from ..._validation import check_bool, check_choice, check_number
-from ...advantages import ADVANTAGE_FNS
-from ...algorithms import get_algorithm
 from ...losses.kl import KL_FNS, KLFn
 from ..core.arguments import (
     GRPO_KL_ARGUMENTS,
@@ -40,18 +38,12 @@ from ..core.arguments import (
 )
 from ..core.composition import ComposedComponents
 from ..core.config_fields import resolve_kl_coefficient
+from ..core.config_rules import COMPONENTS, FIELDS, GIVEN, check_rules, rules_for
 from ..core.devices import check_hardware
-from ..core.trl_loss_fields import TRL_GRPO_DEFAULTS, TRLLossFields, unused_trl_field
+from ..core.trl_loss_fields import TRLLossFields, unused_trl_field
 from .dynamic_sampling import DynamicSamplingArguments
 from .overlong_reward import OverlongRewardArguments
 
-# TRL's own vLLM importance-sampling correction, which `rollout_is` replaces (`_check_rollout_correction`).
-_TRL_IS_FIELDS = (
-    "vllm_importance_sampling_mode",
-    "vllm_importance_sampling_clip_max",
-    "vllm_importance_sampling_clip_min",
-    "vllm_importance_sampling_cap",
-)
 # The advantage functions whose std normalization TRL's `scale_rewards` selects (their `std_cal_level`).
 _SCALE_REWARDS = ("group", "batch", "none")
 
@@ -151,7 +143,7 @@ class GRPOFamilyConfig(
 
     def __post_init__(self) -> None:
         # trl_ext's checks first, each field on its own, so that a bad value is reported by its field's name
-        # before TRL's own processing of the other fields.
+        # before TRL's own processing of the other fields; then the rules between fields (`config_rules`).
         self._take_trl_defaults()
         if self.algorithm:
             self._check_composition_fields()
@@ -160,50 +152,21 @@ class GRPOFamilyConfig(
         if self.use_bias_correction_kl is None:
             self.use_bias_correction_kl = self.uses_trl_loss
         self._check_fields()
-        self._check_rollout_correction()
-        owner = type(self).__name__
-        if self.algorithm and not get_algorithm(self.algorithm).use_reference:
-            for name, value, off in (("beta", self.beta, 0), ("kl_penalty_fn", self.kl_penalty_fn, "none")):
-                if value != off:
-                    raise ValueError(
-                        f"{owner}: {name}={value!r} adds a KL term to a reference model, but the {self.algorithm} "
-                        "algorithm trains without one (its record's use_reference=False, as in Trinity-RFT: no "
-                        f"reference model is loaded); leave {name}={off!r}"
-                        + (
-                            f", or compose its parts on a config with a reference model (e.g. GRPOConfig("
-                            f"policy_loss_fn={self.policy_loss_name!r}, advantage_fn={self.advantage_fn_name!r}))"
-                            if get_algorithm(self.algorithm).trainer == "grpo"
-                            else ""
-                        )
-                    )
-        self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
-        if self.adaptive_kl and self.beta == 0:
-            raise ValueError(
-                f"{owner}: adaptive_kl=True adapts beta, but beta=0 (kl_loss_fn={self.kl_loss_fn!r}): there is no "
-                "KL term to adapt; set beta > 0 with a KL estimator, or adaptive_kl=False"
-            )
-        if (self.entropy_coef != 0 or self.use_adaptive_entropy) and self.entropy_loss_fn == "none":
-            what = f"entropy_coef={self.entropy_coef}" if self.entropy_coef != 0 else "use_adaptive_entropy=True"
-            raise ValueError(
-                f"{owner}: {what} is set but entropy_loss_fn='none'; set entropy_loss_fn='default' to add the "
-                "entropy bonus, or leave the entropy bonus off"
-            )
+        correction = self.build_rollout_correction()  # each rollout_* field checked, naming it
         self._check_scale_rewards()
         self._check_overlong_reward()
-        family = get_algorithm(self.algorithm).trainer if self.algorithm else None
-        advantage = ADVANTAGE_FNS.get(self.advantage_fn_name) if self.advantage_fn_name else None
-        self._check_dynamic_sampling(family, advantage.inputs() if advantage is not None else ())
+        self._check_dynamic_sampling()
+        check_rules(self, rules_for(self, GIVEN))
+        self.beta = resolve_kl_coefficient(type(self).__name__, self.kl_loss_fn, "beta", self.beta)
+        check_rules(self, rules_for(self, FIELDS))
+        if correction.enabled and self.rollout_is is not None:
+            # verl's rollout_is replaces TRL's own vLLM correction, so that no token is weighted twice
+            self.vllm_importance_sampling_correction = False
         super().__post_init__()
         if self.algorithm:
             # The parts are built here, once, from the final fields: a bad argument fails now, naming its field.
             self._check_pairing()
-            aggregation = self.components.loss_agg_mode
-            if self.turns_as_samples and not aggregation.startswith("seq-mean"):
-                raise ValueError(
-                    f"{owner}: turns_as_samples=True changes only the seq-mean-* aggregations, but loss_agg_mode is "
-                    f"{aggregation!r} (every token weighs the same, turn or completion); choose a seq-mean-* "
-                    "loss_agg_mode or leave turns_as_samples=False"
-                )
+            check_rules(self, rules_for(self, COMPONENTS))
         check_hardware(self)
 
     def use_toy_task(self) -> None:
@@ -220,64 +183,14 @@ class GRPOFamilyConfig(
         check_number(owner, "beta", self.beta, ge=0)
         for spec in config_arguments(KLFn):
             spec.check(owner, getattr(self, spec.field_name), spec.field_name)
-        if self.adaptive_kl and (self.target_kl is None or self.kl_horizon is None):
-            raise ValueError(
-                f"{owner}: adaptive_kl=True needs target_kl and kl_horizon (both > 0); got "
-                f"target_kl={self.target_kl!r}, kl_horizon={self.kl_horizon!r}"
-            )
         choices = type(self).__dataclass_fields__["entropy_loss_fn"].metadata["choices"]
         check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, choices)
         check_number(owner, "entropy_coef", self.entropy_coef)
         check_bool(owner, "turns_as_samples", self.turns_as_samples)
-        if self.turns_as_samples and self.algorithm:
-            family = get_algorithm(self.algorithm).trainer
-            if family != "grpo":
-                raise ValueError(
-                    f"{owner}: turns_as_samples=True trains each model turn as a sample of its own, which the {family} "
-                    "family's trainer does not do (its batches hold expert or teacher-scored rows); use a grpo-family "
-                    "config (GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)"
-                )
-
-    def _check_rollout_correction(self) -> None:
-        """The rollout correction reads the sampler's log-probs (vLLM's), and `rollout_is` replaces TRL's own vLLM
-        correction: `vllm_importance_sampling_correction` is turned off, so that no token is weighted twice."""
-        owner = type(self).__name__
-        correction = self.build_rollout_correction()
-        if not correction.enabled:
-            return
-        name = "rollout_is" if self.rollout_is is not None else "rollout_rs"
-        if not self.use_vllm:
-            raise ValueError(
-                f"{owner}: {name}={getattr(self, name)!r} corrects for the difference between the policy that sampled "
-                "the completions and the trained one, measured with the sampler's per-token log-probs, which TRL has "
-                f"only from vLLM generation; set use_vllm=True or leave {name} unset"
-            )
-        if self.turns_as_samples and any(option.startswith("token_") for option in correction.rs_bounds):
-            raise ValueError(
-                f"{owner}: rollout_rs={self.rollout_rs!r} rejects single tokens, which would split the model turns "
-                "that turns_as_samples=True trains as samples; use sequence criteria (seq_*) or turns_as_samples=False"
-            )
-        if self.rollout_is is None:
-            return  # rejection composes with TRL's weights
-        if self.rollout_is == "sequence" and self.uses_trl_loss and self.loss_type == "vespo":
-            raise ValueError(
-                f"{owner}: rollout_is='sequence' gives one weight per sequence, but loss_type='vespo' folds a "
-                "per-token correction into its sequence weight (TRL allows it only token-level modes); use "
-                "rollout_is='token'"
-            )
-        for field_name in _TRL_IS_FIELDS:
-            value = getattr(self, field_name)
-            if value != TRL_GRPO_DEFAULTS[field_name]:
-                raise ValueError(
-                    f"{owner}: {field_name}={value!r} configures TRL's vLLM importance-sampling correction, which "
-                    f"rollout_is={self.rollout_is!r} replaces by verl's (a token would otherwise be weighted twice); "
-                    f"configure one of them: verl's with rollout_is / rollout_is_threshold, or TRL's without rollout_is"
-                )
-        self.vllm_importance_sampling_correction = False
 
     def _check_scale_rewards(self) -> None:
-        """`scale_rewards` (and GDPO's aggregation) choose the std of an advantage function that has
-        `std_cal_level`; with another advantage function only TRL's default is allowed."""
+        """`scale_rewards` (TRL's True / False read as `group` / `none`) and GDPO's aggregation, each on its own; the
+        advantage function they need is `config_rules`'."""
         owner = type(self).__name__
         if isinstance(self.scale_rewards, bool):  # as TRL's config reads True / False
             self.scale_rewards = "group" if self.scale_rewards else "none"
@@ -289,18 +202,3 @@ class GRPOFamilyConfig(
             self.multi_objective_aggregation,
             ("sum_then_normalize", "normalize_then_sum"),
         )
-        name = self.advantage_fn_name
-        if name is None or scale == "group":
-            return
-        if "std_cal_level" not in {a.name for a in ADVANTAGE_FNS[name].arguments}:
-            raise ValueError(
-                f"{owner}: scale_rewards={self.scale_rewards!r} chooses the reward std that GRPO's advantage divides "
-                f"by, but the advantage function `{name}` does not divide by a reward std; leave "
-                "scale_rewards='group' (its default)"
-            )
-        std_cal_level = self.composed_kwargs("advantage_fn").get("std_cal_level", "group")
-        if std_cal_level != "group" and std_cal_level != scale:
-            raise ValueError(
-                f"{owner}: scale_rewards={self.scale_rewards!r} and std_cal_level={std_cal_level!r} contradict "
-                "each other (both choose the std of the advantage); set one of them"
-            )

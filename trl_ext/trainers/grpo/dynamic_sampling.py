@@ -55,30 +55,11 @@ class DynamicSamplingArguments:
         ),
     )
 
-    def _check_dynamic_sampling(self, family: str | None, advantage_inputs: tuple[str, ...]) -> None:
+    def _check_dynamic_sampling(self) -> None:
+        """Each dynamic-sampling field on its own (what it needs of the others: `config_rules`)."""
         owner = type(self).__name__
         check_bool(owner, "dynamic_sampling", self.dynamic_sampling)
         check_number(owner, "dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, ge=1, integer=True)
-        if not self.dynamic_sampling:
-            return
-        if self.num_generations < 2:
-            raise ValueError(
-                f"{owner}: dynamic_sampling=True drops the prompt groups whose rewards all agree, but "
-                f"num_generations={self.num_generations} makes every group a single completion; set "
-                "num_generations >= 2 or dynamic_sampling=False"
-            )
-        if family == "distill":
-            raise ValueError(
-                f"{owner}: dynamic_sampling=True selects prompt groups by their task rewards, but on-policy "
-                "distillation's advantages come from the teacher; leave dynamic_sampling=False"
-            )
-        if "run_ids" in advantage_inputs or "reward_baselines" in advantage_inputs:
-            raise ValueError(
-                f"{owner}: dynamic_sampling=True is not available with advantage_fn={self.advantage_fn_name!r}, "
-                "which reads per-generation state (multi-turn turn records or ReMax's greedy baselines) that does "
-                "not follow rows across generation rounds; use a group estimator (grpo, rloo, ...) or "
-                "dynamic_sampling=False"
-            )
 
 
 def check_dynamic_sampling_dataset(owner: str, args: Any, train_dataset: Any) -> None:

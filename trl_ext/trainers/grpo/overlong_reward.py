@@ -63,12 +63,7 @@ class OverlongRewardArguments:
     )
 
     def _check_overlong_reward(self) -> None:
+        """Each overlong-reward field on its own (the buffer within `max_completion_length`: `config_rules`)."""
         owner = type(self).__name__
         check_number(owner, "overlong_buffer", self.overlong_buffer, ge=0, integer=True)
         check_number(owner, "overlong_penalty_factor", self.overlong_penalty_factor, ge=0)
-        if self.overlong_buffer > self.max_completion_length:
-            raise ValueError(
-                f"{owner}: overlong_buffer={self.overlong_buffer} is longer than max_completion_length="
-                f"{self.max_completion_length}: the penalty would start before a completion has any token; choose "
-                f"overlong_buffer <= max_completion_length (the paper: 4096 of 20480), or 0 to switch it off"
-            )

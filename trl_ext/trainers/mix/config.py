@@ -30,40 +30,6 @@ class MIXFamilyConfig(ExpertDataArguments, GRPOFamilyConfig):
                 "expert rows)"
             )
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        ratio = self.expert_data_ratio
-        rows, group, processes = self.generation_batch_size, self.num_generations, self.world_size
-        experts = self.expert_rows_per_generation
-        step = math.lcm(group, processes)
-        if experts % step == 0 and (experts < rows or ratio == 1):
-            return
-        why = f"a multiple of num_generations={group}" + (f" and of the {processes} processes" if processes > 1 else "")
-        what = (
-            f"{type(self).__name__}: expert_data_ratio={ratio} puts ceil({ratio} × {rows}) = {experts} expert "
-            f"demonstrations in each generation batch of {rows} rows (generation_batch_size), leaving {rows - experts} "
-            f"rollouts"
-        )
-        fits = list(range(step, rows, step))  # expert counts that leave both kinds of rows
-        if not fits:
-            raise ValueError(
-                f"{what}; a generation batch of {rows} rows cannot hold both kinds: the expert rows must be {why} "
-                f"(the rollouts form whole prompt groups, split evenly over processes) and leave room for at least "
-                f"one group of rollouts. Raise per_device_train_batch_size or steps_per_generation, or use "
-                f"expert_data_ratio=0 or 1"
-            )
-        below = max((e for e in fits if e <= experts), default=None)
-        above = min((e for e in fits if e > experts), default=None)
-        options = " or ".join(f"{e / rows:g} ({e} rows)" for e in (below, above) if e is not None)
-        if experts % step:
-            why = (
-                f"the expert rows must be {why}, so that the rollouts form whole prompt groups (split evenly over "
-                "processes)"
-            )
-        else:
-            why = "with expert_data_ratio < 1 at least one group of rollouts must remain"
-        raise ValueError(f"{what}; {why}. The nearest ratios that fit: {options}")
-
     @property
     def rollout_loss_name(self) -> str | None:
         """The loss of the rollout rows when `policy_loss_fn` names one in place of the mix's PPO part (CHORD with
