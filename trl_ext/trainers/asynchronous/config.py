@@ -36,6 +36,7 @@ from ..core.arguments import (
 )
 from ..core.composition import ComposedComponents
 from ..core.config_fields import resolve_kl_coefficient
+from ..core.config_rules import COMPONENTS, FIELDS, GIVEN, check_rules, rules_for
 from ..core.step_arguments import LossStepArguments, check_loss_step_fields
 
 ALGORITHM = "async_grpo"
@@ -176,11 +177,6 @@ class AsyncGRPOConfig(
         check_number(owner, "rollout_num_threads", self.rollout_num_threads, ge=1, integer=True)
         if self.rollout_batch_size is not None:
             check_number(owner, "rollout_batch_size", self.rollout_batch_size, ge=1, integer=True)
-            if self.rollout_batch_size % self.num_generations:
-                raise ValueError(
-                    f"{owner}: rollout_batch_size={self.rollout_batch_size} must be a multiple of "
-                    f"num_generations={self.num_generations} (the worker generates whole groups)"
-                )
         check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, ("default", "none"))
         check_number(owner, "entropy_coef", self.entropy_coef)
         self._check_composition_fields()
@@ -190,22 +186,20 @@ class AsyncGRPOConfig(
                 "the rewards are scored in the rollout worker, which has no reference model; use the KL term in the "
                 "loss (beta > 0, kl_loss_fn) or leave kl_penalty_fn='none'"
             )
+        self.build_rollout_correction()  # each rollout_* field checked, naming it
+        check_loss_step_fields(self)
+        # the rules between fields (`config_rules`; those the synchronous configs have too are the same objects)
+        check_rules(self, rules_for(self, GIVEN))
         self.beta = resolve_kl_coefficient(owner, self.kl_loss_fn, "beta", self.beta)
         check_number(owner, "beta", self.beta, ge=0)
-        self.build_rollout_correction()  # each rollout_* field checked, naming it
+        check_rules(self, rules_for(self, FIELDS))
         super().__post_init__()
         self._check_pairing()
-        check_loss_step_fields(self)
         try:
             check_async_estimator(self.components.advantage_fn)
         except ValueError as error:
             raise ValueError(f"{owner}: advantage_fn={self.advantage_fn_name!r}: {error}") from None
-        reads = self.components.policy_loss.inputs()
-        if self.prox_logp_method != "recompute" and "prox_logprob" not in reads:
-            raise ValueError(
-                f"{owner}: prox_logp_method={self.prox_logp_method!r} chooses the proximal policy of a decoupled loss, "
-                f"but policy_loss_fn={self.policy_loss_name!r} reads none (use policy_loss_fn='decoupled_ppo')"
-            )
+        check_rules(self, rules_for(self, COMPONENTS))
 
     def advantage_kwargs(self) -> dict[str, Any]:
         """The advantage function's arguments (`scale_rewards` is a synchronous option: the group std always)."""

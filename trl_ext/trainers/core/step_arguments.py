@@ -1,5 +1,6 @@
 """The loss step's options for a config that `trl.GRPOConfig` does not give them (the asynchronous trainer's), with
-TRL's defaults and help, and the rules between them that every RL config checks (`check_loss_step_fields`)."""
+TRL's defaults and help, each checked on its own (`check_loss_step_fields`; the rules between them:
+`config_rules`)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ class LossStepArguments:
 
 
 def check_loss_step_fields(config: Any) -> None:
-    """The loss step's fields of `config`, each on its own and against the others (after its parts are resolved:
-    `config.components`): a ValueError names the field."""
+    """The loss step's fields of `config`, each on its own (a ValueError names the field); the rules between them and
+    the other fields are `config_rules`'."""
     owner = type(config).__name__
     check_number(owner, "top_entropy_quantile", config.top_entropy_quantile, gt=0, le=1)
     if config.off_policy_mask_threshold is not None:
@@ -63,25 +64,3 @@ def check_loss_step_fields(config: Any) -> None:
     if config.use_adaptive_entropy:
         check_number(owner, "entropy_coef_delta", config.entropy_coef_delta, ge=0)
         check_number(owner, "entropy_coef_min", config.entropy_coef_min, ge=0)
-        if config.entropy_coef_max < config.entropy_coef_min:
-            raise ValueError(
-                f"{owner}: entropy_coef_max={config.entropy_coef_max} is below entropy_coef_min="
-                f"{config.entropy_coef_min}; the adaptive coefficient moves between them: set max ≥ min"
-            )
-    if (config.entropy_coef != 0 or config.use_adaptive_entropy) and config.entropy_loss_fn == "none":
-        what = f"entropy_coef={config.entropy_coef}" if config.entropy_coef != 0 else "use_adaptive_entropy=True"
-        raise ValueError(
-            f"{owner}: {what} is set but entropy_loss_fn='none'; set entropy_loss_fn='default' to add the "
-            "entropy bonus, or leave the entropy bonus off"
-        )
-    if config.turns_as_samples and not config.components.loss_agg_mode.startswith("seq-mean"):
-        raise ValueError(
-            f"{owner}: turns_as_samples=True changes only the seq-mean-* aggregations, but loss_agg_mode is "
-            f"{config.components.loss_agg_mode!r} (every token weighs the same, turn or completion); choose a "
-            "seq-mean-* loss_agg_mode or leave turns_as_samples=False"
-        )
-    if config.adaptive_kl and config.beta == 0:
-        raise ValueError(
-            f"{owner}: adaptive_kl=True adapts beta, but beta=0 (kl_loss_fn={config.kl_loss_fn!r}): there is no "
-            "KL term to adapt; set beta > 0 with a KL estimator, or adaptive_kl=False"
-        )
