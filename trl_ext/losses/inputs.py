@@ -40,7 +40,6 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -132,27 +131,13 @@ def scalar(value: float, like: torch.Tensor) -> torch.Tensor:
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
-_CHECKED_NUMBER_MASKS: dict[int, tuple[weakref.ref, int]] = {}
-"""id of a number mask found to hold only 0 and 1 -> (a weak reference to it, its version counter then)."""
-
-
 def check_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
     """`mask` itself, checked: bool (no check, no sync), or numbers that are all 0 or 1, which costs one device sync
-    (pass a bool mask to skip it).
-
-    A number mask that passed is remembered (weakly) with its version counter, the counter autograd reads to detect a
-    tensor changed in place: the same tensor, unchanged since, is not checked again (a Trinity-style step hands one
-    mask to the policy loss, the KL term and the entropy term). Any in-place change made through torch (its views
-    included) bumps the counter and brings the check back; a change made behind torch's back (through `.data`, a NumPy
-    view or DLPack) is not seen."""
+    per call (the trainers pass bool masks)."""
     if mask.dtype == torch.bool:
         return mask
     if mask.dtype.is_complex:
         raise ValueError(f"{owner}: {name} must be a bool tensor or hold only 0 and 1, got dtype {mask.dtype}")
-    version = None if mask.is_inference() else mask._version  # inference tensors have no version counter
-    seen = _CHECKED_NUMBER_MASKS.get(id(mask))
-    if version is not None and seen is not None and seen[0]() is mask and seen[1] == version:
-        return mask
     # m − m² is 0 exactly at 0 and 1 and nowhere else: for floats it is nonzero (or NaN / inf) at any other value and
     # a sum of absolute values is 0 only if every term is; for integers m(m − 1) ≡ 0 mod 2^bits only at 0 and 1
     # (m and m − 1 are coprime), counted rather than summed (a sum could wrap).
@@ -163,10 +148,6 @@ def check_mask(owner: str, name: str, mask: torch.Tensor) -> torch.Tensor:
         position = [int(i) for i in offending.nonzero()[0]]
         value = mask[tuple(position)].item()
         raise ValueError(f"{owner}: {name} must be boolean or contain only 0 and 1; found {value!r} at {position}")
-    if version is not None:
-        key = id(mask)
-        forget = lambda _, key=key: _CHECKED_NUMBER_MASKS.pop(key, None)  # noqa: E731 (when the mask is freed)
-        _CHECKED_NUMBER_MASKS[key] = (weakref.ref(mask, forget), version)
     return mask
 
 
