@@ -9,15 +9,16 @@ advantages computed in the worker.
 This subclass changes what is trained and nothing of how samples flow:
 
 * **the loss** (`compute_loss`, the one override of the training step): TRL's forward on the packed row, unpacked into
-  `[B, T]` (`packed_rows`), then the config's policy loss, KL term (a frozen reference forwarded on the same row when
-  `beta` > 0) and entropy bonus, normalized over the optimizer window, every micro-batch and process
-  (`window.CountWindowInLoop`), as in the synchronous trainers;
+  `[B, T]` (`packed_rows`), then the loss step every RL trainer calls (`core/loss_step.py`): the policy loss, the
+  KL term (a frozen reference forwarded on the same row when `beta` > 0), the entropy bonus and TRL's options around
+  them, normalized over the optimizer window (`core/window.py`);
 * **the advantage**: the config's estimator, on each complete group, in the worker (`trl_ext.async_rollout`);
 * **staleness**: μ is the sampler (`old_logprob`); `decoupled_ppo` gets π_prox (`prox_logp_method`); verl's rollout
   correction (`rollout_is` / `rollout_rs`) weighs and rejects against μ, the loss's π_old then being the step's own
-  weights (verl's recomputed old log-probs: its correction is a decoupled objective); `m2po` selects over the whole
-  window. The last two take one forward pass without gradients over the window before its first micro-batch
-  (`_prepare_window`), so that their batch statistics, and the token count that normalizes the loss, are the window's;
+  weights (verl's recomputed old log-probs: its correction is a decoupled objective); a loss that declares
+  `window_selected` (M2PO) gets its selection made over the whole window. The last two take one forward pass without
+  gradients over the window before its first micro-batch (`_prepare_window`), so that their batch statistics, and the
+  token count that normalizes the loss, are the window's;
 * **the generator**: `rollout_backend="transformers"` builds trl_ext's offline `TransformersRolloutWorker`; attention
   on the packed rows runs without flash-attention where its kernel is missing (`tree_attention`).
 

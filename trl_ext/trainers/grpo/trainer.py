@@ -1,36 +1,10 @@
-"""One TRL adapter for every GRPO-family algorithm.
+"""The GRPO family's adapter: `GRPOFamilyTrainer`, a `trl.GRPOTrainer` whose advantages and loss are a trl_ext
+algorithm's; everything else (generation, rewards, PEFT, DeepSpeed / FSDP, logging, checkpoints) stays TRL's.
 
-`GRPOFamilyTrainer` subclasses `trl.GRPOTrainer` at three narrow points and keeps everything else of TRL
-(generation with transformers or vLLM, reward functions, PEFT, the reference model, DeepSpeed / FSDP, logging,
-checkpointing):
-
-* `_calculate_rewards`: rejects non-finite rewards, naming the reward function and the sample, before any
-  weight changes (in the mixin `GRPOScoring`, `trl_ext.trainers.grpo.scoring`).
-* `_generate_and_score_completions`: replaces TRL's advantages by the algorithm's advantage function applied to
-  each prompt group's summed rewards (token-level `[B, T]` advantages included); samples the function drops
-  (e.g. `std_threshold`, RAFT's selection) are masked out of the loss (`GRPOScoring` too).
-* `_generate_and_score_completions` also applies DAPO's dynamic sampling (`DynamicSampling`,
-  `trl_ext.trainers.grpo.dynamic_sampling`) and overlong reward shaping (`trl_ext.trainers.grpo.overlong_reward`)
-  when asked.
-* `_compute_loss`: per-token log-probs and entropies through TRL's fused log-prob path, then the algorithm's
-  policy loss, the KL term (`kl_loss_fn` with coefficient `beta`, adaptive if asked) and the entropy bonus, all
-  normalized over the optimizer window (docs/design.md §2.6: token / sequence counts of every micro-batch of the
-  optimizer step, summed over processes), so the gradient does not depend on how the step is split into
-  micro-batches and processes.
-
-verl's rollout correction (`rollout_is` / `rollout_rs`, `trl_ext.rollout_correction`) is computed per generation batch
-(`GRPOScoring._correct_rollouts`): its weights reach the loss as TRL's vLLM importance-sampling ratio does (in its
-place), its rejections leave the loss mask.
-
-TRL's options around the loss are applied here for every algorithm, as TRL applies them: `top_entropy_quantile`
-and `off_policy_mask_threshold` zero the advantages of the tokens / sequences they drop, `use_bias_correction_kl`
-weighs the per-token KL by π/π_old, and the entropy bonus uses TRL's coefficient control (`use_adaptive_entropy`).
-`get_batch_samples` keeps the window's batches so that a window may span two generation batches
-(`steps_per_generation` not a multiple of the accumulation steps).
-
-Every metric of the loss is logged under its `trl_ext.losses` name next to `policy_loss`, `kl`, `kl_coef` and
-`entropy`; each combines over the optimizer window as its component declares it (`metrics`: a `SHARE` is summed,
-a `MEAN` averaged).
+Its overrides of TRL: `_generate_and_score_completions` and `_calculate_rewards` (the advantages, dynamic sampling,
+overlong shaping, rollout correction: `scoring.py`), `_prepare_inputs` and `get_batch_samples` (the optimizer window's
+counts, docs/design.md §2.6), and `_compute_loss`: TRL's fused log-prob pass, then the loss step
+(`core/loss_step.py`). The full list is `core/trl_private_names.py`.
 """
 
 from __future__ import annotations
