@@ -19,7 +19,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig as TRLAsyncGRPOConfig  #
 
 from .asynchronous.config import AsyncGRPOConfig
 from .asynchronous.trainer import AsyncGRPOTrainer
-from .core.classes import algorithm_class_names, algorithm_classes, document_written_classes
+from .core.classes import algorithm_class_names, algorithm_classes
 from .core.family_classes import register_family_classes
 from .critic.config import CriticFamilyConfig
 from .critic.trainer import CriticFamilyTrainer
@@ -45,7 +45,6 @@ register_family_classes("dpo", DPOConfig, DPOTrainer, settings_base=TRLDPOConfig
 register_family_classes("sft", SFTConfig, SFTTrainer, settings_base=TRLSFTConfig)
 register_family_classes("cpt", CPTConfig, CPTTrainer, settings_base=TRLSFTConfig)
 register_family_classes("async", AsyncGRPOConfig, AsyncGRPOTrainer, settings_base=TRLAsyncGRPOConfig)
-document_written_classes()
 
 __all__ = [
     "AsyncGRPOConfig",

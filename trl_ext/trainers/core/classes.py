@@ -62,16 +62,6 @@ def config_summary(spec: AlgorithmSpec) -> list[str]:
     return ["", *_paragraph(intro)]
 
 
-def written_config_docstring(spec: AlgorithmSpec) -> str:
-    """The docstring of a config's class statement (`grpo/algorithms.py`): the summary only. Each parameter's help is
-    stated once, in its `Argument` spec; `document_written_classes` completes the docstring when the package loads."""
-    closing = (
-        "Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; "
-        "the documentation renders them as a table)."
-    )
-    return "\n".join([*config_summary(spec), "", *_paragraph(closing), ""]) + "    "
-
-
 def config_docstring(spec: AlgorithmSpec) -> str:
     """The config's docstring: what the algorithm is, its paper and details, then its own parameters (the fields it
     has beyond the family's shared settings, `settings_base`) with their types, defaults and help."""
@@ -125,18 +115,6 @@ def build_classes(spec: AlgorithmSpec) -> tuple[type, type]:
     )  # fmt: skip
     globals().update({config_name: config, trainer_name: trainer})  # where pickle finds them (checkpoints)
     return config, trainer
-
-
-def document_written_classes() -> None:
-    """Give each class statement of `grpo/algorithms.py` its full docstring (`config_docstring`), once the families'
-    classes are registered: the written file states no help text, so that each is stated once. A record the file
-    does not write yet (just added, before `python -m trl_ext.trainers.core.generate`) gets its classes built instead
-    (`algorithm_classes`); tests/trainers/test_generated_classes.py fails until the file is written."""
-    for spec in ALGORITHMS.values():
-        if spec.has_trainer and spec.family.per_algorithm_classes:
-            written = getattr(grpo_algorithms, spec.class_names[0], None)
-            if written is not None:
-                written.__doc__ = config_docstring(spec)
 
 
 @cache

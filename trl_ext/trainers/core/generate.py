@@ -18,7 +18,7 @@ from pathlib import Path
 from ... import _FAMILY_BASES
 from ...algorithms import ALGORITHMS, AlgorithmSpec
 from .arguments import algorithm_fields
-from .classes import WIDTH, _type_name, trainer_docstring, written_config_docstring
+from .classes import WIDTH, _type_name, config_docstring, trainer_docstring
 from .family_classes import get_family_classes
 
 GENERATED_MODULE = "trl_ext.trainers.grpo.algorithms"
@@ -67,7 +67,7 @@ def render_module() -> str:
         family = spec.family
         config_base, trainer_base = family.class_names
         out += ["", "", "@dataclass", f"class {config_name}({config_base}):"]
-        out.append(f'    """{written_config_docstring(spec)}"""')
+        out.append(f'    """{config_docstring(spec)}"""')
         out += ["", f'    algorithm: ClassVar[str] = "{spec.name}"', ""]
         for name, kind, _ in algorithm_fields(spec.name):
             out.append(f'    {name}: {_type_name(kind)} = algorithm_field("{spec.name}", "{name}")')

@@ -90,8 +90,89 @@ class PPOConfig(CriticFamilyConfig):
     (`critic_learning_rate`); GAE (`gamma`, `lam`) turns its values and the token rewards into whitened advantages. One
     sample per prompt by default (`num_generations=1`).
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `1`):
+            Completions sampled per prompt (the group of the group-relative advantages): the ppo algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the ppo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'ppo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `ppo`, the ppo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `ppo`'s arguments configure `ppo`; with another function, one that is set is passed on to it if it
+            takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        gamma (`float`, *optional*, defaults to `1.0`):
+            GAE discount γ of the token-level TD errors δ_t = r_t + γ·V_{t+1} − V_t (Trinity-RFT's PPO default 1.0).
+        lam (`float`, *optional*, defaults to `1.0`):
+            GAE λ: A_t = δ_t + γλ·A_{t+1}; 1 gives the Monte-Carlo return minus V_t, 0 the one-step TD error
+            (Trinity-RFT's PPO default 1.0).
+        value_model_name_or_path (`str | None`, *optional*, defaults to `None`):
+            The value model (Hub id or local path), used when the trainer gets no `value_model`: loaded as a token
+            classifier with one output (its backbone plus a scalar head). Default: the policy's own checkpoint, with a
+            new head. It must share the policy's tokenizer.
+        value_model_init_kwargs (`dict[str, Any] | str | None`, *optional*, defaults to `None`):
+            Keyword arguments of the value model's `from_pretrained`, e.g. `{"dtype": "bfloat16"}` (default: the
+            policy's dtype).
+        cliprange_value (`float`, *optional*, defaults to `0.5`):
+            c of the clipped value loss 0.5·agg(max((V − R)², (clip(V, V_old − c, V_old + c) − R)²)) (verl's
+            `compute_value_loss`); 0.5 is the value Trinity-RFT's trainer backend uses (verl's critic default).
+        critic_learning_rate (`float | None`, *optional*, defaults to `None`):
+            Learning rate of the critic's optimizer (AdamW with the policy's betas, epsilon, weight decay and
+            scheduler), stepped at every optimizer step of the policy. Default: `learning_rate`.
+        critic_warmup_steps (`int`, *optional*, defaults to `0`):
+            Optimizer steps that train only the critic before the policy starts to learn (verl's `critic_warmup`): the
+            policy's loss is 0 for those steps.
+        shared_backbone (`bool`, *optional*, defaults to `False`):
+            Put the value head on the policy's own backbone instead of training a separate value model: a linear head on
+            the policy's last hidden state, one model and one optimizer, and the loss is the policy's terms + vf_coef ·
+            the value loss (the backbone gets the gradient of both; the head only the value loss's, the LM head only the
+            policy's). Saved beside the policy as value_head.safetensors.
+        vf_coef (`float | None`, *optional*, defaults to `None`):
+            Weight of the value loss in the summed loss of `shared_backbone` (default 0.1, TRL's former PPOTrainer's). A
+            separate value model has its own optimizer instead (`critic_learning_rate`).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "ppo"
@@ -135,8 +216,77 @@ class GRPOConfig(GRPOFamilyConfig):
     token-mean entropy bonus included); trl_ext's KL estimators, advantage arguments and window normalization still
     apply. TRL's equivalent is `loss_type='dapo'` with `loss_agg_mode='token-mean'`.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the grpo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the grpo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the grpo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "grpo"
@@ -188,8 +338,80 @@ class DAPOConfig(GRPOFamilyConfig):
     (Trinity-RFT's `examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2, epsilon_high=0.28,
     beta=0` with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `16`):
+            Completions sampled per prompt (the group of the group-relative advantages): the dapo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        per_device_train_batch_size (`int`, *optional*, defaults to `16`):
+            Rows per device and micro-batch: 16 (TRL: 8), one group of the dapo algorithm's `num_generations=16`, so
+            that the default generation batch holds whole groups.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the dapo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the dapo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "dapo"
@@ -236,8 +458,63 @@ class GRPOVerlConfig(GRPOFamilyConfig):
     `advantage_epsilon`) over its group (unbiased std; a group of one: mean 0, std 1), broadcast to every completion
     token; trained with the dual-clip PPO loss. Group size 2 by default (Trinity-RFT's `repeat_times`).
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `2`):
+            Completions sampled per prompt (the group of the group-relative advantages): the grpo_verl algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the grpo_verl
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo_verl'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo_verl`, the
+            grpo_verl algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `grpo_verl`'s arguments configure `grpo_verl`; with another function, one
+            that is set is passed on to it if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo_verl` advantage's `epsilon`)
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "grpo_verl"
@@ -277,8 +554,64 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
     REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models (arXiv 2501.03262). The discounted
     token-level returns of the outcome reward are whitened over the batch's tokens (no group baseline).
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the reinforceplusplus
+            algorithm's group size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the reinforceplusplus
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'reinforceplusplus'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default
+            `reinforceplusplus`, the reinforceplusplus algorithm's. Another one composes with the algorithm's loss: its
+            arguments go in `advantage_fn_args`. The fields of `reinforceplusplus`'s arguments configure
+            `reinforceplusplus`; with another function, one that is set is passed on to it if it takes the argument
+            (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        gamma (`float`, *optional*, defaults to `1.0`):
+            Discount of the token-level returns (the outcome reward sits on the last token); the returns are whitened
+            over all valid tokens of the generation batch.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "reinforceplusplus"
@@ -318,8 +651,60 @@ class RLOOConfig(GRPOFamilyConfig):
     REINFORCE Style Optimization for Learning from Human Feedback in LLMs (arXiv 2402.14740). The baseline of a
     completion is the mean reward of the other completions of its prompt.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the rloo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the rloo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'rloo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `rloo`, the rloo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `rloo`'s arguments configure `rloo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "rloo"
@@ -357,8 +742,50 @@ class OPMDConfig(GRPOFamilyConfig):
     with LLMs (arXiv 2501.12599). Trinity-RFT's OPMD: the group baseline is the mean reward or a soft-max (`logavgexp`)
     of it, and the loss −A·lp is scaled by 1/(1 + τ).
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the opmd algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'opmd'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `opmd`, the opmd algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `opmd`'s arguments configure `opmd`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'opmd'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `opmd`, the opmd
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `opmd`'s arguments configure `opmd`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        tau (`float`, *optional*, defaults to `1.0`):
+            Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        opmd_baseline (`str`, *optional*, defaults to `'mean'`):
+            Group baseline: `mean`, or `logavgexp` = τ·(logsumexp(R/τ) − log n).
+        advantage_tau (`float`, *optional*, defaults to `1.0`):
+            τ of the `logavgexp` baseline. (the `opmd` advantage's `tau`)
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "opmd"
@@ -392,8 +819,48 @@ class AsymREConfig(GRPOFamilyConfig):
     REINFORCE for off-Policy Reinforcement Learning (arXiv 2506.20520). The baseline is the group mean shifted by
     `baseline_shift`; Trinity-RFT trains it with the OPMD loss.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the asymre algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'opmd'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `opmd`, the asymre
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `opmd`'s arguments configure `opmd`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'asymre'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `asymre`, the
+            asymre algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`.
+            The fields of `asymre`'s arguments configure `asymre`; with another function, one that is set is passed on
+            to it if it takes the argument (else an error).
+        tau (`float`, *optional*, defaults to `1.0`):
+            Mirror-descent regularization τ: the loss −A·lp is divided by (1 + τ).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        baseline_shift (`float`, *optional*, defaults to `-0.1`):
+            The baseline is the group mean plus this shift; a negative shift favours positive updates (AsymRE paper §3).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "asymre"
@@ -426,8 +893,47 @@ class TOPRConfig(GRPOFamilyConfig):
     efficient reinforcement learning for LLMs (arXiv 2503.14286). Full REINFORCE gradient on positive samples,
     ratio-truncated gradient on negative ones; the advantage is the raw reward (no baseline), as in the paper.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the topr algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'topr'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `topr`, the topr algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `topr`'s arguments configure `topr`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'reinforce'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `reinforce`, the
+            topr algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`.
+            The fields of `reinforce`'s arguments configure `reinforce`; with another function, one that is set is
+            passed on to it if it takes the argument (else an error).
+        advantage_threshold (`float`, *optional*, defaults to `0.0`):
+            Tokens with A > threshold get the full (untruncated) policy gradient; the others are weighted by the
+            truncated ratio clamp(r, 0, 1).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "topr"
@@ -459,8 +965,74 @@ class CISPOConfig(GRPOFamilyConfig):
     Scaling Test-Time Compute Efficiently with Lightning Attention (arXiv 2506.13585). Clipped tokens still get a
     gradient. TRL's equivalent is `loss_type='cispo', epsilon_high=1 + clip_range_high`.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the cispo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'cispo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `cispo`, the cispo
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `cispo`'s arguments configure `cispo`; with another loss, one that is
+            set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the cispo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range_low (`float`, *optional*, defaults to `1.0`):
+            The stop-gradient IS weight is clamped to [1 − clip_range_low, 1 + clip_range_high]; 1.0 means no lower
+            bound (MiniMax-M1).
+        clip_range_high (`float`, *optional*, defaults to `0.28`):
+            Upper bound ε_high of the IS weight (1 + ε_high). TRL's `loss_type='cispo'` caps the ratio at `epsilon_high`
+            itself, so TRL's `epsilon_high=5.0` is `clip_range_high=4.0` here.
+        enable_mask_clip (`bool`, *optional*, defaults to `False`):
+            Also zero the tokens whose ratio left the trust region in the advantage's direction (r > 1 +
+            mask_clip_range_high with A > 0, or r < 1 − mask_clip_range_low with A < 0).
+        mask_clip_range_low (`float`, *optional*, defaults to `1.0`):
+            Lower bound of `enable_mask_clip`.
+        mask_clip_range_high (`float`, *optional*, defaults to `0.28`):
+            Upper bound of `enable_mask_clip`.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "cispo"
@@ -502,8 +1074,69 @@ class GSPOConfig(GRPOFamilyConfig):
     path, so token-level advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence',
     epsilon=3e-4, epsilon_high=4e-4`.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the gspo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'gspo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `gspo`, the gspo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `gspo`'s arguments configure `gspo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the gspo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `None`):
+            Symmetric clip ε (exclusive with `clip_range_low`/`_high`).
+        clip_range_low (`float | None`, *optional*, defaults to `0.0003`):
+            Lower clip of the sequence ratio; GSPO paper (v2) §5.1 uses 3e-4. Left unset, `clip_range` (if set) applies
+            to both sides, as in the reference.
+        clip_range_high (`float | None`, *optional*, defaults to `0.0004`):
+            Upper clip of the sequence ratio; GSPO paper (v2) §5.1 uses 4e-4. Left unset, `clip_range` (if set) applies
+            to both sides, as in the reference.
+        loss_agg_mode (`str`, *optional*, defaults to `'seq-mean-token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "gspo"
@@ -542,8 +1175,69 @@ class SAPOConfig(GRPOFamilyConfig):
     Adaptive Policy Optimization (arXiv 2511.20347). The gate σ(τ(r − 1))·4/τ decays faster for negative advantages.
     TRL's equivalent is `loss_type='sapo'` with `loss_agg_mode='seq-mean-token-mean'`.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the sapo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'sapo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `sapo`, the sapo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `sapo`'s arguments configure `sapo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the sapo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        tau_pos (`float`, *optional*, defaults to `1.0`):
+            Gate temperature τ for tokens with A > 0. The loss is −A·σ(τ(r − 1))·4/τ; the gradient weight is 1 at r = 1
+            and decays smoothly off-policy, faster for larger τ.
+        tau_neg (`float`, *optional*, defaults to `1.05`):
+            Gate temperature for tokens with A ≤ 0; must be ≥ `tau_pos` (the paper decays negative updates faster, §3).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        detach_gate (`bool`, *optional*, defaults to `False`):
+            Reproduce Trinity-RFT ≤ 0.6: −A·sg(gate)·lp, whose gradient weight is 2/τ at r = 1 and grows with r (not the
+            paper's objective).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "sapo"
@@ -583,8 +1277,46 @@ class GPGConfig(GRPOFamilyConfig):
     clip, no KL: the loss is −A·lp (verl's `gpg`), and the advantage is the reward minus its group mean scaled by α = N
     / (number of non-zero rewards), verl's `gpg` estimator.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the gpg algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'gpg'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `gpg`, the gpg algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `gpg`'s arguments configure `gpg`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'gpg'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `gpg`, the gpg
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `gpg`'s arguments configure `gpg`; with another function, one that is set is passed on to it if it
+            takes the argument (else an error).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        f_norm (`float`, *optional*, defaults to `1.0`):
+            Divisor F_norm of the centred scores, A = α·(R − mean)/F_norm (verl's `f_norm`, default 1.0).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "gpg"
@@ -617,8 +1349,61 @@ class GMPOConfig(GRPOFamilyConfig):
     r_t)), averaged over sequences; the paper clips the log-ratio at ±0.4 (configs/geo_mean.yaml), verl's default is
     0.2.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the geo_mean algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'geo_mean'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `geo_mean`, the geo_mean
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `geo_mean`'s arguments configure `geo_mean`; with another loss, one
+            that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the
+            geo_mean algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `grpo`'s arguments configure `grpo`; with another function, one that is
+            set is passed on to it if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            Clip ε of the token log-ratio (log π/π_old ∈ [−ε_low, ε_high]), used for both sides unless
+            `clip_range_low`/`_high` are set (verl's `clip_ratio`; the GMPO paper uses 0.4).
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low of the log-ratio, applied where A < 0. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high of the log-ratio, applied where A > 0. Defaults to `clip_range`.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "geo_mean"
@@ -656,8 +1441,64 @@ class DROConfig(GRPOFamilyConfig):
     Offline Regularised Reinforcement Learning for Large Language Models Alignment (arXiv 2405.19107). verl's `dro`: L =
     −(A·lp − ½β·(lp − old)²), `dro_beta` 0.05.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the dro algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'dro'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `dro`, the dro algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `dro`'s arguments configure `dro`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the dro
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        dro_beta (`float`, *optional*, defaults to `0.05`):
+            Weight β > 0 of the quadratic log-ratio penalty ½β·(log π/π_old)² (verl's `policy_loss.dro_beta`, which has
+            no default; 0.05 is verl's usage example and Tinker's).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "dro"
@@ -695,8 +1536,77 @@ class ClipCovConfig(GRPOFamilyConfig):
     `clip_cov`: among the tokens PPO does not clip, a random `clip_cov_ratio` share of those whose advantage × log-prob
     covariance lies in (`clip_cov_lb`, `clip_cov_ub`) gets no gradient.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the clip_cov algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'clip_cov'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `clip_cov`, the clip_cov
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `clip_cov`'s arguments configure `clip_cov`; with another loss, one
+            that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the
+            clip_cov algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `grpo`'s arguments configure `grpo`; with another function, one that is
+            set is passed on to it if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set (verl's `clip_ratio`).
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low (verl's `clip_ratio_low`). Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (verl's `clip_ratio_high`). Defaults to `clip_range`.
+        clip_cov_ratio (`float`, *optional*, defaults to `0.0002`):
+            Share ρ of the micro-batch's valid tokens whose gradient is dropped: max(⌊ρ·n⌋, 1) tokens, drawn at random
+            among the candidates (covariance in (clip_cov_lb, clip_cov_ub), not clipped by PPO).
+        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
+            Lower bound (exclusive) of a candidate's covariance.
+        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
+            Upper bound (exclusive) of a candidate's covariance.
+        selection_seed (`int | None`, *optional*, defaults to `None`):
+            Seed of the loss's own CPU generator for the random draw (seeded once, advanced by each call; its draws are
+            verl's after `torch.manual_seed(selection_seed)`). None: torch's global CPU generator, as verl.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "clip_cov"
@@ -740,8 +1650,67 @@ class KLCovConfig(GRPOFamilyConfig):
     `kl_cov`: −A·r plus `ppo_kl_coef`·|log r| on the top `kl_cov_ratio` share of tokens by advantage × log-prob
     covariance.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the kl_cov algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'kl_cov'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `kl_cov`, the kl_cov
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `kl_cov`'s arguments configure `kl_cov`; with another loss, one that is
+            set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the kl_cov
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        kl_cov_ratio (`float`, *optional*, defaults to `0.0002`):
+            Share κ of the micro-batch's valid tokens that get the |log-ratio| penalty: the max(⌊κ·n⌋, 1) with the
+            largest covariance.
+        ppo_kl_coef (`float`, *optional*, defaults to `0.1`):
+            Coefficient β of the |lp − old| penalty on the selected tokens (verl's PolicyLossConfig default; verl's loss
+            itself falls back to 1.0 when the config holds None).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "kl_cov"
@@ -780,8 +1749,73 @@ class DPPOTVConfig(GRPOFamilyConfig):
     probability moved more than δ (`clip_range`, the paper's 0.15 in configs/dppo_tv.yaml) in the advantage's direction
     is masked; the rest get −A·sg(min(r, c))·lp.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the dppo_tv algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'dppo_tv'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `dppo_tv`, the dppo_tv
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `dppo_tv`'s arguments configure `dppo_tv`; with another loss, one that
+            is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the dppo_tv
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            The TV divergence threshold δ (not a ratio bound: verl's `clip_ratio` reused), for both sides unless
+            `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            The TV divergence threshold δ_low for A ≤ 0 (verl's `clip_ratio_low`). Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            The TV divergence threshold δ_high for A > 0 (verl's `clip_ratio_high`). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Truncation c > 1 of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). It caps
+            the outlying large ratios; a c <= 1 would cap every ratio above 1 (and below 1 the on-policy r = 1 too), so
+            it is refused, as PPO's dual-clip c. 3.0 is verl's ActorConfig value (verl's loss falls back to 20.0 when
+            its config has no `clip_ratio_c`; the paper recommends a large c, §5.4).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "dppo_tv"
@@ -821,8 +1855,73 @@ class DPPOKLConfig(GRPOFamilyConfig):
     Rethinking the Trust Region in LLM Reinforcement Learning (arXiv 2602.04879). verl's `dppo_kl`: as DPPO-Binary-TV
     with the binary KL of the token's probability (δ `clip_range`, the paper's 0.05 in configs/dppo_kl.yaml).
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the dppo_kl algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'dppo_kl'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `dppo_kl`, the dppo_kl
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `dppo_kl`'s arguments configure `dppo_kl`; with another loss, one that
+            is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the dppo_kl
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            The binary KL divergence threshold δ (not a ratio bound: verl's `clip_ratio` reused), for both sides unless
+            `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            The binary KL divergence threshold δ_low for A ≤ 0 (verl's `clip_ratio_low`). Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            The binary KL divergence threshold δ_high for A > 0 (verl's `clip_ratio_high`). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Truncation c > 1 of the importance ratio (TIS: sg(min(r, c)) weights the gradient; no dual clip). It caps
+            the outlying large ratios; a c <= 1 would cap every ratio above 1 (and below 1 the on-policy r = 1 too), so
+            it is refused, as PPO's dual-clip c. 3.0 is verl's ActorConfig value (verl's loss falls back to 20.0 when
+            its config has no `clip_ratio_c`; the paper recommends a large c, §5.4).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "dppo_kl"
@@ -864,8 +1963,98 @@ class MIXConfig(MIXFamilyConfig):
     batch is expert rows from the trainer's `expert_dataset`; the loss is (1 − μ)·PPO on the rollouts (group-normalized
     advantages) + μ·SFT on the expert rows, each part normalized over its own rows.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'mix'`):
+            Entropy bonus `entropy_coef`·agg(entropy): `mix` over the rollouts only (expert demonstrations are not the
+            policy's samples), `default` over every row, `none` disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the mix algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'mix'`):
+            The policy loss; default `mix`, the mix algorithm's mix of RL on the rollouts and SFT on the expert rows.
+            Another mixing loss (`mix`, `mix_chord`) replaces the mix; any other `trl_ext.losses` name replaces the PPO
+            part on the rollout rows (CHORD with SAPO: `sapo`), each part still normalized over its own rows: its
+            arguments go in `policy_loss_fn_args`. The fields of `mix`'s arguments configure `mix`; with another loss,
+            one that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the mix
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        mu (`float`, *optional*, defaults to `0.1`):
+            Weight μ ∈ [0, 1] of the SFT part on the expert rows.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε of the rollout part. (Of the default PPO part: with a `rollout_loss`, set that loss's own
+            arguments instead.)
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that loss's
+            own arguments instead.)
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that
+            loss's own arguments instead.)
+        use_dynamic_bsz (`bool | None`, *optional*, defaults to `None`):
+            The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for window
+            normalization: each part is averaged over its own rows of the optimizer window. Setting any of them switches
+            to the reference's per-micro-batch weighting n·w (see `trl_ext.losses.mix`), with the reference's defaults
+            (1, False) for the ones left unset.
+        ppo_mini_batch_size (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ppo_micro_batch_size_per_gpu (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ngpus_trainer (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_usual (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_expert (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
+        grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`. (With a `rollout_loss`, that loss's own
+            `loss_agg_mode` applies instead.)
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        expert_data_ratio (`float`, *optional*, defaults to `0.5`):
+            Share of each generation batch's rows that are expert demonstrations (from the trainer's `expert_dataset`),
+            the rest being rollouts: ceil(ratio × generation_batch_size) expert rows, which must be a multiple of
+            `num_generations` (and of the number of processes) so that the rollouts form whole prompt groups. 0 trains
+            on rollouts only, 1 on expert rows only (no generation).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "mix"
@@ -915,8 +2104,107 @@ class MIXCHORDConfig(MIXFamilyConfig):
     `mu_valley`) and CHORD-φ token weights on the expert NLL. The paper's recipe (Trinity-RFT's `examples/mix_chord`):
     `mu_warmup_steps=200, mu_decay_steps=400, mu_peak=0.5, mu_valley=0.02`.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'mix'`):
+            Entropy bonus `entropy_coef`·agg(entropy): `mix` over the rollouts only (expert demonstrations are not the
+            policy's samples), `default` over every row, `none` disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the mix_chord algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'mix_chord'`):
+            The policy loss; default `mix_chord`, the mix_chord algorithm's mix of RL on the rollouts and SFT on the
+            expert rows. Another mixing loss (`mix`, `mix_chord`) replaces the mix; any other `trl_ext.losses` name
+            replaces the PPO part on the rollout rows (CHORD with SAPO: `sapo`), each part still normalized over its own
+            rows: its arguments go in `policy_loss_fn_args`. The fields of `mix_chord`'s arguments configure
+            `mix_chord`; with another loss, one that is set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the
+            mix_chord algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `grpo`'s arguments configure `grpo`; with another function, one that is
+            set is passed on to it if it takes the argument (else an error).
+        mu_warmup_steps (`int`, *optional*, defaults to `0`):
+            μ rises linearly from 0 to `mu_peak` over this many optimizer steps.
+        mu_decay_steps (`int`, *optional*, defaults to `0`):
+            Then μ decays from `mu_peak` to `mu_valley` over this many steps (cosine), and stays there.
+        mu_peak (`float`, *optional*, defaults to `0.1`):
+            μ at the end of the warm-up.
+        mu_valley (`float`, *optional*, defaults to `0.1`):
+            μ after the decay (CHORD's floor).
+        enable_phi_function (`bool`, *optional*, defaults to `True`):
+            CHORD-φ: weight each expert token's NLL by sg(p(1 − p)), p the policy's probability of the token; False uses
+            plain SFT.
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε of the rollout part. (Of the default PPO part: with a `rollout_loss`, set that loss's own
+            arguments instead.)
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that loss's
+            own arguments instead.)
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high; defaults to `clip_range`. (Of the default PPO part: with a `rollout_loss`, set that
+            loss's own arguments instead.)
+        use_dynamic_bsz (`bool | None`, *optional*, defaults to `None`):
+            The reference's batch geometry (Trinity-RFT fills it from its config). Leave all six unset (None) for window
+            normalization: each part is averaged over its own rows of the optimizer window. Setting any of them switches
+            to the reference's per-micro-batch weighting n·w (see `trl_ext.losses.mix`), with the reference's defaults
+            (1, False) for the ones left unset.
+        ppo_mini_batch_size (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ppo_micro_batch_size_per_gpu (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        ngpus_trainer (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_usual (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        train_batch_size_expert (`int | None`, *optional*, defaults to `None`):
+            Reference geometry: see `use_dynamic_bsz`.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        sft_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the SFT part (expert rows); defaults to `loss_agg_mode`.
+        grpo_loss_agg_mode (`str | None`, *optional*, defaults to `None`):
+            Aggregation of the PPO part (rollouts); defaults to `loss_agg_mode`. (With a `rollout_loss`, that loss's own
+            `loss_agg_mode` applies instead.)
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        expert_data_ratio (`float`, *optional*, defaults to `0.5`):
+            Share of each generation batch's rows that are expert demonstrations (from the trainer's `expert_dataset`),
+            the rest being rollouts: ceil(ratio × generation_batch_size) expert rows, which must be a multiple of
+            `num_generations` (and of the number of processes) so that the rollouts form whole prompt groups. 0 trains
+            on rollouts only, 1 on expert rows only (no generation).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "mix_chord"
@@ -969,8 +2257,46 @@ class RAFTConfig(GRPOFamilyConfig):
     completions per prompt, keep the best-rewarded one of each group (the `raft` selection), and train the SFT loss on
     the kept completions only.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the raft algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'sft'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `sft`, the raft algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `sft`'s arguments configure `sft`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'raft'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `raft`, the raft
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `raft`'s arguments configure `raft`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        min_reward (`float | None`, *optional*, defaults to `None`):
+            Keep a group's best completion only if its reward is at least this value (default: always keep the best).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "raft"
@@ -1002,8 +2328,63 @@ class SPPOConfig(GRPOFamilyConfig):
     surrogate functions for stable and efficient reinforcement learning (arXiv 2108.05828). The policy gradient −A·log r
     is restricted to the tokens inside the trust region 1/(1+ε) ≤ r ≤ 1+ε, with group-normalized advantages.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the sppo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'sppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `sppo`, the sppo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `sppo`'s arguments configure `sppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the sppo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        sppo_epsilon (`float`, *optional*, defaults to `0.3`):
+            Trust region of sPPO: a token contributes only while 1/(1+ε) ≤ r ≤ 1+ε. (the `sppo` loss's `epsilon`)
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "sppo"
@@ -1040,8 +2421,64 @@ class RECConfig(GRPOFamilyConfig):
     Group-Relative REINFORCE Is Secretly an Off-Policy Algorithm (arXiv 2509.24203). Group-centred rewards with a choice
     of off-policy clipping (`rec_clip_mode`), reweighting (`rec_weight`) and regularization (`rec_regularizer`).
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the rec algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'rec'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `rec`, the rec algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `rec`'s arguments configure `rec`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'rec'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `rec`, the rec
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `rec`'s arguments configure `rec`; with another function, one that is set is passed on to it if it
+            takes the argument (else an error).
+        rec_epsilon_low (`float`, *optional*, defaults to `0.2`):
+            Lower clip ε_l (ratio ≥ 1 − ε_l), in (0, 1]. (the `rec` loss's `epsilon_low`)
+        rec_epsilon_high (`float`, *optional*, defaults to `0.2`):
+            Upper clip ε_h (ratio ≤ 1 + ε_h), > 0. (the `rec` loss's `epsilon_high`)
+        rec_epsilon_low_prime (`float`, *optional*, defaults to `0.6`):
+            `ring` mode: negative-side outer bound ε'_l, in (0, 1]. (the `rec` loss's `epsilon_low_prime`)
+        rec_epsilon_high_prime (`float`, *optional*, defaults to `2.0`):
+            `ring` mode: outer bound ε'_h, > 0. (the `rec` loss's `epsilon_high_prime`)
+        rec_clip_mode (`str`, *optional*, defaults to `'none'`):
+            Which tokens are kept: `none`, `two-side`, `one-side`, `gspo-one-side` (on the sequence ratio), `ring`. (the
+            `rec` loss's `clip_mode`)
+        rec_weight (`str`, *optional*, defaults to `'none'`):
+            Advantage reweighting: `none`, `importance_sampling` (A·r), `gspo_importance_sampling` (A·sequence ratio;
+            needs `rec_clip_mode='gspo-one-side'`), `advantage` (A·exp(A/temp)). (the `rec` loss's `weight`)
+        rec_regularizer (`str`, *optional*, defaults to `'none'`):
+            Regularizer: `none`, `forward-kl` (−coef·lp), `k2` (coef·(lp − old)²). (the `rec` loss's `regularizer`)
+        rec_regularizer_coef (`float`, *optional*, defaults to `0.0`):
+            Coefficient of `rec_regularizer`, ≥ 0. (the `rec` loss's `regularizer_coef`)
+        rec_temp (`float`, *optional*, defaults to `1.0`):
+            Temperature of `rec_weight='advantage'`, > 0. (the `rec` loss's `temp`)
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of the std normalization. (the `rec` advantage's `epsilon`)
+        std_normalize (`bool`, *optional*, defaults to `False`):
+            Divide the centred rewards by the group std.
+        drop (`str | None`, *optional*, defaults to `None`):
+            `balance`: in each group, randomly drop negative-advantage samples until there are no more of them than
+            positive ones (seeded by `seed` and the step).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "rec"
@@ -1089,8 +2526,67 @@ class M2POConfig(GRPOFamilyConfig):
     home is asynchronous training, where the samples really are stale: `AsyncGRPOConfig(policy_loss_fn='m2po')` selects
     over the whole optimizer window (every micro-batch and process) against the sampler's log-probs.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the m2po algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'m2po'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `m2po`, the m2po algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `m2po`'s arguments configure `m2po`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the m2po
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        m2_threshold (`float`, *optional*, defaults to `0.04`):
+            M2PO's τ: the largest (log r)² of the trust-region tokens (A > 0 with r > 1, A < 0 with r < 1) are masked
+            until their mean (log r)² is at most τ; 0.04 is the paper's.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        log_ratio_clip (`float`, *optional*, defaults to `20.0`):
+            The loss's value uses exp(clamp(log r, ±log_ratio_clip)), with the gradient of the unclamped log-ratio (a
+            straight-through clamp that only keeps the value finite).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "m2po"
@@ -1132,8 +2628,69 @@ class MultiStepGRPOConfig(GRPOFamilyConfig):
     tool outputs get none. `turns_as_samples=True` makes each turn a sample of the `seq-mean-*` aggregations, as the
     reference's per-turn experiences.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the multi_step_grpo algorithm's
+            group size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the multi_step_grpo
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'step_wise_grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `step_wise_grpo`,
+            the multi_step_grpo algorithm's. Another one composes with the algorithm's loss: its arguments go in
+            `advantage_fn_args`. The fields of `step_wise_grpo`'s arguments configure `step_wise_grpo`; with another
+            function, one that is set is passed on to it if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (R_run − mean)/(std + ε), the statistics taken over the group's runs. (the `step_wise_grpo` advantage's
+            `epsilon`)
+        enable_step_norm (`bool`, *optional*, defaults to `False`):
+            Divide each step's advantage by its run's number of steps.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std over the runs of the `group` or of the whole `batch` (the mean stays the group mean).
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups of a single run or whose std over runs is at or below this value.
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "multi_step_grpo"
@@ -1177,8 +2734,69 @@ class GiGPOConfig(GRPOFamilyConfig):
     environment's `state_key` when it has one, else the text the model saw before the turn (the prompt and the tool
     outputs so far). Turn rewards the environment records (`turn_rewards`) add to the episode's reward on the last turn.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'k2'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'default'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the gigpo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the gigpo algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'gigpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `gigpo`, the gigpo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `gigpo`'s arguments configure `gigpo`; with another function, one that is set is passed on to it
+            if it takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        omega (`float`, *optional*, defaults to `1.0`):
+            Weight ω of the step-level (anchor-state) advantage in A_E + ω·A_S.
+        gamma (`float`, *optional*, defaults to `1.0`):
+            Discount γ of the step-level returns R_t = Σ_{k≥t} γ^(k−t) r_k.
+        fnorm (`str`, *optional*, defaults to `'none'`):
+            Normalization of both levels: `none` (F = 1, the paper's default for agents: mean-centred only) or `std`
+            (the unbiased std of the group, as GRPO).
+        advantage_epsilon (`float`, *optional*, defaults to `1e-06`):
+            ε of (x − mean)/(F + ε). (the `gigpo` advantage's `epsilon`)
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "gigpo"
@@ -1222,8 +2840,99 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
     − log π_old) (+ `reward_weight`·Â with task rewards), trained with the `ppo` (default) or `importance_sampling` loss
     (Thinking Machines, "On-Policy Distillation", 2025; Trinity-RFT's `on_policy_distill`).
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the on_policy_distill
+            algorithm's group size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the on_policy_distill
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'on_policy_distill'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default
+            `on_policy_distill`, the on_policy_distill algorithm's. Another one composes with the algorithm's loss: its
+            arguments go in `advantage_fn_args`. The fields of `on_policy_distill`'s arguments configure
+            `on_policy_distill`; with another function, one that is set is passed on to it if it takes the argument
+            (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        kl_coef (`float`, *optional*, defaults to `1.0`):
+            Scale λ of the per-token advantage λ·(log π_teacher − log π_old): minus the sampled token's reverse KL to
+            the teacher (Trinity-RFT's `kl_coef`, Tinker's `kl_penalty_coef`). Not the KL-to-reference coefficient,
+            which is `beta`.
+        distill_baseline (`str`, *optional*, defaults to `'none'`):
+            Baseline subtracted from the distillation advantages (beyond the reference, which has none): `batch` the
+            mean over the generation batch's completion tokens, `group` the mean over the prompt group's tokens at the
+            same position. A variance reduction for small batches, where a teacher that rejects most samples can push
+            the student towards noise (measured on the toy task with 64 samples per step).
+        teacher_model_name_or_path (`str | None`, *optional*, defaults to `None`):
+            The teacher (Hub id or local path), used when the trainer gets no `teacher_model`. It must share the
+            student's tokenizer.
+        teacher_model_init_kwargs (`dict[str, Any] | str | None`, *optional*, defaults to `None`):
+            Keyword arguments of the teacher's `from_pretrained` when it is given as a path, e.g. `{"dtype":
+            "bfloat16"}` (default: the student's dtype) or `{"device_map": "auto"}` to spread a large teacher over the
+            visible GPUs (single process).
+        teacher_device (`str | None`, *optional*, defaults to `None`):
+            Device of the teacher, e.g. `cuda:1` or `cpu` (default: the student's device on each process, sharded like
+            TRL's reference model under DeepSpeed ZeRO-3 / FSDP).
+        teacher_top_k (`int`, *optional*, defaults to `0`):
+            The distillation signal. 0: the sampled-token estimator (the per-token advantage of `advantage_fn`, the
+            reference's). k > 0: a dense loss, the generalized JSD (`jsd_beta`) between student and teacher over the
+            teacher's k most likely tokens at each completion position plus one tail category for the rest of the
+            vocabulary. -1: the same over the whole vocabulary (TRL's `DistillationTrainer` loss). Dense modes compute
+            the logits a chunk of positions at a time (no [B, T, V] tensor); the teacher's top-k is taken once per
+            generation batch, without gradients, at the sampling temperature.
+        jsd_beta (`float`, *optional*, defaults to `1.0`):
+            Interpolation β of the dense divergence (teacher_top_k ≠ 0), as TRL's `DistillationConfig.beta`: 0 forward
+            KL(teacher ‖ student), 1 reverse KL(student ‖ teacher), between: the generalized JSD with mixture (1 −
+            β)·student + β·teacher.
+        reward_weight (`float`, *optional*, defaults to `0.0`):
+            Weight w of the task reward in the advantage: A_t = kl_coef·(log π_teacher − log π_old) + w·Â, with Â the
+            `reward_advantage_fn` advantage of the completion's summed reward (from `reward_funcs`, weighted by
+            `reward_weights`), on each of its tokens. 0 (default) is pure distillation: reward functions, if given, are
+            only logged.
+        reward_advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            Advantage of the reward term: `grpo` ((R − group mean)/(group std + 1e-6)), `rloo` (R − mean of the group's
+            other rewards) or `reinforce` (R itself).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "on_policy_distill"
@@ -1269,8 +2978,104 @@ class JSDConfig(DistillFamilyConfig):
     M) for 0 < β < 1; Trinity-RFT's −JSD value, which for 0 < β < 1 is never negative and moves the student away from
     the teacher, is `jsd_form='reference'`.
 
-    Its parameters and their help come from their `Argument` specs when `trl_ext` loads (`help()` shows them; the
-    documentation renders them as a table).
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the jsd algorithm's group size,
+            Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'ppo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `ppo`, the jsd algorithm's.
+            Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `ppo`'s arguments configure `ppo`; with another loss, one that is set
+            is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'jsd'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `jsd`, the jsd
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `jsd`'s arguments configure `jsd`; with another function, one that is set is passed on to it if it
+            takes the argument (else an error).
+        clip_range (`float | None`, *optional*, defaults to `0.2`):
+            PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
+        clip_range_low (`float | None`, *optional*, defaults to `None`):
+            Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
+        clip_range_high (`float | None`, *optional*, defaults to `None`):
+            Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
+        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+            Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
+            −A·c, so a very large ratio cannot blow up the update.
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        enable_sequence_masking (`bool`, *optional*, defaults to `False`):
+            Drop the negative-advantage tokens of sequences whose mean log-ratio log(π_old/π) exceeds
+            `delta_sequence_masking` (off-policy sequence masking, DeepSeek-V3.2).
+        delta_sequence_masking (`float`, *optional*, defaults to `0.1`):
+            Threshold δ of `enable_sequence_masking`.
+        fallback_to_policy_gradient (`bool`, *optional*, defaults to `False`):
+            Use the on-policy ratio exp(lp − sg(lp)) ≡ 1 (plain policy gradient) instead of π/π_old.
+        lambda_coef (`float`, *optional*, defaults to `0.5`):
+            JSD mixture weight β: β·KL(teacher‖M) + (1 − β)·KL(student‖M), M = β·teacher + (1 − β)·student; 0 gives
+            KL(student‖teacher), 1 KL(teacher‖student), 0.5 the symmetric JSD.
+        kl_coef (`float`, *optional*, defaults to `1.0`):
+            Scale of the per-token advantage −kl_coef·JSD (0 gives zero advantages; a negative scale would reward moving
+            away from the teacher and is refused).
+        jsd_temperature (`float`, *optional*, defaults to `1.0`):
+            Both log-probs are divided by this before the JSD (the reference's log_probs / T). (the `jsd` advantage's
+            `temperature`)
+        jsd_form (`str`, *optional*, defaults to `'gradient'`):
+            `gradient`: the advantage is the per-token policy-gradient weight of −kl_coef·JSD_β, which moves the student
+            towards the teacher; `reference`: Trinity-RFT 0.6.0's −kl_coef·(per-token JSD value), which for 0 < β < 1 is
+            never negative and moves the student away (see the module docstring). (the `jsd` advantage's `form`)
+        chunk_size (`int | None`, *optional*, defaults to `None`):
+            Compute the JSD of the valid tokens this many at a time (peak memory only); None: all at once.
+        teacher_model_name_or_path (`str | None`, *optional*, defaults to `None`):
+            The teacher (Hub id or local path), used when the trainer gets no `teacher_model`. It must share the
+            student's tokenizer.
+        teacher_model_init_kwargs (`dict[str, Any] | str | None`, *optional*, defaults to `None`):
+            Keyword arguments of the teacher's `from_pretrained` when it is given as a path, e.g. `{"dtype":
+            "bfloat16"}` (default: the student's dtype) or `{"device_map": "auto"}` to spread a large teacher over the
+            visible GPUs (single process).
+        teacher_device (`str | None`, *optional*, defaults to `None`):
+            Device of the teacher, e.g. `cuda:1` or `cpu` (default: the student's device on each process, sharded like
+            TRL's reference model under DeepSpeed ZeRO-3 / FSDP).
+        teacher_top_k (`int`, *optional*, defaults to `0`):
+            The distillation signal. 0: the sampled-token estimator (the per-token advantage of `advantage_fn`, the
+            reference's). k > 0: a dense loss, the generalized JSD (`jsd_beta`) between student and teacher over the
+            teacher's k most likely tokens at each completion position plus one tail category for the rest of the
+            vocabulary. -1: the same over the whole vocabulary (TRL's `DistillationTrainer` loss). Dense modes compute
+            the logits a chunk of positions at a time (no [B, T, V] tensor); the teacher's top-k is taken once per
+            generation batch, without gradients, at the sampling temperature.
+        jsd_beta (`float`, *optional*, defaults to `1.0`):
+            Interpolation β of the dense divergence (teacher_top_k ≠ 0), as TRL's `DistillationConfig.beta`: 0 forward
+            KL(teacher ‖ student), 1 reverse KL(student ‖ teacher), between: the generalized JSD with mixture (1 −
+            β)·student + β·teacher.
+        reward_weight (`float`, *optional*, defaults to `0.0`):
+            Weight w of the task reward in the advantage: A_t = kl_coef·(log π_teacher − log π_old) + w·Â, with Â the
+            `reward_advantage_fn` advantage of the completion's summed reward (from `reward_funcs`, weighted by
+            `reward_weights`), on each of its tokens. 0 (default) is pure distillation: reward functions, if given, are
+            only logged.
+        reward_advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            Advantage of the reward term: `grpo` ((R − group mean)/(group std + 1e-6)), `rloo` (R − mean of the group's
+            other rewards) or `reinforce` (R itself).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
     """
 
     algorithm: ClassVar[str] = "jsd"
