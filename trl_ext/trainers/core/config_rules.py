@@ -66,6 +66,34 @@ class Rule:
         return any(cls.__name__ in self.applies_to for cls in type(config).__mro__)
 
 
+RULES: list[Rule] = []
+"""Every cross-field rule, in the order a config checks them within a stage (the order of the functions below)."""
+
+
+def rule(
+    fields: tuple[str, ...],
+    applies_to: tuple[str, ...],
+    stage: str,
+    *,
+    example: dict[str, Any],
+    fix: dict[str, Any],
+    message: str,
+    tested_on: tuple[str, ...] = ("GRPOConfig",),
+) -> Callable[[Callable[[Any], None]], Callable[[Any], None]]:
+    """Register the decorated check as a `Rule` named after it (see `Rule` for the arguments)."""
+
+    def register(check: Callable[[Any], None]) -> Callable[[Any], None]:
+        RULES.append(Rule(check.__name__, fields, check, applies_to, stage, example, fix, message, tested_on))
+        return check
+
+    return register
+
+
+_BOTH = (SYNC, ASYNC)
+_ON_BOTH = ("GRPOConfig", "AsyncGRPOConfig")
+_VLLM = {"use_vllm": True}
+
+
 def _owner(config: Any) -> str:
     return type(config).__name__
 
@@ -73,6 +101,15 @@ def _owner(config: Any) -> str:
 # ---- KL ----------------------------------------------------------------------------------------------------------
 
 
+@rule(
+    fields=("beta", "kl_penalty_fn"),
+    applies_to=(SYNC,),
+    stage=GIVEN,
+    example={"beta": 0.05},
+    fix={"beta": 0.0},
+    message=r"beta=0.05 adds a KL term to a reference model, but the asymre algorithm trains without one",
+    tested_on=("AsymREConfig",),
+)
 def no_kl_without_reference(config: Any) -> None:
     if not config.algorithm:
         return
@@ -94,6 +131,15 @@ def no_kl_without_reference(config: Any) -> None:
             )
 
 
+@rule(
+    fields=("adaptive_kl", "target_kl", "kl_horizon"),
+    applies_to=_BOTH,
+    stage=FIELDS,
+    example={"beta": 0.1, "adaptive_kl": True},
+    fix={"target_kl": 0.05, "kl_horizon": 300},
+    message=r"adaptive_kl=True needs target_kl and kl_horizon \(both > 0\); got target_kl=None",
+    tested_on=_ON_BOTH,
+)
 def adaptive_kl_needs_target(config: Any) -> None:
     if config.adaptive_kl and (config.target_kl is None or config.kl_horizon is None):
         raise ValueError(
@@ -102,6 +148,15 @@ def adaptive_kl_needs_target(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("adaptive_kl", "beta"),
+    applies_to=_BOTH,
+    stage=FIELDS,
+    example={"adaptive_kl": True, "target_kl": 0.05, "kl_horizon": 300, "beta": 0.0},
+    fix={"beta": 0.1},
+    message=r"adaptive_kl=True adapts beta, but beta=0 .*there is no KL term to adapt",
+    tested_on=_ON_BOTH,
+)
 def adaptive_kl_needs_kl_term(config: Any) -> None:
     if config.adaptive_kl and config.beta == 0:
         raise ValueError(
@@ -113,6 +168,15 @@ def adaptive_kl_needs_kl_term(config: Any) -> None:
 # ---- entropy -----------------------------------------------------------------------------------------------------
 
 
+@rule(
+    fields=("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max"),
+    applies_to=(ASYNC,),
+    stage=FIELDS,
+    example={"use_adaptive_entropy": True, "entropy_coef_min": 1.0, "entropy_coef_max": 0.5},
+    fix={"entropy_coef_max": 2.0},
+    message=r"entropy_coef_max=0.5 is below entropy_coef_min=1.0",
+    tested_on=("AsyncGRPOConfig",),
+)
 def adaptive_entropy_range(config: Any) -> None:
     if config.use_adaptive_entropy and config.entropy_coef_max < config.entropy_coef_min:
         raise ValueError(
@@ -121,6 +185,15 @@ def adaptive_entropy_range(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("entropy_coef", "use_adaptive_entropy", "entropy_loss_fn"),
+    applies_to=_BOTH,
+    stage=FIELDS,
+    example={"entropy_coef": 0.1, "entropy_loss_fn": "none"},
+    fix={"entropy_loss_fn": "default"},
+    message=r"entropy_coef=0.1 is set but entropy_loss_fn='none'",
+    tested_on=_ON_BOTH,
+)
 def entropy_bonus_needs_entropy_term(config: Any) -> None:
     if (config.entropy_coef != 0 or config.use_adaptive_entropy) and config.entropy_loss_fn == "none":
         what = f"entropy_coef={config.entropy_coef}" if config.entropy_coef != 0 else "use_adaptive_entropy=True"
@@ -133,6 +206,15 @@ def entropy_bonus_needs_entropy_term(config: Any) -> None:
 # ---- model turns as samples --------------------------------------------------------------------------------------
 
 
+@rule(
+    fields=("turns_as_samples", "algorithm"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"turns_as_samples": True, "loss_agg_mode": "seq-mean-token-mean"},
+    fix={"turns_as_samples": False},
+    message=r"turns_as_samples=True trains each model turn as a sample of its own, which the mix family",
+    tested_on=("MIXConfig",),
+)
 def turns_as_samples_needs_grpo_family(config: Any) -> None:
     if not (config.turns_as_samples and config.algorithm):
         return
@@ -145,6 +227,15 @@ def turns_as_samples_needs_grpo_family(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("turns_as_samples", "loss_agg_mode"),
+    applies_to=_BOTH,
+    stage=COMPONENTS,
+    example={"turns_as_samples": True, "loss_agg_mode": "token-mean"},
+    fix={"loss_agg_mode": "seq-mean-token-mean"},
+    message=r"turns_as_samples=True changes only the seq-mean-\* aggregations, but loss_agg_mode is 'token-mean'",
+    tested_on=_ON_BOTH,
+)
 def turns_as_samples_needs_seq_mean(config: Any) -> None:
     aggregation = config.components.loss_agg_mode
     if config.turns_as_samples and not aggregation.startswith("seq-mean"):
@@ -158,6 +249,14 @@ def turns_as_samples_needs_seq_mean(config: Any) -> None:
 # ---- verl's rollout correction -----------------------------------------------------------------------------------
 
 
+@rule(
+    fields=("rollout_is", "rollout_rs", "use_vllm"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"rollout_is": "token"},
+    fix=_VLLM,
+    message=r"rollout_is='token' corrects .* TRL has only from vLLM generation; set use_vllm=True",
+)
 def rollout_correction_needs_vllm(config: Any) -> None:
     if not config.build_rollout_correction().enabled or config.use_vllm:
         return
@@ -169,6 +268,20 @@ def rollout_correction_needs_vllm(config: Any) -> None:
     )
 
 
+@rule(
+    fields=("rollout_rs", "turns_as_samples"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={
+        **_VLLM,
+        "rollout_rs": "token_k2",
+        "rollout_rs_threshold": 1,
+        "turns_as_samples": True,
+        "loss_agg_mode": "seq-mean-token-mean",
+    },
+    fix={"rollout_rs": "seq_mean_k2"},
+    message=r"rollout_rs='token_k2' rejects single tokens, which would split the model turns",
+)
 def token_rejection_keeps_turns_whole(config: Any) -> None:
     correction = config.build_rollout_correction()
     if not (correction.enabled and config.turns_as_samples):
@@ -181,6 +294,14 @@ def token_rejection_keeps_turns_whole(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("rollout_is", "loss_type"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={**_VLLM, "rollout_is": "sequence", "loss_type": "vespo"},
+    fix={"rollout_is": "token"},
+    message=r"rollout_is='sequence' gives one weight per sequence, but loss_type='vespo'",
+)
 def sequence_rollout_is_not_with_vespo(config: Any) -> None:
     if config.rollout_is == "sequence" and config.uses_trl_loss and config.loss_type == "vespo":
         raise ValueError(
@@ -190,6 +311,14 @@ def sequence_rollout_is_not_with_vespo(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("rollout_is", *TRL_IS_FIELDS),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={**_VLLM, "rollout_is": "token", "vllm_importance_sampling_mode": "token_truncate"},
+    fix={"rollout_is": None},
+    message=r"vllm_importance_sampling_mode='token_truncate' configures TRL's vLLM importance-sampling correction",
+)
 def one_importance_sampling_correction(config: Any) -> None:
     if config.rollout_is is None:
         return  # rejection composes with TRL's weights
@@ -206,6 +335,14 @@ def one_importance_sampling_correction(config: Any) -> None:
 # ---- the reward std, the overlong penalty, dynamic sampling ------------------------------------------------------
 
 
+@rule(
+    fields=("scale_rewards", "advantage_fn"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"scale_rewards": "batch", "advantage_fn": "rloo"},
+    fix={"scale_rewards": "group"},
+    message=r"scale_rewards='batch' .* advantage function `rloo` does not divide by a reward std",
+)
 def scale_rewards_needs_reward_std(config: Any) -> None:
     name = config.advantage_fn_name
     if name is None or config.scale_rewards == "group":
@@ -218,6 +355,14 @@ def scale_rewards_needs_reward_std(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("scale_rewards", "std_cal_level"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"scale_rewards": "none", "std_cal_level": "batch"},
+    fix={"scale_rewards": "batch"},
+    message=r"scale_rewards='none' and std_cal_level='batch' contradict each other",
+)
 def scale_rewards_agrees_with_std_cal_level(config: Any) -> None:
     name = config.advantage_fn_name
     if name is None or config.scale_rewards == "group":
@@ -232,6 +377,14 @@ def scale_rewards_agrees_with_std_cal_level(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("overlong_buffer", "max_completion_length"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"overlong_buffer": 12, "max_completion_length": 8},
+    fix={"overlong_buffer": 4},
+    message=r"overlong_buffer=12 is longer than max_completion_length=8",
+)
 def overlong_buffer_fits(config: Any) -> None:
     if config.overlong_buffer > config.max_completion_length:
         raise ValueError(
@@ -241,6 +394,14 @@ def overlong_buffer_fits(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("dynamic_sampling", "num_generations"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"dynamic_sampling": True, "num_generations": 1},
+    fix={"num_generations": 2},
+    message=r"dynamic_sampling=True drops the prompt groups .* num_generations=1",
+)
 def dynamic_sampling_needs_groups(config: Any) -> None:
     if config.dynamic_sampling and config.num_generations < 2:
         raise ValueError(
@@ -250,6 +411,15 @@ def dynamic_sampling_needs_groups(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("dynamic_sampling", "algorithm"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"dynamic_sampling": True},
+    fix={"dynamic_sampling": False},
+    message=r"dynamic_sampling=True .* distillation's advantages come from the teacher",
+    tested_on=("OnPolicyDistillConfig",),
+)
 def dynamic_sampling_needs_task_rewards(config: Any) -> None:
     if config.dynamic_sampling and config.algorithm and get_algorithm(config.algorithm).trainer == "distill":
         raise ValueError(
@@ -258,6 +428,15 @@ def dynamic_sampling_needs_task_rewards(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("dynamic_sampling", "advantage_fn"),
+    applies_to=(SYNC,),
+    stage=FIELDS,
+    example={"dynamic_sampling": True},
+    fix={"advantage_fn": "grpo"},
+    message=r"dynamic_sampling=True is not available with advantage_fn='gigpo'",
+    tested_on=("GiGPOConfig",),
+)
 def dynamic_sampling_needs_group_estimator(config: Any) -> None:
     if not config.dynamic_sampling or config.advantage_fn_name is None:
         return
@@ -275,6 +454,15 @@ def dynamic_sampling_needs_group_estimator(config: Any) -> None:
 # ---- the families' own -------------------------------------------------------------------------------------------
 
 
+@rule(
+    fields=("jsd_beta", "teacher_top_k"),
+    applies_to=("DistillFamilyConfig",),
+    stage=FIELDS,
+    example={"jsd_beta": 0.5},
+    fix={"teacher_top_k": -1},
+    message=r"jsd_beta=0.5 sets the dense divergence, but teacher_top_k=0",
+    tested_on=("OnPolicyDistillConfig",),
+)
 def jsd_beta_needs_dense_distillation(config: Any) -> None:
     if config.teacher_top_k == 0 and config.jsd_beta != 1.0:
         raise ValueError(
@@ -285,6 +473,15 @@ def jsd_beta_needs_dense_distillation(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("shared_backbone", "value_model_name_or_path", "value_model_init_kwargs", "critic_learning_rate"),
+    applies_to=("CriticFamilyConfig",),
+    stage=FIELDS,
+    example={"shared_backbone": True, "critic_learning_rate": 1e-5},
+    fix={"shared_backbone": False},
+    message=r"critic_learning_rate configure a separate value model, but shared_backbone=True",
+    tested_on=("PPOConfig",),
+)
 def shared_backbone_has_no_value_model(config: Any) -> None:
     if not config.shared_backbone:
         return
@@ -297,6 +494,15 @@ def shared_backbone_has_no_value_model(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("vf_coef", "shared_backbone"),
+    applies_to=("CriticFamilyConfig",),
+    stage=FIELDS,
+    example={"vf_coef": 0.5},
+    fix={"shared_backbone": True},
+    message=r"vf_coef=0.5 weighs the value loss in the summed loss of shared_backbone=True",
+    tested_on=("PPOConfig",),
+)
 def vf_coef_needs_shared_backbone(config: Any) -> None:
     if not config.shared_backbone and config.vf_coef is not None:
         raise ValueError(
@@ -305,6 +511,15 @@ def vf_coef_needs_shared_backbone(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("expert_data_ratio", "generation_batch_size", "num_generations"),
+    applies_to=("MIXFamilyConfig",),
+    stage=COMPONENTS,
+    example={"expert_data_ratio": 0.3},
+    fix={"expert_data_ratio": 0.5},
+    message=r"ceil\(0\.3 × 8\) = 3 expert .*multiple of num_generations=4.*nearest ratios that fit: 0\.5",
+    tested_on=("MIXConfig",),
+)
 def expert_rows_fit_the_batch(config: Any) -> None:
     ratio = config.expert_data_ratio
     rows, group, processes = config.generation_batch_size, config.num_generations, config.world_size
@@ -339,6 +554,15 @@ def expert_rows_fit_the_batch(config: Any) -> None:
     raise ValueError(f"{what}; {why}. The nearest ratios that fit: {options}")
 
 
+@rule(
+    fields=("rollout_batch_size", "num_generations"),
+    applies_to=(ASYNC,),
+    stage=FIELDS,
+    example={"rollout_batch_size": 6},
+    fix={"rollout_batch_size": 8},
+    message=r"rollout_batch_size=6 must be a multiple of num_generations=4",
+    tested_on=("AsyncGRPOConfig",),
+)
 def rollout_batch_is_whole_groups(config: Any) -> None:
     if config.rollout_batch_size is not None and config.rollout_batch_size % config.num_generations:
         raise ValueError(
@@ -347,6 +571,15 @@ def rollout_batch_is_whole_groups(config: Any) -> None:
         )
 
 
+@rule(
+    fields=("prox_logp_method", "policy_loss_fn"),
+    applies_to=(ASYNC,),
+    stage=COMPONENTS,
+    example={"prox_logp_method": "loglinear"},
+    fix={"policy_loss_fn": "decoupled_ppo"},
+    message=r"prox_logp_method='loglinear' .* policy_loss_fn='ppo' reads none",
+    tested_on=("AsyncGRPOConfig",),
+)
 def prox_logp_method_needs_decoupled_loss(config: Any) -> None:
     if config.prox_logp_method != "recompute" and "prox_logprob" not in config.components.policy_loss.inputs():
         raise ValueError(
@@ -356,269 +589,7 @@ def prox_logp_method_needs_decoupled_loss(config: Any) -> None:
         )
 
 
-# ---- the table ---------------------------------------------------------------------------------------------------
-
-_BOTH = (SYNC, ASYNC)
-_ON_BOTH = ("GRPOConfig", "AsyncGRPOConfig")
-_VLLM = {"use_vllm": True}
-
-RULES: tuple[Rule, ...] = (
-    Rule(
-        "no_kl_without_reference",
-        ("beta", "kl_penalty_fn"),
-        no_kl_without_reference,
-        (SYNC,),
-        GIVEN,
-        example={"beta": 0.05},
-        fix={"beta": 0.0},
-        message=r"beta=0.05 adds a KL term to a reference model, but the asymre algorithm trains without one",
-        tested_on=("AsymREConfig",),
-    ),
-    Rule(
-        "adaptive_kl_needs_target",
-        ("adaptive_kl", "target_kl", "kl_horizon"),
-        adaptive_kl_needs_target,
-        _BOTH,
-        FIELDS,
-        example={"beta": 0.1, "adaptive_kl": True},
-        fix={"target_kl": 0.05, "kl_horizon": 300},
-        message=r"adaptive_kl=True needs target_kl and kl_horizon \(both > 0\); got target_kl=None",
-        tested_on=_ON_BOTH,
-    ),
-    Rule(
-        "adaptive_kl_needs_kl_term",
-        ("adaptive_kl", "beta"),
-        adaptive_kl_needs_kl_term,
-        _BOTH,
-        FIELDS,
-        example={"adaptive_kl": True, "target_kl": 0.05, "kl_horizon": 300, "beta": 0.0},
-        fix={"beta": 0.1},
-        message=r"adaptive_kl=True adapts beta, but beta=0 .*there is no KL term to adapt",
-        tested_on=_ON_BOTH,
-    ),
-    Rule(
-        "adaptive_entropy_range",
-        ("use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max"),
-        adaptive_entropy_range,
-        (ASYNC,),
-        FIELDS,
-        example={"use_adaptive_entropy": True, "entropy_coef_min": 1.0, "entropy_coef_max": 0.5},
-        fix={"entropy_coef_max": 2.0},
-        message=r"entropy_coef_max=0.5 is below entropy_coef_min=1.0",
-        tested_on=("AsyncGRPOConfig",),
-    ),
-    Rule(
-        "entropy_bonus_needs_entropy_term",
-        ("entropy_coef", "use_adaptive_entropy", "entropy_loss_fn"),
-        entropy_bonus_needs_entropy_term,
-        _BOTH,
-        FIELDS,
-        example={"entropy_coef": 0.1, "entropy_loss_fn": "none"},
-        fix={"entropy_loss_fn": "default"},
-        message=r"entropy_coef=0.1 is set but entropy_loss_fn='none'",
-        tested_on=_ON_BOTH,
-    ),
-    Rule(
-        "turns_as_samples_needs_grpo_family",
-        ("turns_as_samples", "algorithm"),
-        turns_as_samples_needs_grpo_family,
-        (SYNC,),
-        FIELDS,
-        example={"turns_as_samples": True, "loss_agg_mode": "seq-mean-token-mean"},
-        fix={"turns_as_samples": False},
-        message=r"turns_as_samples=True trains each model turn as a sample of its own, which the mix family",
-        tested_on=("MIXConfig",),
-    ),
-    Rule(
-        "rollout_correction_needs_vllm",
-        ("rollout_is", "rollout_rs", "use_vllm"),
-        rollout_correction_needs_vllm,
-        (SYNC,),
-        FIELDS,
-        example={"rollout_is": "token"},
-        fix=_VLLM,
-        message=r"rollout_is='token' corrects .* TRL has only from vLLM generation; set use_vllm=True",
-    ),
-    Rule(
-        "token_rejection_keeps_turns_whole",
-        ("rollout_rs", "turns_as_samples"),
-        token_rejection_keeps_turns_whole,
-        (SYNC,),
-        FIELDS,
-        example={
-            **_VLLM,
-            "rollout_rs": "token_k2",
-            "rollout_rs_threshold": 1,
-            "turns_as_samples": True,
-            "loss_agg_mode": "seq-mean-token-mean",
-        },
-        fix={"rollout_rs": "seq_mean_k2"},
-        message=r"rollout_rs='token_k2' rejects single tokens, which would split the model turns",
-    ),
-    Rule(
-        "sequence_rollout_is_not_with_vespo",
-        ("rollout_is", "loss_type"),
-        sequence_rollout_is_not_with_vespo,
-        (SYNC,),
-        FIELDS,
-        example={**_VLLM, "rollout_is": "sequence", "loss_type": "vespo"},
-        fix={"rollout_is": "token"},
-        message=r"rollout_is='sequence' gives one weight per sequence, but loss_type='vespo'",
-    ),
-    Rule(
-        "one_importance_sampling_correction",
-        ("rollout_is", *TRL_IS_FIELDS),
-        one_importance_sampling_correction,
-        (SYNC,),
-        FIELDS,
-        example={**_VLLM, "rollout_is": "token", "vllm_importance_sampling_mode": "token_truncate"},
-        fix={"rollout_is": None},
-        message=r"vllm_importance_sampling_mode='token_truncate' configures TRL's vLLM importance-sampling correction",
-    ),
-    Rule(
-        "scale_rewards_needs_reward_std",
-        ("scale_rewards", "advantage_fn"),
-        scale_rewards_needs_reward_std,
-        (SYNC,),
-        FIELDS,
-        example={"scale_rewards": "batch", "advantage_fn": "rloo"},
-        fix={"scale_rewards": "group"},
-        message=r"scale_rewards='batch' .* advantage function `rloo` does not divide by a reward std",
-    ),
-    Rule(
-        "scale_rewards_agrees_with_std_cal_level",
-        ("scale_rewards", "std_cal_level"),
-        scale_rewards_agrees_with_std_cal_level,
-        (SYNC,),
-        FIELDS,
-        example={"scale_rewards": "none", "std_cal_level": "batch"},
-        fix={"scale_rewards": "batch"},
-        message=r"scale_rewards='none' and std_cal_level='batch' contradict each other",
-    ),
-    Rule(
-        "overlong_buffer_fits",
-        ("overlong_buffer", "max_completion_length"),
-        overlong_buffer_fits,
-        (SYNC,),
-        FIELDS,
-        example={"overlong_buffer": 12, "max_completion_length": 8},
-        fix={"overlong_buffer": 4},
-        message=r"overlong_buffer=12 is longer than max_completion_length=8",
-    ),
-    Rule(
-        "dynamic_sampling_needs_groups",
-        ("dynamic_sampling", "num_generations"),
-        dynamic_sampling_needs_groups,
-        (SYNC,),
-        FIELDS,
-        example={"dynamic_sampling": True, "num_generations": 1},
-        fix={"num_generations": 2},
-        message=r"dynamic_sampling=True drops the prompt groups .* num_generations=1",
-    ),
-    Rule(
-        "dynamic_sampling_needs_task_rewards",
-        ("dynamic_sampling", "algorithm"),
-        dynamic_sampling_needs_task_rewards,
-        (SYNC,),
-        FIELDS,
-        example={"dynamic_sampling": True},
-        fix={"dynamic_sampling": False},
-        message=r"dynamic_sampling=True .* distillation's advantages come from the teacher",
-        tested_on=("OnPolicyDistillConfig",),
-    ),
-    Rule(
-        "dynamic_sampling_needs_group_estimator",
-        ("dynamic_sampling", "advantage_fn"),
-        dynamic_sampling_needs_group_estimator,
-        (SYNC,),
-        FIELDS,
-        example={"dynamic_sampling": True},
-        fix={"advantage_fn": "grpo"},
-        message=r"dynamic_sampling=True is not available with advantage_fn='gigpo'",
-        tested_on=("GiGPOConfig",),
-    ),
-    Rule(
-        "jsd_beta_needs_dense_distillation",
-        ("jsd_beta", "teacher_top_k"),
-        jsd_beta_needs_dense_distillation,
-        ("DistillFamilyConfig",),
-        FIELDS,
-        example={"jsd_beta": 0.5},
-        fix={"teacher_top_k": -1},
-        message=r"jsd_beta=0.5 sets the dense divergence, but teacher_top_k=0",
-        tested_on=("OnPolicyDistillConfig",),
-    ),
-    Rule(
-        "shared_backbone_has_no_value_model",
-        ("shared_backbone", "value_model_name_or_path", "value_model_init_kwargs", "critic_learning_rate"),
-        shared_backbone_has_no_value_model,
-        ("CriticFamilyConfig",),
-        FIELDS,
-        example={"shared_backbone": True, "critic_learning_rate": 1e-5},
-        fix={"shared_backbone": False},
-        message=r"critic_learning_rate configure a separate value model, but shared_backbone=True",
-        tested_on=("PPOConfig",),
-    ),
-    Rule(
-        "vf_coef_needs_shared_backbone",
-        ("vf_coef", "shared_backbone"),
-        vf_coef_needs_shared_backbone,
-        ("CriticFamilyConfig",),
-        FIELDS,
-        example={"vf_coef": 0.5},
-        fix={"shared_backbone": True},
-        message=r"vf_coef=0.5 weighs the value loss in the summed loss of shared_backbone=True",
-        tested_on=("PPOConfig",),
-    ),
-    Rule(
-        "rollout_batch_is_whole_groups",
-        ("rollout_batch_size", "num_generations"),
-        rollout_batch_is_whole_groups,
-        (ASYNC,),
-        FIELDS,
-        example={"rollout_batch_size": 6},
-        fix={"rollout_batch_size": 8},
-        message=r"rollout_batch_size=6 must be a multiple of num_generations=4",
-        tested_on=("AsyncGRPOConfig",),
-    ),
-    Rule(
-        "turns_as_samples_needs_seq_mean",
-        ("turns_as_samples", "loss_agg_mode"),
-        turns_as_samples_needs_seq_mean,
-        _BOTH,
-        COMPONENTS,
-        example={"turns_as_samples": True, "loss_agg_mode": "token-mean"},
-        fix={"loss_agg_mode": "seq-mean-token-mean"},
-        message=r"turns_as_samples=True changes only the seq-mean-\* aggregations, but loss_agg_mode is 'token-mean'",
-        tested_on=_ON_BOTH,
-    ),
-    Rule(
-        "prox_logp_method_needs_decoupled_loss",
-        ("prox_logp_method", "policy_loss_fn"),
-        prox_logp_method_needs_decoupled_loss,
-        (ASYNC,),
-        COMPONENTS,
-        example={"prox_logp_method": "loglinear"},
-        fix={"policy_loss_fn": "decoupled_ppo"},
-        message=r"prox_logp_method='loglinear' .* policy_loss_fn='ppo' reads none",
-        tested_on=("AsyncGRPOConfig",),
-    ),
-    Rule(
-        "expert_rows_fit_the_batch",
-        ("expert_data_ratio", "generation_batch_size", "num_generations"),
-        expert_rows_fit_the_batch,
-        ("MIXFamilyConfig",),
-        COMPONENTS,
-        example={"expert_data_ratio": 0.3},
-        fix={"expert_data_ratio": 0.5},
-        message=r"ceil\(0\.3 × 8\) = 3 expert .*multiple of num_generations=4.*nearest ratios that fit: 0\.5",
-        tested_on=("MIXConfig",),
-    ),
-)
-"""Every cross-field rule, in the order a config checks them within a stage."""
-
-
-def rules_for(config: Any, stage: str, rules: tuple[Rule, ...] = RULES) -> tuple[Rule, ...]:
+def rules_for(config: Any, stage: str, rules: list[Rule] = RULES) -> tuple[Rule, ...]:
     """The rules of `rules` that apply to `config` at `stage`, in their order."""
     return tuple(rule for rule in rules if rule.stage == stage and rule.applies(config))
 
