@@ -48,7 +48,7 @@ def test_readme_fits_a_screen_and_has_the_quickstart():
     assert commands == [
         'pip install torch==2.13.0 -e ".[dev]"',
         "accelerate launch examples/train_sapo.py",
-        "python -m pytest -q tests",
+        "python -m pytest -q -n 2 tests",
     ]
 
 
