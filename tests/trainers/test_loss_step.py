@@ -55,3 +55,18 @@ def test_every_rollout_family_computes_its_loss_through_the_grpo_step(family):
         for klass in trainer_class.__mro__[: trainer_class.__mro__.index(GRPOFamilyTrainer)]:
             if "_compute_loss" in vars(klass):
                 assert "super()._compute_loss(" in inspect.getsource(klass._compute_loss), (name, klass)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("top_entropy_quantile", 0.0, r"top_entropy_quantile=0.0 is not valid"),
+        ("top_entropy_quantile", 1.5, r"top_entropy_quantile=1.5 is not valid"),
+        ("off_policy_mask_threshold", -0.1, r"off_policy_mask_threshold=-0.1 is not valid"),
+        ("use_adaptive_entropy", "yes", r"use_adaptive_entropy"),
+    ],
+)
+def test_the_async_config_checks_the_step_options_by_name(field, value, message, tmp_path):
+    """The loss step's options on `AsyncGRPOConfig` (`core/step_arguments.py`) are checked at construction."""
+    with pytest.raises(ValueError, match=message):
+        async_config(str(tmp_path), **{field: value})

@@ -79,13 +79,16 @@ class EntropyControl:
 
     @classmethod
     def from_args(cls, args: Any) -> EntropyControl:
-        adaptive = bool(args.use_adaptive_entropy)
-        if not adaptive:
+        if not args.use_adaptive_entropy:
             return cls(coef=args.entropy_coef)
         return cls(
-            args.entropy_coef, True, args.entropy_target, args.entropy_coef_delta, args.entropy_coef_min,
-            args.entropy_coef_max,
-        )  # fmt: skip
+            coef=args.entropy_coef,
+            adaptive=True,
+            target=args.entropy_target,
+            delta=args.entropy_coef_delta,
+            low=args.entropy_coef_min,
+            high=args.entropy_coef_max,
+        )
 
     @property
     def enabled(self) -> bool:
