@@ -168,32 +168,6 @@ GRPO_KL_ARGUMENTS = component_arguments(
 `target_kl`, `kl_horizon`); its coefficient is TRL's `beta`."""
 
 
-def passed_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
-    """The arguments a config passes to `component`: each field's value by the argument's name, leaving out a
-    `config_unset` field that is None and a `config_when_set` field that still holds its documented default (the
-    component then sees the argument as not given)."""
-    kwargs = {}
-    for spec in config_arguments(component):
-        value = getattr(config, spec.field_name)
-        if (spec.config_unset and value is None) or (spec.config_when_set and is_documented_default(value)):
-            continue
-        kwargs[spec.name] = value
-    return kwargs
-
-
-def set_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
-    """The arguments of `component` that the user set through the config's fields: `passed_arguments` without the
-    fields that hold their argument's default (a value equal to the default counts as not set)."""
-    passed = passed_arguments(config, component)
-    specs = {spec.name: spec for spec in config_arguments(component)}
-    return {name: value for name, value in passed.items() if specs[name].config_unset or value != specs[name].default}
-
-
-def config_renames(component: type[Component]) -> dict[str, str]:
-    """Config field -> argument name, where they differ (for error messages that name the config's fields)."""
-    return {spec.config_name: spec.name for spec in component.arguments if spec.config_name}
-
-
 def entropy_field(default: str, expert_rows: bool = False) -> Any:
     """The `entropy_loss_fn` field of a family's configs, `default` its default; with `expert_rows` (a family that
     mixes expert demonstrations into the batch) it may also be `mix`, the bonus over the rollouts only."""

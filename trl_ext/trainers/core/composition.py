@@ -21,12 +21,13 @@ from typing import Any
 from ..._validation import check_choice, required_inputs
 from ...advantages import ADVANTAGE_FNS, get_advantage_fn
 from ...algorithms import get_algorithm
+from ...components import Component
 from ...families import input_source
 from ...losses import POLICY_LOSSES, get_entropy_fn, get_kl_fn, get_policy_loss
 from ...losses.kl import KL_FNS, KLFn
 from ...losses.trl_grpo import TRLGRPOLoss
 from ...losses.trl_grpo import aggregation as trl_loss_aggregation
-from .arguments import config_arguments, config_renames, passed_arguments, set_arguments
+from .arguments import config_arguments, is_documented_default
 from .config_fields import build_named, check_kwargs
 from .resolved import Components, ResolvedComponents
 from .trl_loss_fields import TRL_LOSS_FIELDS, plain_value
@@ -35,6 +36,32 @@ COMPONENT_REGISTRIES = {"policy_loss_fn": POLICY_LOSSES, "advantage_fn": ADVANTA
 """The registry of each part a config names by a field (`policy_loss_fn`, `advantage_fn`)."""
 KL_PENALTY_DEFAULTS: dict[str, Any] = {"adaptive": False, "kl_coef": 0.001}
 """The reference's `kl_penalty_fn_args` when none are given (Trinity-RFT's `KLFn.default_args()`)."""
+
+
+def passed_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
+    """The arguments a config passes to `component`: each field's value by the argument's name, leaving out a
+    `config_unset` field that is None and a `config_when_set` field that still holds its documented default (the
+    component then sees the argument as not given)."""
+    kwargs = {}
+    for spec in config_arguments(component):
+        value = getattr(config, spec.field_name)
+        if (spec.config_unset and value is None) or (spec.config_when_set and is_documented_default(value)):
+            continue
+        kwargs[spec.name] = value
+    return kwargs
+
+
+def set_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
+    """The arguments of `component` that the user set through the config's fields: `passed_arguments` without the
+    fields that hold their argument's default (a value equal to the default counts as not set)."""
+    passed = passed_arguments(config, component)
+    specs = {spec.name: spec for spec in config_arguments(component)}
+    return {name: value for name, value in passed.items() if specs[name].config_unset or value != specs[name].default}
+
+
+def config_renames(component: type[Component]) -> dict[str, str]:
+    """Config field -> argument name, where they differ (for error messages that name the config's fields)."""
+    return {spec.config_name: spec.name for spec in component.arguments if spec.config_name}
 
 
 class ComposedComponents(ResolvedComponents):

@@ -9,7 +9,8 @@ from typing import ClassVar
 from ..._validation import check_choice, check_number
 from ...advantages import ADVANTAGE_FNS, get_advantage_fn
 from ...algorithms import get_algorithm
-from ..core.arguments import _REWARD_ADVANTAGE_FNS, TeacherArguments, set_arguments
+from ..core.arguments import _REWARD_ADVANTAGE_FNS, TeacherArguments
+from ..core.composition import set_arguments
 from ..core.config_fields import check_kwargs, check_text
 from ..core.devices import check_device
 from ..grpo.config import GRPOFamilyConfig

@@ -10,7 +10,8 @@ from typing import Any
 from ...algorithms import get_algorithm
 from ...losses import POLICY_LOSSES, get_policy_loss
 from ...losses.mix import MIXPolicyLoss
-from ..core.arguments import ExpertDataArguments, passed_arguments
+from ..core.arguments import ExpertDataArguments
+from ..core.composition import passed_arguments
 from ..core.config_fields import build_named
 from ..grpo.config import GRPOFamilyConfig
 
