@@ -314,14 +314,15 @@ def recipes() -> str:
 
 def trl_private_names() -> str:
     """The private names of TRL's trainers that trl_ext overrides or reads, with their count and defining class."""
-    from trl_ext.trainers.core.trl_private_names import REPLACED_TRL_FUNCTIONS, TRL_PRIVATE_NAMES
+    from trl_ext.trainers.core.trl_private_names import ADAPTER_MODULES, REPLACED_TRL_FUNCTIONS, TRL_PRIVATE_NAMES
 
+    adapters = _table(["adapter module", "for"], [[f"`trl_ext/{m}`", what] for m, what in ADAPTER_MODULES.items()])
     rows = [[f"`{name}`", f"`{owner}`"] for name, owner in TRL_PRIVATE_NAMES.items()]
     for path in REPLACED_TRL_FUNCTIONS:
         module, name = path.rsplit(".", 1)
         rows.append([f"`{name}` (replaced)", f"`{module}`"])
     count = f"{len(TRL_PRIVATE_NAMES)} private names, {len(REPLACED_TRL_FUNCTIONS)} replaced function.\n\n"
-    return count + _table(["name", "defined by"], rows)
+    return adapters + "\n\n" + count + _table(["name", "defined by"], rows)
 
 
 RENDERERS: dict[str, Callable[..., str]] = {

@@ -15,7 +15,7 @@ import trl
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 
 import trl_ext
-from trl_ext.trainers.core.trl_private_names import REPLACED_TRL_FUNCTIONS, TRL_PRIVATE_NAMES
+from trl_ext.trainers.core.trl_private_names import ADAPTER_MODULES, REPLACED_TRL_FUNCTIONS, TRL_PRIVATE_NAMES
 
 TRL_TRAINERS = (trl.GRPOTrainer, trl.DPOTrainer, trl.SFTTrainer, AsyncGRPOTrainer)
 PACKAGE = pathlib.Path(trl_ext.__file__).parent
@@ -37,22 +37,25 @@ def trl_private_names() -> dict[str, str]:
     return names
 
 
+def touched_in(path: pathlib.Path) -> set[str]:
+    """TRL's private names a module reads (`x._name`, `getattr(x, "_name")`) or overrides (in a class body)."""
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.add(node.value)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    used.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    used.update(t.id for t in item.targets if isinstance(t, ast.Name))
+    return used & set(trl_private_names())
+
+
 def used_in_package() -> set[str]:
-    """TRL's private names the package reads (`x._name`, `getattr(x, "_name")`) or overrides (in a class body)."""
-    trl_names, used = trl_private_names(), set()
-    for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute):
-                used.add(node.attr)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                used.add(node.value)
-            elif isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, ast.FunctionDef):
-                        used.add(item.name)
-                    elif isinstance(item, ast.Assign):
-                        used.update(t.id for t in item.targets if isinstance(t, ast.Name))
-    return used & set(trl_names)
+    return set().union(*(touched_in(path) for path in PACKAGE.rglob("*.py")))
 
 
 def test_the_inventory_lists_exactly_the_private_trl_names_the_package_touches():
@@ -61,6 +64,18 @@ def test_the_inventory_lists_exactly_the_private_trl_names_the_package_touches()
         f"touched but not in the inventory: {sorted(used - set(TRL_PRIVATE_NAMES))}"
     )
     assert not set(TRL_PRIVATE_NAMES) - used, f"listed but no longer touched: {sorted(set(TRL_PRIVATE_NAMES) - used)}"
+
+
+def test_only_the_adapter_modules_touch_trls_private_names():
+    """One adapter module per TRL trainer (and one shared) holds every override and every read."""
+    outside = {
+        str(path.relative_to(PACKAGE)): sorted(touched_in(path))
+        for path in PACKAGE.rglob("*.py")
+        if str(path.relative_to(PACKAGE)) not in {*ADAPTER_MODULES, "trainers/core/trl_private_names.py"}
+        and touched_in(path)
+    }
+    assert not outside, f"private TRL names touched outside the adapter modules: {outside}"
+    assert all((PACKAGE / module).is_file() for module in ADAPTER_MODULES)
 
 
 @pytest.mark.parametrize("name", sorted(TRL_PRIVATE_NAMES))

@@ -163,7 +163,10 @@ class _TwoProcessMetrics(WindowNormalization):
             return torch.cat([values, torch.tensor(self.other)])
 
         self.accelerator = SimpleNamespace(num_processes=2, sync_gradients=False, device="cpu", gather=gather)
-        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self.logged = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    def metric_log(self, mode: str) -> dict[str, list[float]]:
+        return self.logged[mode]
 
     def metric_kinds(self) -> dict[str, str]:
         return self.kinds
@@ -180,7 +183,7 @@ def test_window_metrics_combine_by_kind_over_micro_batches_and_processes():
     logged = trainer._log_loss_metrics("train", {k: torch.tensor(v) for k, v in second.items()})
     expected = {"loss": 1.0, "ratio": (0.8 + 0.2) / 4, "low_min": min(0.6, 0.2) / 2, "high_max": max(0.4, 1.2) / 2}
     assert logged == pytest.approx(expected)
-    assert {k: v[-1] for k, v in trainer._metrics["train"].items()} == pytest.approx(expected)
+    assert {k: v[-1] for k, v in trainer.logged["train"].items()} == pytest.approx(expected)
     # In evaluation every batch is logged, and a share is averaged like a value.
     trainer.other = [0.3, 0.1, 0.0, 0.5]  # process 1's batch
     logged = trainer._log_loss_metrics("eval", {k: torch.tensor(v) for k, v in first.items()})

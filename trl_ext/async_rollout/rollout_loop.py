@@ -177,7 +177,7 @@ class RolloutLoop:
         )
 
     @torch.no_grad()
-    def _generate(self, prompt_ids: list[list[int]], label: str) -> tuple[list[list[int]], list[list[float]]]:
+    def _sample(self, prompt_ids: list[list[int]], label: str) -> tuple[list[list[int]], list[list[float]]]:
         """Sample one completion per prompt (left-padded batch); return the completions (up to and including their
         eos) and their tokens' log_softmax(logits / temperature) under the same weights."""
         batch, width = len(prompt_ids), max(map(len, prompt_ids))
@@ -218,7 +218,7 @@ class RolloutLoop:
         self.channels.set_stage(f"generating {label}")
         prompt_ids = [self._prompt_ids(row["prompt"]) for _, row in groups]
         repeated = [ids for ids in prompt_ids for _ in range(self.num_generations)]
-        completions, log_probs = self._generate(repeated, label)
+        completions, log_probs = self._sample(repeated, label)
         lengths = [len(c) for c in completions]
         eos = set(self.eos_ids.tolist())
         clipped = sum(1 for c in completions if c[-1] not in eos)

@@ -226,9 +226,9 @@ class TransformersRolloutWorker:
                 worker was stopped already.
         """
         if self._stopped:
-            raise RuntimeError(f"{self._name()}: start() after stop(); a stopped worker cannot restart")
+            raise RuntimeError(f"{self._label()}: start() after stop(); a stopped worker cannot restart")
         if self._process is not None:
-            warnings.warn(f"{self._name()}: start() called twice; ignored", stacklevel=2)
+            warnings.warn(f"{self._label()}: start() called twice; ignored", stacklevel=2)
             return
         self.scorer.check_picklable()
         for key, value in self._config.items():
@@ -255,7 +255,7 @@ class TransformersRolloutWorker:
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(
-                    f"{self._name()}: the rollout child did not load the model within start_timeout_s="
+                    f"{self._label()}: the rollout child did not load the model within start_timeout_s="
                     f"{self.start_timeout_s}s (last stage: {self._channels.get_stage()!r})"
                 )
         self._channels.heartbeat.value = time.time()
@@ -280,7 +280,7 @@ class TransformersRolloutWorker:
     def check_health(self, stale_after_s: float) -> None:
         """Raise `RuntimeError` if the child failed (its stage, exception and traceback), died without reporting,
         or its heartbeat is older than `stale_after_s` seconds (its last stage and the heartbeat's age)."""
-        name = self._name()
+        name = self._label()
         if self._process is None:
             raise RuntimeError(f"{name}: check_health: the worker was not started (call start())")
         if self._channels.failed_event.is_set():
@@ -301,7 +301,7 @@ class TransformersRolloutWorker:
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 
-    def _name(self) -> str:
+    def _label(self) -> str:
         pid = self._process.pid if self._process is not None else None
         return f"{type(self).__name__}(pid={pid})"
 
@@ -317,17 +317,18 @@ class TransformersRolloutWorker:
 
     def _describe(self) -> str:
         age = time.time() - self._channels.heartbeat.value
-        return f"{self._name()} at {self._channels.get_stage()!r}, heartbeat {age:.1f}s ago"
+        return f"{self._label()} at {self._channels.get_stage()!r}, heartbeat {age:.1f}s ago"
 
     def _failure_message(self) -> str:
         if self._failure is None:
             try:
                 stage, kind, message, tb = self._channels.error_queue.get(timeout=5.0)
                 self._failure = (
-                    f"{self._name()}: the rollout child failed while {stage}: {kind}: {message}\nChild traceback:\n{tb}"
+                    f"{self._label()}: the rollout child failed while {stage}: {kind}: {message}\n"
+                    f"Child traceback:\n{tb}"
                 )
             except queue.Empty:
-                return f"{self._name()}: the rollout child failed (no report received); last stage: " + repr(
+                return f"{self._label()}: the rollout child failed (no report received); last stage: " + repr(
                     self._channels.get_stage()
                 )
         return self._failure

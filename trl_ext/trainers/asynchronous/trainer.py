@@ -45,7 +45,7 @@ from ...components import MAX, MEAN
 from ...losses.decoupled_ppo import loglinear_proximal_logprob
 from ..core.loss_step import LossStep, StepBatch, step_part
 from ..core.model_card import AlgorithmModelCard
-from ..core.window import CountWindowInLoop
+from ..core.trl_adapter import CountWindowInLoop
 from .config import AsyncGRPOConfig
 from .packed_rows import PackedRow
 from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
@@ -279,7 +279,7 @@ class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrain
             metrics.update(stats)
         values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
         for name, value in zip(metrics, values, strict=True):
-            self._metrics["train"][name].append(value)
+            self.metric_log("train")[name].append(value)
         offset = start
         for batch, grid in zip(batches, grids, strict=True):
             here = slice(offset, offset + grid.num_samples)

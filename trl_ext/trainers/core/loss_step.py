@@ -260,7 +260,7 @@ class LossStep:
             if self.entropy.adaptive:
                 self.entropy.observe(entropies, effective, sync, lambda x: host.accelerator.reduce(x, reduction="sum"))
             if sync:
-                host._metrics[mode]["entropy_coef"].append(self.entropy.coef)
+                host.metric_log(mode)["entropy_coef"].append(self.entropy.coef)
         return bonus
 
     def high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -59,14 +59,6 @@ def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Fie
 class AlgorithmModelCard:
     """Mixin for the trl_ext trainers (before the TRL trainer in the bases; needs `self.algorithm`)."""
 
-    @property
-    def _name(self) -> str:
-        return f"{display_name(self.algorithm)} (trl_ext)"
-
-    @property
-    def _paper(self) -> dict[str, str]:
-        return paper(self.algorithm)
-
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():

@@ -1,7 +1,7 @@
 """The private names of TRL's trainers (and of the `transformers.Trainer` they extend) that trl_ext overrides or
-reads, each with the class that defines it in the installed TRL: the inventory a TRL upgrade is checked against
-(`tests/algorithms/test_trl_private_names.py` scans the package for them and checks each still exists), rendered
-in docs/design.md."""
+reads, each with the class that defines it in the installed TRL, and the adapter modules, the only ones that touch
+them: the inventory a TRL upgrade is checked against (`tests/algorithms/test_trl_private_names.py`), rendered in
+docs/design.md."""
 
 TRL_PRIVATE_NAMES: dict[str, str] = {
     "_async_tool_dicts": "trl.trainer.grpo_trainer.GRPOTrainer",
@@ -44,3 +44,12 @@ TRL_PRIVATE_NAMES: dict[str, str] = {
 
 REPLACED_TRL_FUNCTIONS: tuple[str, ...] = ("trl.experimental.async_grpo.async_grpo_trainer.get_peak_flops_per_device",)
 """The functions of TRL's modules that trl_ext replaces (by a wrapper that returns None where TRL's raises)."""
+
+ADAPTER_MODULES: dict[str, str] = {
+    "trainers/core/trl_adapter.py": "every trainer: TRL's metric lists and model card, the HF loop's window hook",
+    "trainers/grpo/trl_adapter.py": "`trl.GRPOTrainer`: the GRPO family, MIX, distillation, critic PPO",
+    "trainers/asynchronous/trainer.py": "`trl.experimental.async_grpo.AsyncGRPOTrainer`",
+    "trainers/dpo/trainer.py": "`trl.DPOTrainer`",
+    "trainers/sft/trainer.py": "`trl.SFTTrainer` (and CPT)",
+}
+"""The modules (under `trl_ext/`) that may touch TRL's private names: one per TRL trainer, and the shared one."""

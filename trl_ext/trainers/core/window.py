@@ -9,8 +9,8 @@ DDP / DeepSpeed / FSDP. The loss metrics are logged once per optimizer step (`_l
 over the window as its component declares it.
 
 Where the window starts depends on the family: the HF training loop hands a window's micro-batches to
-`_get_num_items_in_batch` before the first one runs (`CountWindowInLoop`: DPO, SFT); the GRPO family generates the
-completions inside `_prepare_inputs`, so it counts when it has prepared the window's micro-batches.
+`_get_num_items_in_batch` before the first one runs (`CountWindowInLoop`: DPO, SFT, async GRPO); the GRPO family
+generates the completions as it prepares its micro-batches, so it counts when it has prepared the window's.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from ...losses import KLFn
 
 
 class WindowNormalization:
-    """Mixin for a TRL trainer (it uses `self.accelerator` and `self._metrics[mode]`, TRL's lists averaged at
-    each log) whose losses are normalized over the optimizer window."""
+    """Mixin for a trl_ext trainer whose losses are normalized over the optimizer window (it uses
+    `self.accelerator` and `self.metric_log`)."""
 
     _window: ClassVar[dict[str, torch.Tensor]] = {}  # the current window's counts (set per instance)
     _window_sums: torch.Tensor | None = None  # loss metrics summed over the current window
@@ -77,8 +77,8 @@ class WindowNormalization:
         }
 
     def _log_loss_metrics(self, mode: str, metrics: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Move the loss metrics to `self._metrics` once per optimizer step in training (once per batch in eval),
-        with one collective and one host sync; returns what was logged ({} mid-window).
+        """Move the loss metrics to TRL's metric lists (`metric_log`) once per optimizer step in training (once
+        per batch in eval), with one collective and one host sync; returns what was logged ({} mid-window).
 
         `metric_kinds()` says how each metric combines over the window, as the components declare it (`metrics`):
         `SHARE` metrics are this micro-batch's share of the window's value (the loss terms under window
@@ -112,17 +112,5 @@ class WindowNormalization:
         for i, name in enumerate(metrics):
             kind = MEAN if kinds[name] == SHARE and mode != "train" else kinds[name]  # in eval a share is the value
             logged[name] = combined[order.index(kind)][i]
-            self._metrics[mode][name].append(logged[name])
+            self.metric_log(mode)[name].append(logged[name])
         return logged
-
-
-class CountWindowInLoop(WindowNormalization):
-    """For a trainer whose micro-batches come straight from the HF training loop (DPO, SFT): the loop hands each
-    optimizer window's micro-batches to `_get_num_items_in_batch` before the first one runs, which counts them
-    (`count_window`). The loss is then already the window's share, so HF must not divide it again."""
-
-    loss_is_scaled_for_ga = True
-
-    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device) -> None:
-        self.count_window(batch_samples)
-        return None

@@ -38,7 +38,6 @@ from typing import Any, ClassVar
 
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel, get_scheduler
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...losses.value import VALUE_LOSS_METRICS, clipped_value_loss, explained_variance
 from ..grpo.scoring import _loss_mask
@@ -119,7 +118,7 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
                 f"{owner}: FSDP is not supported yet (the critic would train as a plain replica beside a sharded "
                 "policy); train critic PPO with DDP or DeepSpeed ZeRO-2/3"
             )
-        if self._is_vlm:
+        if self.is_vision_language_model:
             raise ValueError(f"{owner}: vision-language policies are not supported (the critic reads text)")
         if self.accelerator.scaler is not None:
             raise ValueError(
@@ -213,7 +212,7 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         it; its output at the position before each completion token is that token's value.
 
         A forward hook on the backbone keeps the last hidden state of the forward pass that scores the completions
-        (`_compute_loss`), and the value loss reads the head's output on it. The head is used outside that forward
+        (`micro_batch_loss`), and the value loss reads the head's output on it. The head is used outside that forward
         pass, so DDP leaves it alone (it would count it as unused, then see its gradient arrive) and the trainer
         averages its gradient over processes itself (`_reduce_head_gradient`)."""
         model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
@@ -237,15 +236,15 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         self.model._ddp_params_and_buffers_to_ignore = head_names  # read by DistributedDataParallel when it wraps
 
     def _keep_hidden_state(self, module, args, output) -> None:
-        if self._hidden is not None:  # only inside `_compute_loss`, where the slot is armed
+        if self._hidden is not None:  # only inside `micro_batch_loss`, where the slot is armed
             self._hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
 
-    def _compute_loss(self, model, inputs):
+    def micro_batch_loss(self, model, inputs):
         if not self.args.shared_backbone:
-            return super()._compute_loss(model, inputs)
+            return super().micro_batch_loss(model, inputs)
         self._hidden = torch.empty(0)  # armed: the scoring forward pass leaves its last hidden state here
         try:
-            return super()._compute_loss(model, inputs)
+            return super().micro_batch_loss(model, inputs)
         finally:
             self._hidden = None
 
@@ -301,8 +300,8 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         self._values = self._old_values(output)
         return {"values": self._values} if "values" in needed else {}
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+    def score_generation_batch(self, inputs):
+        output = super().score_generation_batch(inputs)
         if self._returns is not None:
             n_local = output["completion_mask"].size(0)
             start = self.accelerator.process_index * n_local
@@ -324,10 +323,10 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
         batch = {"returns": output["returns"], "values": output["old_values"], "mask": _loss_mask(output)}
         batch = {k: self.accelerator.gather(self.accelerator.pad_across_processes(v, dim=1)) for k, v in batch.items()}
         mask = batch["mask"].bool()
-        self._metrics[mode]["critic/returns"].append(batch["returns"][mask].mean().item())
-        self._metrics[mode]["critic/values"].append(batch["values"][mask].mean().item())
+        self.metric_log(mode)["critic/returns"].append(batch["returns"][mask].mean().item())
+        self.metric_log(mode)["critic/values"].append(batch["values"][mask].mean().item())
         explained = explained_variance(batch["values"], batch["returns"], mask)
-        self._metrics[mode]["critic/explained_variance"].append(explained.item())
+        self.metric_log(mode)["critic/explained_variance"].append(explained.item())
 
     # ---- the losses ----------------------------------------------------------------------------------------------
 
@@ -473,15 +472,12 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
 
         return deepspeed.zero.GatheredParameters(list(self.value_head.parameters()))
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+    def save_trl_ext_state(self, folder: str) -> None:
+        super().save_trl_ext_state(folder)
         self._save_critic(folder, with_optimizer=True)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
+    def load_trl_ext_state(self, checkpoint: str) -> None:
+        super().load_trl_ext_state(checkpoint)
         owner = type(self).__name__
         if self.args.shared_backbone:  # the policy's optimizer holds the head's state; its weights are beside
             if not self.is_deepspeed_enabled:  # (a DeepSpeed checkpoint restored them with the policy's engine)

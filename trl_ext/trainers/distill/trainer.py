@@ -24,10 +24,10 @@ completion tokens), `advantages/mean` (token mean), and the policy loss's metric
 Dense modes (`teacher_top_k` ≠ 0, `trl_ext.losses.distillation`): the teacher's pass keeps its top-k ids, log-probs
 and tail log-mass (k > 0) or its last hidden states (−1) per completion token instead of the sampled token's
 log-prob, and the loss adds `kl_coef` × the generalized JSD (`jsd_beta`) between student and teacher, token mean
-over the optimizer window (`distill/divergence`). The student's loss pass (`_get_per_token_logps_and_entropies`
-during `_compute_loss`) runs its backbone once and takes the divergence, the sampled tokens' log-probs and the
-entropies from one chunked projection. The dense term replaces the algorithm's own sampled-token advantage; a
-composed `advantage_fn` (e.g. `jsd`) and the reward term still enter the advantages.
+over the optimizer window (`distill/divergence`). The student's loss pass (`policy_log_probs`) runs its backbone
+once and takes the divergence, the sampled tokens' log-probs and the entropies from one chunked projection. The
+dense term replaces the algorithm's own sampled-token advantage; a composed `advantage_fn` (e.g. `jsd`) and the
+reward term still enter the advantages.
 """
 
 from __future__ import annotations
@@ -129,10 +129,10 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
 
         super().__init__(model, funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
 
-        if self._is_vlm:
+        if self.is_vision_language_model:
             raise ValueError(f"{owner}: vision-language students are not supported (the teacher scores text only)")
         self.reward_advantage_fn = args.build_reward_advantage_fn()
-        self._dense_batch = self._dense_divergence = self._teacher_head_copy = None
+        self._dense_divergence = self._teacher_head_copy = None
         self._forward_redirection = _ForwardRedirection()
         self.teacher_model = self._load_teacher(teacher)
 
@@ -256,7 +256,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         if self._student_may_exceed_teacher:
             valid = input_ids[:, -logits_to_keep:] < self._teacher_vocab_size
             input_ids = input_ids.clamp(max=self._teacher_vocab_size - 1)
-        logps, _, _ = self._get_per_token_logps_and_entropies(
+        logps, _, _ = self.log_probs_and_entropies(
             self.teacher_model, input_ids.to(device), attention_mask.to(device), logits_to_keep, batch_size=batch_size
         )
         return logps.to(attention_mask.device, torch.float32), valid
@@ -265,7 +265,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
 
     def _compute_advantages(self, rewards, group_ids, output):
         """The reward term reward_weight·Â (per sample); the token-level distillation term is added once the
-        teacher has scored the batch (`_generate_and_score_completions`)."""
+        teacher has scored the batch (`score_generation_batch`)."""
         weight = self.args.reward_weight
         keep = torch.ones_like(rewards, dtype=torch.bool)
         if weight == 0:
@@ -273,8 +273,8 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         result = self.reward_advantage_fn.compute(rewards, group_ids)
         return AdvantageResult(weight * result.advantages, keep), None
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)  # advantages: reward_weight·Â, [B]
+    def score_generation_batch(self, inputs):
+        output = super().score_generation_batch(inputs)  # advantages: reward_weight·Â, [B]
         mode = "train" if self.model.training else "eval"
         completion_ids = output["completion_ids"]
         input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
@@ -313,7 +313,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         result = self.advantage_fn.compute(None, group_ids, **{k: v for k, v in available.items() if k in declared})
         distill = result.advantages
         for name, value in (getattr(result, "metrics", None) or {}).items():
-            self._metrics[mode][f"advantage/{name}"].append(float(value))
+            self.metric_log(mode)[f"advantage/{name}"].append(float(value))
         task = self.accelerator.gather(output["advantages"])  # reward_weight·Â per sample
         advantages = distill + task.unsqueeze(1) * mask_all
         rows = slice(self.accelerator.process_index * batch, (self.accelerator.process_index + 1) * batch)
@@ -325,7 +325,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         kl_var = torch.where(scored_all, kl - kl_mean, 0.0).square().sum() / (tokens - 1).clamp(min=1)
         metrics = torch.stack([kl_mean, kl_var.sqrt(), advantages.sum() / mask_all.sum().clamp(min=1)]).tolist()
         for name, value in zip(("kl/mean", "kl/std", "advantages/mean"), metrics, strict=True):
-            self._metrics[mode][name].append(value)
+            self.metric_log(mode)[name].append(value)
         self._show_advantages(advantages.sum(1) / mask_all.sum(1).clamp(min=1))
         return output
 
@@ -391,28 +391,27 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
             return None, None
         return teacher.float(), (None if bool(valid.all()) else valid)
 
-    def _compute_loss(self, model, inputs):
-        if not self.args.dense_distillation:
-            return super()._compute_loss(model, inputs)
-        self._dense_batch = inputs  # read by the student's log-prob pass of this loss
-        try:
-            return super()._compute_loss(model, inputs)
-        finally:
-            self._dense_batch = self._dense_divergence = None
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+    def policy_log_probs(self, model, inputs):
         """In a dense mode, the student's pass of the loss: one backbone forward, then the divergence, the sampled
         tokens' log-probs and the entropies from the same chunked projection (`dense_divergence`); the divergence
         is kept for `_policy_loss`. Every other pass (reference, sampling log-probs, teacher) is TRL's."""
-        batch, self._dense_batch = self._dense_batch, None
-        if batch is None:
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-            )
+        self._dense_divergence = None
+        if not self.args.dense_distillation:
+            return super().policy_log_probs(model, inputs)
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         unwrapped = self.accelerator.unwrap_model(model)
         with self.accelerator.autocast():
             logps, entropies, self._dense_divergence = self._forward_redirection(
-                model, unwrapped, self._dense_student_pass, unwrapped, input_ids, attention_mask, logits_to_keep, batch
+                model,
+                unwrapped,
+                self._dense_student_pass,
+                unwrapped,
+                input_ids,
+                attention_mask,
+                completion_ids.size(1),
+                inputs,
             )
         return logps, entropies, None
 
@@ -461,10 +460,11 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
     def _policy_loss(self, mode: str, **inputs: Any):
         """The policy loss, plus kl_coef × the dense divergence's token mean over the optimizer window."""
         loss, metrics = super()._policy_loss(mode, **inputs)
-        if self._dense_divergence is None:
+        divergence, self._dense_divergence = self._dense_divergence, None  # this micro-batch's, from its pass
+        if divergence is None:
             return loss, metrics
         tokens = inputs.get("global_valid_toks")
-        dense = aggregate_loss(self._dense_divergence, inputs["action_mask"], "token-mean", global_valid_toks=tokens)
+        dense = aggregate_loss(divergence, inputs["action_mask"], "token-mean", global_valid_toks=tokens)
         return loss + self.args.kl_coef * dense, {**metrics, "distill/divergence": dense.detach()}
 
 

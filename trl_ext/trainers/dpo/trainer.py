@@ -36,7 +36,7 @@ from ...components import MEAN, SHARE
 from ...losses import aggregate_loss
 from ..core.config_conversion import trainer_config
 from ..core.model_card import AlgorithmModelCard
-from ..core.window import CountWindowInLoop
+from ..core.trl_adapter import CountWindowInLoop
 from .config import DPOConfig
 
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
@@ -112,11 +112,6 @@ class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
             "input_tokens": batch["attention_mask"].sum().float(),
         }
 
-    def count_window(self, batches: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        window = super().count_window(batches)
-        self._total_train_tokens += int(window.pop("input_tokens").item()) // getattr(self, "_tp_size", 1)
-        return window
-
     # ---- the loss --------------------------------------------------------------------------------------------
 
     def _compute_loss(self, model, inputs, return_outputs):
@@ -171,7 +166,7 @@ class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
                     global_valid_toks=window["global_valid_toks"],
                 )
         self._log_loss_metrics(mode, metrics)
-        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]  # counted with the window (training)
+        self.log_trained_tokens(mode)
 
         if return_outputs:
             warnings.warn(

@@ -81,7 +81,7 @@ class DynamicSampling:
     def _dynamically_sampled(self, inputs: list[dict[str, Any]]):
         """`(output, rewards_per_func, overlong, table_rows)` of a generation batch of informative groups only.
 
-        `output` is the local part of a batch as TRL's `_generate_and_score_completions` returns it, the rewards
+        `output` is the local part of a batch as TRL's `trl_generate_and_score` returns it, the rewards
         `[N, F]` (all processes) and the overlong penalties `[N]` (or None) its rows'; `table_rows` gives each row's
         position in the last round (whose samples TRL's completions table shows), -1 for a row of an earlier round.
         """
@@ -110,7 +110,7 @@ class DynamicSampling:
                 "same), which gives GRPO no signal. Raise dynamic_sampling_max_rounds, use prompts or rewards on "
                 "which the model's completions differ, or set dynamic_sampling=False"
             )
-        metrics = self._metrics["train"]
+        metrics = self.metric_log("train")
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
         metrics["dynamic_sampling/prompts_drawn"].append(float(len(rounds) * needed))
         metrics["dynamic_sampling/groups_dropped"].append(float(dropped))
@@ -121,7 +121,7 @@ class DynamicSampling:
         round_of = torch.tensor([r for r, _ in picks[:needed]]).repeat_interleave(group_size)
         row_of = torch.tensor([g for _, g in picks[:needed]]).repeat_interleave(group_size) * group_size
         row_of += torch.arange(group_size).repeat(needed)
-        merged = _concatenate([out for out, _, _ in rounds], self._tokenizer.pad_token_id)
+        merged = _concatenate([out for out, _, _ in rounds], self.text_tokenizer.pad_token_id)
         # Global row `row` of round `r` is, in the gathered concatenation of every process's rounds, at
         # process (row // n_local), round r, position row % n_local.
         source = (row_of // n_local) * (len(rounds) * n_local) + round_of * n_local + row_of % n_local
@@ -147,7 +147,7 @@ class DynamicSampling:
                 shuffle=self.shuffle_dataset,
                 seed=self.args.seed + 1,  # another order than the training loop's
             )
-            self._prompt_loader = self._get_dataloader(
+            self._prompt_loader = self.dataloader(
                 dataset=self.train_dataset,
                 description="Dynamic sampling",
                 batch_size=n_local,

@@ -175,17 +175,17 @@ class MultiTurnAdvantages:
         `run_ids`, on rollouts TRL generates); `_generate` then wraps the tools of the batch's environments."""
         self._record_turns = self._per_turn() and self.rollout_func is None
 
-    def _generate(self, prompts):
+    def generate_rollouts(self, prompts):
         self._turn_recorder = None
         if self._record_turns and self.environments:
             recorder = TurnRecorder(type(self).__name__, self.environments)
             if self.tools:  # TRL built each rollout's tool tables for this batch: the calls now tell the recorder
-                for i, tables in enumerate(zip(self._sync_tool_dicts, self._async_tool_dicts, strict=True)):
+                for i, tables in enumerate(self.tool_tables()):
                     for table in tables:
                         for name, tool in table.items():
                             table[name] = _recording(tool, recorder, i)
             self._turn_recorder = recorder
-        output = super()._generate(prompts)
+        output = self.trl_generate(prompts)
         _, completion_ids, tool_mask = output[:3]
         for i, (ids, mask) in enumerate(zip(completion_ids, tool_mask or [], strict=False)):
             if len(mask) != len(ids):  # TRL would pad both and train on a misaligned mask
@@ -196,10 +196,10 @@ class MultiTurnAdvantages:
                 )
         return output
 
-    def _generate_single_turn(self, *args, **kwargs):
+    def generate_turn(self, *args, **kwargs):
         if self._turn_recorder is not None:
             self._turn_recorder.generation_starts()
-        return super()._generate_single_turn(*args, **kwargs)
+        return self.trl_generate_turn(*args, **kwargs)
 
     def _turn_advantages(
         self,
@@ -260,7 +260,7 @@ class MultiTurnAdvantages:
         advantages = on_turn_tokens(result.advantages[real].to(rewards.dtype), turns)
         keep = torch.ones(count.numel(), dtype=torch.bool, device=count.device)
         keep[run[~result.keep]] = False
-        self._metrics[mode]["turns/per_completion"].append(count.float().mean().item())
+        self.metric_log(mode)["turns/per_completion"].append(count.float().mean().item())
         return AdvantageResult(advantages, keep, metrics=result.metrics)
 
     def _gather_objects(self, values: list[Any]) -> list[Any]:

@@ -1,16 +1,6 @@
-"""The rewards and advantages of a GRPO-family generation batch: `GRPOScoring`, the mixin of `GRPOFamilyTrainer`
-that takes TRL's `_generate_and_score_completions` over from its rewards on.
-
-* `_calculate_rewards`: rejects non-finite rewards, naming the reward function and the sample, before any
-  weight changes.
-* `_generate_and_score_completions`: replaces TRL's advantages by the algorithm's advantage function applied to
-  each prompt group's summed rewards (token-level `[B, T]` advantages included; the KL penalty on the rewards,
-  ReMax's greedy baselines, the per-turn layout of multi-turn estimators); samples the function drops (e.g.
-  `std_threshold`, RAFT's selection) are masked out of the loss, and `duplicate_experiences` copies kept rows in
-  place of dropped ones.
-* `_correct_rollouts`: verl's rollout correction (`rollout_is` / `rollout_rs`, `trl_ext.rollout_correction`) per
-  generation batch: its weights reach the loss as TRL's vLLM importance-sampling ratio does (in its place), its
-  rejections leave the loss mask.
+"""The rewards and advantages of a GRPO-family generation batch (`GRPOScoring`): non-finite rewards refused, the
+algorithm's advantage function in place of TRL's advantages (token-level ones, the KL penalty on the rewards,
+ReMax's greedy baselines, the per-turn layout), dropped samples masked out, and verl's rollout correction.
 """
 
 from __future__ import annotations
@@ -48,8 +38,8 @@ class GRPOScoring:
     _gathered_overlong: torch.Tensor | None = None
     _reward_components: torch.Tensor | None = None
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    def checked_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = self.trl_rewards(inputs, prompts, completions, completion_ids_list)
         # Gathered over processes: every rank sees the same tensor, so every rank raises the same error.
         bad_value = torch.isinf(rewards_per_func)
         unscored = torch.isnan(rewards_per_func).all(dim=1)
@@ -85,14 +75,14 @@ class GRPOScoring:
         """One generation and reward pass of TRL's on the local prompts `inputs`: `(output, rewards_per_func [N, F],
         overlong penalties [N] or None)`, the rewards of every process's samples."""
         self._arm_turn_recorder()
-        output = super()._generate_and_score_completions(inputs)
+        output = self.trl_generate_and_score(inputs)
         if self.kl_penalty_fn is not None and output.get("ref_per_token_logps") is None:  # TRL's only for beta != 0
             output["ref_per_token_logps"] = self._reference_log_probs(output)
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
         overlong, self._gathered_overlong = self._gathered_overlong, None
         return output, rewards_per_func, overlong
 
-    def _generate_and_score_completions(self, inputs):
+    def score_generation_batch(self, inputs):
         mode = "train" if self.model.training else "eval"
         table_rows = None
         if mode == "train" and self.args.dynamic_sampling:
@@ -108,8 +98,8 @@ class GRPOScoring:
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         if overlong is not None:
             rewards = rewards + overlong.to(rewards.dtype)
-            self._metrics[mode]["rewards/overlong_penalty/mean"].append(overlong.mean().item())
-            self._metrics[mode]["rewards/overlong_penalty/frac"].append((overlong < 0).float().mean().item())
+            self.metric_log(mode)["rewards/overlong_penalty/mean"].append(overlong.mean().item())
+            self.metric_log(mode)["rewards/overlong_penalty/frac"].append((overlong < 0).float().mean().item())
         group_ids = torch.arange(rewards.numel(), device=device) // group_size
 
         result, response_mask = self._compute_advantages(rewards, group_ids, output)
@@ -117,13 +107,13 @@ class GRPOScoring:
         if self.beta == 0:
             output.pop("ref_per_token_logps", None)  # the loss has no KL term
         for name, value in (result.metrics or {}).items():
-            self._metrics[mode][f"advantage/{name}"].append(float(value))
+            self.metric_log(mode)[f"advantage/{name}"].append(float(value))
         # The completions table shows each completion's own advantage: 0 for a row replaced by a duplicate.
         table = _zero_dropped(result.advantages, result.keep)
         row_advantages = result.advantages  # the advantage of each row of the batch that trains
         if result.source is not None:  # `duplicate_experiences`: dropped groups' rows become copies of kept ones
             copied = result.source != torch.arange(rewards.numel(), device=device)
-            self._metrics[mode]["advantages/duplicated_frac"].append(copied.float().mean().item())
+            self.metric_log(mode)["advantages/duplicated_frac"].append(copied.float().mean().item())
             table = table.masked_fill(copied, 0.0)
             output = self._take_rows(output, result.source)
             row_advantages = result.advantages[result.source]
@@ -137,7 +127,7 @@ class GRPOScoring:
             advantages = advantages[:, : completion_mask.size(1)]
         output["advantages"] = advantages.float()
         dropped_frac = 1.0 - result.keep.float().mean().item()
-        self._metrics[mode]["advantages/dropped_frac"].append(dropped_frac)
+        self.metric_log(mode)["advantages/dropped_frac"].append(dropped_frac)
         if dropped_frac > 0:
             output["completion_mask"] = completion_mask * keep.unsqueeze(1).to(completion_mask.dtype)
         token_keep = result.token_keep
@@ -162,7 +152,7 @@ class GRPOScoring:
         π_old is TRL's `old_per_token_logps` (computed here when TRL did not, and kept for the loss as TRL keeps them
         with its own correction), π_rollout the sampler's `sampling_per_token_logps`; a token the sampler could not
         score (NaN) gets no correction, TRL's rule. The weights become `importance_sampling_ratio` (1 off the loss
-        mask, as TRL's), which `_compute_loss` applies once, as it applies TRL's (the config turned TRL's own
+        mask, as TRL's), which the loss step applies once, as it applies TRL's (the config turned TRL's own
         correction off). A rejected token leaves `tool_mask`, the loss-only mask (the attention mask is untouched):
         it leaves the loss and the window's token count, while its row stays in the row count (as in verl, whose
         sequence means divide by the mini-batch size). The metrics are logged once per generation batch under
@@ -196,7 +186,7 @@ class GRPOScoring:
             output["tool_mask"] = tool_mask.masked_fill(rejected, 0)
         values = torch.stack(list(metrics.values())).tolist()  # one host sync
         for name, value in zip(metrics, values, strict=True):
-            self._metrics[mode][name].append(value)
+            self.metric_log(mode)[name].append(value)
 
     def _take_rows(
         self,
@@ -225,7 +215,7 @@ class GRPOScoring:
             if key == "advantages" or not isinstance(value, torch.Tensor) or value.dim() == 0:
                 continue
             fill = 1 if key == "importance_sampling_ratio" else 0
-            fill = self._tokenizer.pad_token_id if key.endswith("_ids") else fill
+            fill = self.text_tokenizer.pad_token_id if key.endswith("_ids") else fill
             if value.dim() > 1:
                 value = self.accelerator.pad_across_processes(
                     value, dim=1, pad_index=fill, pad_first=key.startswith("prompt")
@@ -247,7 +237,7 @@ class GRPOScoring:
     def _show_advantages(self, values: torch.Tensor) -> None:
         """Put one advantage per sample of the generation batch (all processes, `[N]`) in the completions table,
         which TRL filled with the advantages it computed."""
-        logged = self._logs["advantages"]
+        logged = self.completions_table("advantages")
         if len(logged) >= values.numel():
             for i, value in enumerate(values.tolist(), start=len(logged) - values.numel()):
                 logged[i] = value
@@ -333,7 +323,7 @@ class GRPOScoring:
         mode = "train" if self.model.training else "eval"
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         with torch.no_grad():
-            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            logps, entropies, _ = self.log_probs_and_entropies(
                 model,
                 torch.cat([output["prompt_ids"], completion_ids], dim=1),
                 torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
@@ -381,7 +371,7 @@ class GRPOScoring:
         if mode == "eval":  # evaluation does not move an adaptive coefficient
             self.kl_penalty_fn.kl_coef = coefficient
         for name, value in metrics.items():
-            self._metrics[mode][f"advantage/{name}"].append(float(value))
+            self.metric_log(mode)[f"advantage/{name}"].append(float(value))
         return token_rewards if takes_tokens else token_rewards.sum(dim=1)  # score − coef·Σ_t KL_t
 
     @contextlib.contextmanager
@@ -415,18 +405,18 @@ class GRPOScoring:
         group = self.num_generations if mode == "train" else self.num_generations_eval
         firsts = [inputs[i] for i in range(0, len(inputs), group)]
         prompts = [row["prompt"] for row in firsts]
-        prompt_ids, images, multimodal = self._tokenize_prompts(prompts)
+        prompt_ids, images, multimodal = self.tokenize_prompts(prompts)
         with self._greedy_generation():
-            completion_ids, _ = self._generate_single_turn(prompt_ids, images, multimodal, 1)
+            completion_ids, _ = self.generate_turn(prompt_ids, images, multimodal, 1)
         if is_conversational({"prompt": prompts[0]}):
             texts = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
             completions = [[{"role": "assistant", "content": text}] for text in texts]
         else:
             completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        per_func = self._calculate_rewards(firsts, prompts, completions, completion_ids)  # non-finite: an error
+        per_func = self.checked_rewards(firsts, prompts, completions, completion_ids)  # non-finite: an error
         self._gathered_rewards = None
         baselines = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
-        self._metrics[mode]["advantage/greedy_reward"].append(baselines.mean().item())
+        self.metric_log(mode)["advantage/greedy_reward"].append(baselines.mean().item())
         return baselines.repeat_interleave(group)[: group_ids.numel()]
 
 

@@ -1,11 +1,5 @@
-"""The GRPO family's adapter: `GRPOFamilyTrainer`, a `trl.GRPOTrainer` whose advantages and loss are a trl_ext
-algorithm's; everything else (generation, rewards, PEFT, DeepSpeed / FSDP, logging, checkpoints) stays TRL's.
-
-Its overrides of TRL: `_generate_and_score_completions` and `_calculate_rewards` (the advantages, dynamic sampling,
-overlong shaping, rollout correction: `scoring.py`), `_prepare_inputs` and `get_batch_samples` (the optimizer window's
-counts, docs/design.md §2.6), and `_compute_loss`: TRL's fused log-prob pass, then the loss step
-(`core/loss_step.py`). The full list is `core/trl_private_names.py`.
-"""
+"""`GRPOFamilyTrainer`: a `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's; generation,
+rewards, PEFT, DeepSpeed / FSDP, logging and checkpoints stay TRL's (its points of contact: `trl_adapter.py`)."""
 
 from __future__ import annotations
 
@@ -17,7 +11,6 @@ import torch
 import trl
 from accelerate.utils import is_peft_model
 from transformers import TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable_dropout_in_model, get_config_model_id
 
@@ -30,12 +23,13 @@ from .config import GRPOFamilyConfig
 from .dynamic_sampling import DynamicSampling, check_dynamic_sampling_dataset
 from .multi_turn import MultiTurnAdvantages
 from .scoring import _MULTIMODAL_KEYS, GRPOScoring, _loss_mask
+from .trl_adapter import GRPOAdapter
 
 _STATE_FILE = "trl_ext_state.json"
 
 
 class GRPOFamilyTrainer(
-    GRPOScoring, DynamicSampling, AlgorithmModelCard, WindowNormalization, MultiTurnAdvantages, trl.GRPOTrainer
+    GRPOScoring, DynamicSampling, MultiTurnAdvantages, AlgorithmModelCard, WindowNormalization, GRPOAdapter
 ):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
@@ -160,28 +154,28 @@ class GRPOFamilyTrainer(
         self._window_batches = list(batches)
         return batches, num_items
 
-    def _prepare_inputs(self, generation_batch):
+    def next_micro_batch(self, generation_batch):
         if not self.model.training:
-            return super()._prepare_inputs(generation_batch)
+            return self.trl_prepare_inputs(generation_batch)
         if not self._window_queue:
             self._start_window(generation_batch)
         return self._window_queue.pop(0)
 
     def _start_window(self, generation_batch) -> None:
-        """Prepare every micro-batch of the optimizer window that starts now with TRL's `_prepare_inputs` (which
+        """Prepare every micro-batch of the optimizer window that starts now with TRL's `trl_prepare_inputs` (which
         generates whenever a micro-batch starts a new generation batch: a window may span several when
         `steps_per_generation` is not a multiple of the accumulation steps; the weights do not change within a
         window, so generating early samples from the same policy), then count the window's tokens and rows over
         every micro-batch and process (docs/design.md §2.6), and queue the micro-batches with the counts."""
         batches = self._window_batches or [generation_batch]
         self._window_batches = None
-        start, prepared = self._step, []
+        start, prepared = self.generation_step, []
         try:
             for offset, batch in enumerate(batches):
-                self._step = start + offset
-                prepared.append(super()._prepare_inputs(batch))
+                self.generation_step = start + offset
+                prepared.append(self.trl_prepare_inputs(batch))
         finally:
-            self._step = start
+            self.generation_step = start
         window = self.count_window(prepared)
         self._window_queue = [{**inputs, **window} for inputs in prepared]
 
@@ -200,20 +194,10 @@ class GRPOFamilyTrainer(
 
     # ---- the loss --------------------------------------------------------------------------------------------
 
-    def _compute_loss(self, model, inputs):
+    def micro_batch_loss(self, model, inputs):
         """TRL's fused log-prob pass on the micro-batch, then the loss step (`trl_ext.trainers.core.loss_step`)."""
         mode = "train" if self.model.training else "eval"
-        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([prompt_ids, completion_ids], dim=1),
-            torch.cat([prompt_mask, completion_mask], dim=1),
-            completion_ids.size(1),
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in _MULTIMODAL_KEYS},
-        )
+        logps, entropies, aux_loss = self.policy_log_probs(model, inputs)
         batch = StepBatch(
             logprob=logps,
             entropy=entropies,
@@ -230,6 +214,20 @@ class GRPOFamilyTrainer(
         loss = self.loss_step(batch, self._window_kwargs(inputs, mode), mode)
         self.beta = self.loss_step.beta  # TRL's generation reads it (reference log-probs)
         return loss
+
+    def policy_log_probs(self, model, inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The policy's per-token log-probs, entropies and router aux loss on the micro-batch: TRL's fused pass (a
+        family may compute them otherwise: distillation's dense modes)."""
+        completion_ids = inputs["completion_ids"]
+        return self.log_probs_and_entropies(
+            model,
+            torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            completion_ids.size(1),
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in _MULTIMODAL_KEYS},
+        )
 
     def _add_trainer_terms(
         self, mode: str, batch: StepBatch, window: dict[str, Any], loss: torch.Tensor, metrics: dict[str, Any]
@@ -258,20 +256,15 @@ class GRPOFamilyTrainer(
         if self.kl_penalty_fn is not None and "kl_penalty_coef" in state:
             self.kl_penalty_fn.kl_coef = state["kl_penalty_coef"]
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+    def save_trl_ext_state(self, folder: str) -> None:
         state = self._checkpoint_state()
         if state and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
             with open(os.path.join(folder, _STATE_FILE), "w") as f:
                 json.dump(state, f)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        path = os.path.join(checkpoint, _STATE_FILE) if checkpoint is not None else None
-        if path is not None and os.path.exists(path):
+    def load_trl_ext_state(self, folder: str) -> None:
+        path = os.path.join(folder, _STATE_FILE)
+        if os.path.exists(path):
             with open(path) as f:
                 self._restore_checkpoint_state(json.load(f))
 

@@ -107,10 +107,10 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
 
         super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, **kwargs)
 
-        if self._is_vlm or self.environment_factories is not None:
+        if self.is_vision_language_model or self.environment_factories is not None:
             raise ValueError(
-                f"{owner}: {'vision-language models' if self._is_vlm else 'environments'} are not supported with "
-                "expert demonstrations (expert rows are text-only, single-turn)"
+                f"{owner}: {'vision-language models' if self.is_vision_language_model else 'environments'} are not "
+                "supported with expert demonstrations (expert rows are text-only, single-turn)"
             )
         self._expert_rows = self._tokenize_expert_examples(examples, conversational)
         self._expert_stream = ExpertStream(len(self._expert_rows), seed=self.args.seed)
@@ -129,7 +129,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         owner = type(self).__name__
         prompt_ids: list[list[int]] = []
         for start in range(0, len(examples), 512):
-            ids, _, _ = self._tokenize_prompts([prompt for prompt, _ in examples[start : start + 512]])
+            ids, _, _ = self.tokenize_prompts([prompt for prompt, _ in examples[start : start + 512]])
             prompt_ids += [list(row) for row in ids]
         rows, truncated = [], 0
         for index, ((prompt, completion), p_ids) in enumerate(zip(examples, prompt_ids, strict=True)):
@@ -152,9 +152,9 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
                 if stops:  # what generation stops at: drop the template's trailing newline after the end of turn
                     c_ids = c_ids[: stops[-1] + 1]
             else:
-                c_ids = self._tokenizer(completion, add_special_tokens=False)["input_ids"]
+                c_ids = self.text_tokenizer(completion, add_special_tokens=False)["input_ids"]
                 if not c_ids or c_ids[-1] not in self.eos_token_ids:
-                    c_ids = [*c_ids, self._tokenizer.eos_token_id]
+                    c_ids = [*c_ids, self.text_tokenizer.eos_token_id]
             if len(c_ids) > self.max_completion_length:
                 c_ids, truncated = c_ids[: self.max_completion_length], truncated + 1
             rows.append((p_ids, c_ids))
@@ -188,8 +188,8 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         device = self.accelerator.device
         batch = {}
         for key, column, side, value in (
-            ("prompt", 0, "left", self._tokenizer.pad_token_id),
-            ("completion", 1, "right", self._tokenizer.pad_token_id),
+            ("prompt", 0, "left", self.text_tokenizer.pad_token_id),
+            ("completion", 1, "right", self.text_tokenizer.pad_token_id),
         ):
             ids = [torch.tensor(row[column]) for row in rows]
             batch[f"{key}_ids"] = pad(ids, value, side, self.pad_to_multiple_of).to(device)
@@ -212,13 +212,13 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
             unwrapped = self.accelerator.unwrap_model(self.model)
             adapter = use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None)
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs), adapter:
-            return self._get_per_token_logps_and_entropies(
+            return self.log_probs_and_entropies(
                 model, ids, mask, keep, batch_size=self.args.per_device_train_batch_size
             )[0]
 
-    def _generate_and_score_completions(self, inputs):
+    def score_generation_batch(self, inputs):
         if not self.model.training:  # evaluation scores the policy's own rollouts
-            output = super()._generate_and_score_completions(inputs)
+            output = super().score_generation_batch(inputs)
             ids = output["completion_ids"]
             output["expert_mask"] = torch.zeros(ids.size(0), dtype=torch.bool, device=ids.device)
             return output
@@ -229,7 +229,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
             needs_old = self.args.gradient_accumulation_steps % generate_every != 0
             needs_ref = self.beta != 0.0
         else:
-            rollouts = super()._generate_and_score_completions(inputs)
+            rollouts = super().score_generation_batch(inputs)
             n = rollouts["completion_ids"].size(0)
             rollouts["expert_mask"] = torch.zeros(n, dtype=torch.bool, device=rollouts["completion_ids"].device)
             if self.expert_rows_per_generation == 0:
@@ -244,13 +244,13 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
             expert["advantages"] = torch.zeros(expert["expert_mask"].shape, device=self.accelerator.device)
             expert["num_items_in_batch"] = self.accelerator.gather(expert["completion_mask"].sum()).sum()
             return expert
-        return _append_rows(rollouts, expert, self._tokenizer.pad_token_id)
+        return _append_rows(rollouts, expert, self.text_tokenizer.pad_token_id)
 
     # ---- batching: the prompt dataloader yields the rollouts' prompts only ------------------------------------------
 
-    def _get_train_sampler(self, dataset=None):
+    def train_sampler(self, dataset=None):
         if not self._mixes_rows:
-            return super()._get_train_sampler(dataset)
+            return super().train_sampler(dataset)
         return RepeatSampler(
             data_source=self.train_dataset if dataset is None else dataset,
             mini_repeat_count=self.num_generations,
@@ -274,11 +274,11 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
                 batch_size=self.rollout_rows_per_generation // self.num_generations,
                 repeat_count=self.num_iterations * self.args.steps_per_generation,
             )
-        return self._get_dataloader(
+        return self.dataloader(
             dataset=dataset,
             description="Training",
             batch_size=self.rollout_rows_per_generation // self.accelerator.num_processes,
-            sampler_fn=self._get_train_sampler,
+            sampler_fn=self.train_sampler,
             is_training=True,
         )
 
@@ -296,7 +296,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
             return super()._policy_loss(mode, **inputs)
         # The reference's per-micro-batch weighting: the loss of each micro-batch over its own rows, divided by the
         # accumulation steps as verl does; as a share of the window (summed over processes, then scaled back by
-        # their number in `_compute_loss`) it is also divided by the number of processes.
+        # their number in the loss step) it is also divided by the number of processes.
         inputs = {k: v for k, v in inputs.items() if not k.startswith(("global_valid_", "expert_valid_"))}
         inputs.pop("normalizer", None)
         loss, metrics = self.loss_step.policy_loss(mode, **inputs)
@@ -310,7 +310,7 @@ class MIXFamilyTrainer(GRPOFamilyTrainer):
         # Mid-block (steps_per_generation > gradient_accumulation_steps) a resumed run regenerates the block it was
         # in, so it must redraw that block's demonstrations.
         generate_every = self.args.steps_per_generation * self.num_iterations
-        mid_block = self._step % generate_every != 0
+        mid_block = self.generation_step % generate_every != 0
         position = self._expert_block_start if mid_block else self._expert_stream.position
         return {**super()._checkpoint_state(), "expert_rows_drawn": position}
 

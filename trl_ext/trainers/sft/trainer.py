@@ -39,7 +39,7 @@ from ...components import MEAN, SHARE
 from ...losses import aggregate_loss
 from ..core.config_conversion import trainer_config
 from ..core.model_card import AlgorithmModelCard
-from ..core.window import CountWindowInLoop
+from ..core.trl_adapter import CountWindowInLoop
 from .config import SFTConfig
 
 _IGNORE_INDEX = -100
@@ -180,11 +180,6 @@ class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
             "input_tokens": inputs,
         }
 
-    def count_window(self, batches: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        window = super().count_window(batches)
-        self._total_train_tokens += int(window.pop("input_tokens").item()) // getattr(self, "_tp_size", 1)
-        return window
-
     def _window_counts(self, inputs: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
         """The counts the micro-batch's loss is normalized by (`loss_counts`: the window's in training, its own in
         evaluation, or outside the training loop), with `seq-mean-token-sum-norm`'s normalizer rows × max_length."""
@@ -223,7 +218,7 @@ class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
             correct = outputs.is_top1[:, -width:].detach().to(logprob.dtype)
             metrics["mean_token_accuracy"] = aggregate_loss(correct, mask, **tokens)
         self._log_loss_metrics(mode, metrics)
-        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]  # counted with the window (training)
+        self.log_trained_tokens(mode)
 
         if return_outputs:
             warnings.warn(
