@@ -4,9 +4,6 @@ The loss library (`trl_ext.losses`), the advantage estimators (`trl_ext.advantag
 (`get_algorithm`) and the trainer families (`trl_ext.families`) are pure torch: importing them does not import trl.
 The trainers and their configs (`trl_ext.SAPOTrainer`, `trl_ext.SAPOConfig`, ...; defined in `trl_ext.trainers`)
 are imported on first access.
-
-This package is above both the records and the trainers built on them: it hands the records the trainers'
-`algorithm_classes` (`get_algorithm("sapo").config_class`), so that neither imports the other's way up.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,6 +1,6 @@
 """The YAML files shipped in the package (`trl_ext/configs/`, the repository's `configs/` links to it): the algorithms'
 recipes, which `--config NAME` reads, and the accelerate configs, which `trl-ext train --accelerate_config NAME`
-launches with. Pure Python (no torch or trl import), for the `trl-ext` command's quick paths."""
+launches with. Pure Python (no torch or trl import)."""
 
 from __future__ import annotations
 

@@ -9,12 +9,10 @@ A record names the algorithm, its one paper, its default components (policy loss
 trainer family that trains it (`trl_ext.families`) and Trinity-RFT's flags that mean something for a TRL trainer:
 `use_critic` (it trains a value model: only a family with a critic can take it), `use_reference` (it may have a KL
 term to a reference model: without it the config refuses a KL coefficient, and no reference model is loaded) and
-`repeat_times` (the default group size: the config's `num_generations`). The config and trainer classes, the package
-exports (`trl_ext.SAPOTrainer`), the model cards and `trl-ext list` are all derived from the record and its family.
+`repeat_times` (the default group size: the config's `num_generations`).
+
 Adding an algorithm whose loss and advantage exist is one `register_algorithm(AlgorithmSpec(...))`; a new loss is its
-`@register_policy_loss` class plus a record. This module imports neither trl nor torch, nor the trainers: the
-classes are built on the records, above them, and a record asks for its own through `provide_classes`, which the
-package (`trl_ext/__init__.py`) calls with the trainers' `algorithm_classes`, loaded on first use.
+`@register_policy_loss` class plus a record.
 """
 
 from __future__ import annotations
@@ -32,12 +30,8 @@ _class_source: ClassSource | None = None
 
 
 def provide_classes(source: ClassSource) -> None:
-    """Set where `AlgorithmSpec.config_class` / `trainer_class` get an algorithm's classes.
-
-    The classes are built on the records, by the trainers, which import this module; a record therefore never
-    imports them. The package (`trl_ext/__init__.py`), above both, provides them once, as a function that loads
-    the trainers on first use (`import trl_ext` then still needs only torch).
-    """
+    """Set where `AlgorithmSpec.config_class` / `trainer_class` get an algorithm's classes: a function that loads
+    the trainers on first use (so `import trl_ext` still needs only torch)."""
     global _class_source
     _class_source = source
 

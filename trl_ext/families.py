@@ -12,13 +12,9 @@ the script of `trl-ext train`), and the family's parts of the run summary and th
 gets classes of its own (`SAPOConfig`, `SAPOTrainer`) or is the family's single algorithm with hand-written classes
 (`DPOConfig`, `SFTConfig`) is `per_algorithm_classes`.
 
-The classes themselves are above the record: they are built on the records, so this module, like the algorithm
-table, neither imports nor names by path trl, the trainers or the scripts. The trainers' package registers each
-family's classes when it is imported (`trl_ext.trainers.core.family_classes`).
-
 Adding a family is one `register_family(TrainerFamily(...))` and, beside its trainer, one
-`register_family_classes(...)`; adding an algorithm to a family is one `register_algorithm(AlgorithmSpec(...))`.
-Nothing else in trl_ext branches on a family's name.
+`register_family_classes(...)` (`trl_ext.trainers.core.family_classes`); adding an algorithm to a family is one
+`register_algorithm(AlgorithmSpec(...))`.
 """
 
 from __future__ import annotations

@@ -23,14 +23,13 @@ The model (`tiny_agent_model_path`) is a 2-layer, 64-wide Qwen3 (~113k parameter
 byte-level BPE tokenizer (607 tokens) wearing TRL's shipped Qwen3 chat template, so TRL renders the tool schema and
 parses the tool calls itself. The tokenizer is trained on the text TRL renders during a rollout (the system prompt
 with the tool schema, the `<tool_call>` JSON, the `<tool_response>` block), with box letters and digits kept as
-their own tokens, so an episode is short: the prompt (system prompt with the schema: 32 tokens, user turn and
-assistant header) is 40 tokens, a lookup-then-answer completion 17 (6 for the call, 9 for the tool response and the
-next assistant header, 2 for the answer), 57 in all. It was pretrained (`AGENT_PRETRAIN_STEPS`, ~20 s of plain torch
-on one CPU thread) on such episodes, concatenated exactly as TRL's tool loop builds them, with a mix of behaviours
-(`PRETRAIN_MIX`): 30% look up the prompt's box and copy the secret, 35% look up another box and answer a random
-digit, 35% answer a random digit without a lookup. So it calls the tool ~64% of the time, with the prompt's box
-~43% of those times, and copies a looked-up secret ~98% of the time: its reward starts at ~0.27, with variance
-inside each group of rollouts, and RL has to learn to always look up the prompt's box.
+their own tokens, so an episode is short: a 40-token prompt and a 17-token lookup-then-answer completion. It was
+pretrained (`AGENT_PRETRAIN_STEPS`, ~20 s of plain torch on one CPU thread) on such episodes, concatenated exactly
+as TRL's tool loop builds them, with a mix of behaviours (`PRETRAIN_MIX`): 30% look up the prompt's box and copy
+the secret, 35% look up another box and answer a random digit, 35% answer a random digit without a lookup. So it
+calls the tool ~64% of the time, with the prompt's box ~43% of those times, and copies a looked-up secret ~98% of
+the time: its reward starts at ~0.27, with variance inside each group of rollouts, and RL has to learn to always
+look up the prompt's box.
 
 Measured with stock `trl.GRPOTrainer` and `AGENT_TRAINING` (100 steps of 8 prompts x 8 rollouts, one log every 2
 steps) on 2 CPU cores, the logged reward goes from 0.33 to 0.94 (mean of the first 5 vs the last 5 logs; the very
@@ -47,17 +46,6 @@ The rollouts of a group disagree at first (`frac_reward_zero_std` ~0.05) and mos
     trainer = GRPOTrainer(model=tiny_agent_model_path(), reward_funcs=lookup_reward, args=args,
                           train_dataset=toy_agent_dataset(), environment_factory=LookupEnvironment)
     trainer.train()  # the "reward" entries of trainer.state.log_history rise from ~0.3 to ~0.9
-
-Two details of the build matter beyond the toy itself:
-
-* The model is a Qwen3, not a Qwen2 like `trl_ext.toy`'s: `AutoTokenizer` loads a tokenizer saved beside a `qwen2`
-  config as `Qwen2Tokenizer`, which replaces the saved pre-tokenizer with Qwen2's word-splitting regex (transformers
-  5 lists `qwen2` among the models whose saved tokenizer class it overrides), so the tokenizer TRL loaded would not
-  be the one the model was trained with. A `qwen3` config keeps the saved `TokenizersBackend`.
-* The eos token is `<|im_end|>` (as for Qwen3 chat models; `<|endoftext|>` stays a stop id in the generation
-  config): TRL's tool loop splices the tool response after the calling turn from the tokenizer's eos token
-  (`GRPOTrainer._get_tool_suffix_ids`), so with `<|im_end|>` the spliced rollout is exactly the chat template's
-  rendering (minus Qwen3's empty think blocks).
 
 This module does not import trl (it reads TRL's chat template files from the installed package).
 """
@@ -121,6 +109,10 @@ PRETRAIN_MIX = {"right": 0.3, "wrong": 0.35, "guess": 0.35}
 """The behaviours of the pretraining episodes (fractions): look up the prompt's box and copy the secret; look up
 another box, read "no such box" and answer a random digit; answer a random digit without a lookup."""
 
+# The eos token is `<|im_end|>` (as for Qwen3 chat models; `<|endoftext|>` stays a stop id in the generation config):
+# TRL's tool loop splices the tool response after the calling turn from the tokenizer's eos token
+# (`GRPOTrainer._get_tool_suffix_ids`), so the spliced rollout is exactly the chat template's rendering (minus
+# Qwen3's empty think blocks).
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|pad|>"
 SPECIAL_TOKENS = ["<|endoftext|>", PAD_TOKEN, "<|im_start|>", EOS_TOKEN]
@@ -433,6 +425,9 @@ def build_agent_model(
     table; an episode takes ~60 tokens, TRL's tool loop stops a rollout that reaches the limit).
     """
     im_end = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    # A Qwen3, not a Qwen2 like `trl_ext.toy`'s: `AutoTokenizer` loads a tokenizer saved beside a `qwen2` config as
+    # `Qwen2Tokenizer`, which replaces the saved pre-tokenizer with Qwen2's word-splitting regex, so TRL would not load
+    # the tokenizer the model was trained with. A `qwen3` config keeps the saved `TokenizersBackend`.
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=64,

@@ -11,10 +11,8 @@ may have gaps), `completion_mask` (the completion's tokens, tool outputs include
 policy's log-prob of each sampled token), `entropy` (the per-token entropy from the same pass), `necs`,
 `teacher_logprob`, `old_logprob`; per-sample: `reward_baselines` `[N]`.
 
-Group statistics are computed vectorized: group ids are mapped to `0..G-1` (`torch.unique` for tensors,
-a dict for Python sequences) and per-group sums are accumulated with `index_add_`.  Following verl
-(`verl/trainer/ppo/core_algos.py`) and Trinity-RFT (`trinity/algorithm/advantage_fn`), a group with a
-single sample uses mean 0 and standard deviation 1.
+Following verl (`verl/trainer/ppo/core_algos.py`) and Trinity-RFT (`trinity/algorithm/advantage_fn`), a group
+with a single sample uses mean 0 and standard deviation 1.
 
 Trinity-RFT drops or duplicates experiences by editing its list of experiences, and filters tokens by editing
 its response mask; here the rows stay fixed (row `i` of every output is sample `i` of the input unless

@@ -4,7 +4,7 @@ Papers: Schulman et al. 2016, "High-Dimensional Continuous Control Using General
 1506.02438); Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv 1707.06347).
 
 Ports Trinity-RFT 0.6.0 `PPOAdvantageFn` (`trinity/algorithm/advantage_fn/ppo_advantage.py`, registered as `ppo`,
-default_args gamma 1.0, lam 1.0), itself an older copy of verl's `compute_gae_advantage_return`.  Per row, with
+default_args gamma 1.0, lam 1.0).  Per row, with
 `r` the token rewards, `V` the critic's values and t running backwards over EVERY position of the row::
 
     δ_t = r_t + γ·V_{t+1} − V_t                 (V_T = 0 past the last position)
@@ -13,13 +13,10 @@ default_args gamma 1.0, lam 1.0), itself an older copy of verl's `compute_gae_ad
     advantages = masked_whiten(A, response_mask)
 
 **Masked positions inside a response** (the tool outputs of a multi-turn rollout, `response_mask` 0 between 1s)
-take part in the recursion like any other position: Trinity-RFT 0.6.0 does NOT skip them (its loop carries the
-lines that would, `values = values * eos_mask` and a `torch.where(eos_mask[:, t] == 1, ...)` on `lastgaelam`,
-commented out as "TODO: may use in multi-turn").  verl skips them since July 2025 (verl PR #2337, in every release
-from 0.5 on): at a masked position it carries `nextvalues` and `lastgaelam` through unchanged, so the TD errors
-of observation tokens never count.  `gae_advantage_return(..., skip_masked=True)` computes verl's form (used by
-`trl_ext.compat.verl.compute_gae_advantage_return`); the `ppo` estimator computes Trinity-RFT's.  With γ = λ = 1
-(the defaults) the two agree whenever no reward sits on a masked position: the sum telescopes to
+take part in the recursion like any other position, as in Trinity-RFT 0.6.0.  verl (0.5 and later) skips them: at a
+masked position it carries `nextvalues` and `lastgaelam` through unchanged, so the TD errors of observation tokens
+never count; `gae_advantage_return(..., skip_masked=True)` computes verl's form, the `ppo` estimator Trinity-RFT's.
+With γ = λ = 1 (the defaults) the two agree whenever no reward sits on a masked position: the sum telescopes to
 A_t = Σ_{s≥t} r_s − V_t either way.
 
 Values are read where the reference's critic has them: on the completion's tokens (`completion_mask`, the tool

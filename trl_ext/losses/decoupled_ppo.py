@@ -26,14 +26,12 @@ docs/en/algorithms/prox_approx.md): with v the policy versions (μ = v_behave, �
     α = (v_prox − v_behave) / (v_θ − v_behave)   where v_θ > v_behave and v_behave ≥ 0, else 0;   α ← clamp(α, 0, 1)
     log π_prox ≈ log μ + α · (log π_θ − log μ)                       (detached)
 
-Ported (semantics, not text) from inclusionAI/AReaL: `areal/utils/functional/functional.py` — `ppo_actor_loss_fn`
-and `compute_behave_imp_weight` as they stood with `behave_imp_weight_cap` / `behave_imp_weight_mode` (PR #930, before
-PR #1088 folded both into `RejectionSamplingConfig`: `token_mask` / `token_truncate` with cap X are today's
-`{level: token, action: mask | clamp, metric: ratio, upper: X}`, the same arithmetic); `areal/api/cli_args.py`
-(defaults: eps_clip 0.2, eps_clip_higher None, c_clip None, cap 5.0 and > 1, mode `token_mask`);
-`areal/trainer/ppo/actor.py::compute_prox_logp_approximations` and `areal/utils/constants.py::ProxLogpMethod` for the
-approximation. AReaL's names map to trl_ext's as eps_clip → `clip_range` (`clip_range_low`), eps_clip_higher →
-`clip_range_high`, c_clip → `clip_ratio_c`, `proximal_logprobs` → `prox_logprob`, `old_logprobs` → `old_logprob`.
+Ported from inclusionAI/AReaL's `ppo_actor_loss_fn` and `compute_behave_imp_weight` (`behave_imp_weight_cap` /
+`_mode`; today's `RejectionSamplingConfig` `{level: token, action: mask | clamp, metric: ratio, upper: X}`, the same
+arithmetic) and `compute_prox_logp_approximations`; defaults as AReaL's: eps_clip 0.2, eps_clip_higher None, c_clip
+None, cap 5.0 (> 1), mode `token_mask`. AReaL's names map to trl_ext's as eps_clip → `clip_range`
+(`clip_range_low`), eps_clip_higher → `clip_range_high`, c_clip → `clip_ratio_c`, `proximal_logprobs` →
+`prox_logprob`, `old_logprobs` → `old_logprob`.
 
 What differs: the log-ratio Δ is clamped to ±20 as in trl_ext's `ppo` (AReaL exponentiates it as is; beyond +20 the clip
 already zeroes the gradient, below −20 r < 3e-9); every `loss_agg_mode` is offered (AReaL: token-mean over the batch),

@@ -502,15 +502,14 @@ class TRLDPOLoss(DPOLoss):
             raise ValueError(
                 f"{self.name}: f_divergence_type={self.f_divergence_type!r} only applies to the loss types built on "
                 f"the chosen − rejected score difference ({', '.join(F_DIVERGENCE_LOSS_TYPES)}); loss_type has "
-                f"{', '.join(map(repr, others))}. Use f_divergence_type='reverse_kl' with these"
+                f"{', '.join(map(repr, others))}; use f_divergence_type='reverse_kl' with these"
             )
         if self.use_weighting and types & {*_SORTING_LOSS_TYPES, "sft"}:
             refused = sorted(types & {*_SORTING_LOSS_TYPES, "sft"})
             raise ValueError(
-                f"{self.name}: use_weighting=True does not apply to loss_type {', '.join(map(repr, refused))}: "
-                "`aot` / `aot_unpaired` sort the pairs, which misaligns the per-pair weights (TRL refuses them too), "
-                "and `sft` fails in TRL 1.16; what it means to compute (the micro-batch's token-mean SFT loss times "
-                "its mean pair weight) has no window-normalized form"
+                f"{self.name}: use_weighting=True does not apply to loss_type {', '.join(map(repr, refused))} "
+                "(`aot` / `aot_unpaired` sort the pairs, misaligning the weights; `sft` has no window-normalized "
+                "weighted form); set use_weighting=False or drop these loss types"
             )
         if "exo_pair" in types and self.label_smoothing == 0:
             raise ValueError(

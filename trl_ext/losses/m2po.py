@@ -16,8 +16,8 @@ the largest outliers (Algorithm 1 of the paper):
 Masked tokens stay in the denominator (the paper's footnote 2: normalize by every valid token). The clamp only keeps
 the forward value finite: it is a straight-through clamp (log r + sg(clamp(log r) − log r)), so a kept token beyond
 ±c still gets the gradient −A·e^{±c}·∇lp, as in the reference. The mask itself is not differentiated. The
-reference's current version accepts only `loss_agg_mode="token-mean"` (its first version took any): every mode works
-here, each counting the masked tokens as valid ones; token-mean is the default and the paper's.
+reference accepts only `loss_agg_mode="token-mean"`: every mode works here, each counting the masked tokens as valid
+ones; token-mean is the default and the paper's.
 
 Where the selection runs: the reference selects over one complete optimizer mini-batch (a pre-pass over all its
 micro-batches before the first backward). A trl_ext loss sees one micro-batch at a time, so the selection here runs

@@ -140,9 +140,8 @@ def check_rollout_loss(owner: str, loss: Any) -> None:
     for key in inputs:
         if key in _EXPERT_INPUTS:
             raise ValueError(
-                f"{owner}: rollout_loss={name!r} reads `{key}`, which {owner} cannot give its rollout part: the part "
-                "sees the rollout rows only (the expert rows are masked out), so a loss that splits the rows itself "
-                "is a mixing loss"
+                f"{owner}: rollout_loss={name!r} reads `{key}`, which the rollout part cannot give (it sees only the "
+                "rollout rows); use a loss of the rollout rows alone (ppo, sapo, gspo, cispo, ...)"
             )
         if key in getattr(loss, "window_inputs", ()) and key not in WINDOW_INPUTS:
             raise ValueError(
@@ -151,9 +150,8 @@ def check_rollout_loss(owner: str, loss: Any) -> None:
             )
     if isinstance(loss, DPOLoss):
         raise ValueError(
-            f"{owner}: rollout_loss={name!r} needs `ref_logprob` and `logprob` of preference pairs (chosen and "
-            f"rejected rows interleaved), which {owner} cannot give it: its rollout rows are sampled completions with "
-            "advantages, mixed with expert rows"
+            f"{owner}: rollout_loss={name!r} needs `ref_logprob` and `logprob` of preference pairs, which {owner}'s "
+            "rollout rows are not; use a policy loss (ppo, sapo, gspo, cispo, ...), or train dpo with DPOConfig"
         )
 
 

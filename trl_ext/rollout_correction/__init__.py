@@ -59,8 +59,8 @@ Where this port differs from verl, deliberately:
   a broken input is never silently turned into a finite correction); at masked positions it never reaches anything.
 * Settings are checked when given (`RolloutCorrection`), each error naming its setting: thresholds must be finite,
   booleans are errors, and a setting that would do nothing (`rollout_rs_threshold` without `rollout_rs`, ...) too.
-* verl's `bypass_mode` / `loss_type` (π_rollout used as π_old) are not ported: the trainer's π_old is the trained
-  policy's own log-probs.
+* verl's `bypass_mode` / `loss_type` (π_rollout used as π_old) are not settings here (`bypass_mode` is a policy
+  loss of `trl_ext.compat.verl`): the trainer's π_old is the trained policy's own log-probs.
 """
 
 from .computation import EPS, SAFETY_BOUND, Metrics

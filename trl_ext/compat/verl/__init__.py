@@ -1,6 +1,5 @@
 """verl 0.9.1's `verl.trainer.ppo.core_algos` API over trl_ext's losses and estimators (pure torch; verl is not
-imported), so `trl_ext.compat.verl.<name>` is verl's `core_algos.<name>` (benchmarks/run_verl_tests.py runs verl's own
-CPU tests with this package in `core_algos`'s place).
+imported), so `trl_ext.compat.verl.<name>` is verl's `core_algos.<name>`.
 
     from trl_ext.compat.verl import agg_loss, get_adv_estimator_fn, get_policy_loss_fn, kl_penalty
 
@@ -30,12 +29,7 @@ Names, signatures, defaults and return types are verl's:
   tensor; a missing required input is a TypeError naming the function and the input.
 * `compute_pf_ppo_reweight_data(data, reweight_method, weight_pow)`: PF-PPO's resampling of a DataProto-like batch.
 
-The modules: `aggregation` (`agg_loss`, verl's masked mean / whitening), `registry` (the policy-loss registry, config
-reading), `policy_losses` (the registered PPO-family losses and how they reuse trl_ext's), `rollout_losses`
-(REINFORCE, `bypass_mode` over `trl_ext.rollout_correction`), `entropy`, `kl`, `estimators` (the estimator registry,
-input checks, group ids), `outcome_advantages` (the group estimators), `token_advantages` (REINFORCE++, ReMax, OTB),
-`advantages` (GPG, GAE, the value loss) and `pf_ppo`. Each module's docstring gives its formulas and where it differs
-from verl.
+Each submodule's docstring gives its formulas and where it differs from verl.
 """
 
 from .advantages import compute_gae_advantage_return, compute_gpg_outcome_advantage, compute_value_loss
