@@ -1,5 +1,6 @@
 """One loss step for every RL trainer (`trl_ext.trainers.core.loss_step.LossStep`): the GRPO family's trainers (GRPO,
-MIX, distillation, critic PPO) and the asynchronous trainer each compute their loss by calling it."""
+MIX, distillation, critic PPO) and the asynchronous trainer each compute their loss by calling it; the DPO and SFT
+trainers share its end (`window_loss`: process scaling, router aux loss, window metrics)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import inspect
 import pytest
 import torch
 from async_helpers import async_config, make_samples, packed_batch, padded_grpo_inputs, stub_trainer
-from trainer_helpers import ROLLOUT_FAMILIES, algorithm_classes, cpu_config, toy_trainer
+from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes, cpu_config, toy_trainer
 
 import trl_ext
-from trl_ext.toy import build_tokenizer
+from trl_ext.toy import build_tokenizer, toy_expert_dataset, toy_preference_dataset
 from trl_ext.trainers.core.loss_step import LossStep
+from trl_ext.trainers.core.window import WindowNormalization
 from trl_ext.trainers.grpo.trainer import GRPOFamilyTrainer
+from trl_ext.trainers.grpo.trl_adapter import GRPOAdapter
 
 
 @pytest.fixture
@@ -48,13 +51,41 @@ def test_the_grpo_and_async_trainers_call_the_loss_step(step_calls, random_tiny_
 
 @pytest.mark.parametrize("family", ROLLOUT_FAMILIES)
 def test_every_rollout_family_computes_its_loss_through_the_grpo_step(family):
-    """MIX, distillation and critic PPO are `GRPOFamilyTrainer`s whose `_compute_loss` is the family's, or wraps
-    it (`super()._compute_loss`): none computes a loss of its own."""
+    """MIX, distillation and critic PPO are `GRPOFamilyTrainer`s whose `micro_batch_loss` is the family's, or wraps
+    it (`super().micro_batch_loss`): none computes a loss of its own, and none overrides TRL's `_compute_loss`
+    (the adapter's alone does)."""
     for name, trainer_class in algorithm_classes(family, trainers=True).items():
         assert issubclass(trainer_class, GRPOFamilyTrainer), name
-        for klass in trainer_class.__mro__[: trainer_class.__mro__.index(GRPOFamilyTrainer)]:
-            if "_compute_loss" in vars(klass):
-                assert "super()._compute_loss(" in inspect.getsource(klass._compute_loss), (name, klass)
+        for klass in trainer_class.__mro__[: trainer_class.__mro__.index(GRPOAdapter)]:
+            assert "_compute_loss" not in vars(klass), (name, klass)
+            if "micro_batch_loss" in vars(klass) and klass is not GRPOFamilyTrainer:
+                assert "super().micro_batch_loss(" in inspect.getsource(klass.micro_batch_loss), (name, klass)
+
+
+def test_dpo_and_sft_end_their_loss_in_the_shared_window_step(monkeypatch, random_tiny_model, tmp_path):
+    calls = []
+    original = WindowNormalization.window_loss
+
+    def spy(self, loss, metrics, mode, aux_loss=None):
+        calls.append(type(self).__name__)
+        return original(self, loss, metrics, mode, aux_loss)
+
+    monkeypatch.setattr(WindowNormalization, "window_loss", spy)
+    settings = {**CPU, "per_device_train_batch_size": 4, "max_steps": 1}
+    tokenizer = build_tokenizer()
+    trl_ext.DPOTrainer(
+        model=random_tiny_model,
+        args=trl_ext.DPOConfig(output_dir=str(tmp_path / "d"), **settings),
+        train_dataset=toy_preference_dataset(8),
+        processing_class=tokenizer,
+    ).train()
+    trl_ext.SFTTrainer(
+        model=random_tiny_model,
+        args=trl_ext.SFTConfig(output_dir=str(tmp_path / "s"), **settings),
+        train_dataset=toy_expert_dataset(8),
+        processing_class=tokenizer,
+    ).train()
+    assert calls == ["DPOTrainer", "SFTTrainer"]
 
 
 @pytest.mark.parametrize(

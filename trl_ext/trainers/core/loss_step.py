@@ -11,7 +11,8 @@ tree rows) and calls its `LossStep`, which reads top to bottom:
 4. the KL term β·agg(KL) (bias-corrected with `use_bias_correction_kl`; β adapted once per optimizer step);
 5. the entropy bonus (TRL's fixed or adaptive coefficient);
 6. the trainer's own terms (a value loss, ...), the process scaling, the MoE router's auxiliary loss;
-7. the metrics, combined once per optimizer step over the window (`WindowNormalization._log_loss_metrics`).
+7. the metrics, combined once per optimizer step over the window (`WindowNormalization.window_loss`, the end of
+   the DPO and SFT trainers' loss steps too).
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ class LossStep:
     """The loss step of one trainer (see the module docstring).
 
     Args:
-        host: The trainer: its `accelerator`, `current_gradient_accumulation_steps`, `state.global_step`, the window
-            (`scale_for_processes`, `_log_loss_metrics`) and `router_aux_loss_coef`.
+        host: The trainer: its `accelerator`, `current_gradient_accumulation_steps`, `state.global_step` and the
+            window (`window_loss`: the process scaling, the router aux loss, the metrics).
         components: The config's trained parts (`Components`): policy loss, KL term, entropy bonus, aggregations.
         args: The config: `beta`'s adaptation, `top_entropy_quantile`, `off_policy_mask_threshold`,
             `use_bias_correction_kl`, the entropy coefficient's control, `turns_as_samples`, `max_completion_length`.
@@ -205,12 +206,7 @@ class LossStep:
         )
         if self.trainer_terms is not None:
             loss = self.trainer_terms(mode, batch, window, loss, metrics)
-        loss = host.scale_for_processes(loss, mode)
-        if batch.aux_loss is not None:
-            scale = host.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + host.router_aux_loss_coef * batch.aux_loss / scale
-            metrics["aux_loss"] = batch.aux_loss.detach()
-        logged = host._log_loss_metrics(mode, metrics)
+        loss, logged = host.window_loss(loss, metrics, mode, batch.aux_loss)
         if logged and mode == "train" and self.kl_fn.adaptive:  # the optimizer step: adapt β to the window's KL
             self.kl_fn.update_kl_coef(logged["kl"], batch_size=int(window["global_valid_seqs"].item()))
         return loss

@@ -57,6 +57,19 @@ class WindowNormalization:
         the training loss back by their number (as TRL's `dapo` does)."""
         return loss * self.accelerator.num_processes if mode == "train" else loss
 
+    def window_loss(
+        self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], mode: str, aux_loss: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The end of every trainer's loss step: the micro-batch's window share scaled for the processes, plus the
+        MoE router's auxiliary loss (TRL's: a per-micro-batch mean, averaged over the accumulation steps), and the
+        metrics logged over the window. Returns the loss and what was logged ({} mid-window)."""
+        loss = self.scale_for_processes(loss, mode)
+        if aux_loss is not None:
+            scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / scale
+            metrics["aux_loss"] = aux_loss.detach()
+        return loss, self._log_loss_metrics(mode, metrics)
+
     # ---- metrics --------------------------------------------------------------------------------------------------
 
     #: the metrics a trainer adds itself: the policy loss's value, the mean token entropy (a share under the window's

@@ -148,12 +148,6 @@ class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
             kl_loss, kl_metrics = self.kl_fn.calculate_kl_loss(logps, ref, mask, "token-mean", **window)
             loss = loss + kl_loss
             metrics["kl"], metrics["kl_coef"] = kl_metrics["kl_loss"], kl_metrics["kl_coef"]
-        loss = self.scale_for_processes(loss, mode)
-        if self.aux_loss_enabled:
-            scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.router_aux_loss_coef * outputs.aux_loss / scale
-            metrics["aux_loss"] = outputs.aux_loss.detach()
-
         with torch.no_grad():  # TRL's metrics that the loss does not report
             metrics["rewards/margins"] = metrics["chosen_reward"] - metrics["rejected_reward"]  # β·mean(ρ_c − ρ_r)
             sums = self.policy_loss_fn.sequence_logps(logps[interleave].detach(), mask[interleave])
@@ -165,7 +159,7 @@ class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
                     "token-mean",
                     global_valid_toks=window["global_valid_toks"],
                 )
-        self._log_loss_metrics(mode, metrics)
+        loss, _ = self.window_loss(loss, metrics, mode, outputs.aux_loss if self.aux_loss_enabled else None)
         self.log_trained_tokens(mode)
 
         if return_outputs:

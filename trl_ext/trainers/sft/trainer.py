@@ -206,18 +206,12 @@ class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
         mask = outputs.label_mask[:, -width:].bool()
         window = self._window_counts(inputs, mode)
         loss, metrics = self.policy_loss_fn(logprob=logprob, action_mask=mask, **window)
-        loss = self.scale_for_processes(loss, mode)
-        if self.aux_loss_enabled:  # TRL's: a per-micro-batch mean, averaged over the accumulation steps
-            scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.router_aux_loss_coef * outputs.aux_loss / scale
-            metrics["aux_loss"] = outputs.aux_loss.detach()
-
         with torch.no_grad():  # TRL's metrics, as shares of the window's token means
             tokens = {"global_valid_toks": window["global_valid_toks"]}
             metrics["entropy"] = aggregate_loss(outputs.entropy[:, -width:].detach(), mask, **tokens)
             correct = outputs.is_top1[:, -width:].detach().to(logprob.dtype)
             metrics["mean_token_accuracy"] = aggregate_loss(correct, mask, **tokens)
-        self._log_loss_metrics(mode, metrics)
+        loss, _ = self.window_loss(loss, metrics, mode, outputs.aux_loss if self.aux_loss_enabled else None)
         self.log_trained_tokens(mode)
 
         if return_outputs:
