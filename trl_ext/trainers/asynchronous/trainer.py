@@ -44,7 +44,6 @@ from ...async_rollout.trl_loop import use_trl_ext_scoring
 from ...components import MAX, MEAN
 from ...losses.decoupled_ppo import loglinear_proximal_logprob
 from ..core.loss_step import LossStep, StepBatch, step_part
-from ..core.model_card import AlgorithmModelCard
 from ..core.trl_adapter import CountWindowInLoop
 from .config import AsyncGRPOConfig
 from .packed_rows import PackedRow
@@ -52,7 +51,7 @@ from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
 from .tree_attention import use_tree_attention
 
 
-class AsyncGRPOTrainer(AlgorithmModelCard, CountWindowInLoop, _TRLAsyncGRPOTrainer):
+class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
     """TRL's `AsyncGRPOTrainer` training the config's trl_ext loss and estimator (see the module docstring).
 
     Args:

@@ -2,9 +2,9 @@
 
 TRL writes `README.md` (its `lm_model_card.md` template: base model, dataset, framework versions, "This model was
 trained with {name}, a method introduced in {paper}", the BibTeX to cite) when a checkpoint is saved and on
-`push_to_hub`. `AlgorithmModelCard` gives TRL the algorithm's name and paper instead of GRPO's, appends a section
-with the algorithm, its trainer, loss, advantage and every algorithm setting of the run, and also writes the card
-on a user's `trainer.save_model(...)`.
+`push_to_hub`. The trainers give TRL the algorithm's name and paper instead of GRPO's (`paper`, `display_name`);
+`AlgorithmModelCard` appends a section with the algorithm, its trainer, loss, advantage and every algorithm setting
+of the run, and also writes the card on a user's `trainer.save_model(...)`.
 """
 
 from __future__ import annotations

@@ -8,12 +8,13 @@ from typing import Any
 
 import torch
 
-from .model_card import display_name, paper
+from .model_card import AlgorithmModelCard, display_name, paper
 from .window import WindowNormalization
 
 
-class TrainerAdapter:
-    """Mixin for a trl_ext trainer, before the TRL trainer in its bases (it needs `self.algorithm`)."""
+class TrainerAdapter(AlgorithmModelCard):
+    """Mixin for a trl_ext trainer, before the TRL trainer in its bases (it needs `self.algorithm`): TRL's model
+    card names the algorithm and its paper, with trl_ext's section (`AlgorithmModelCard`)."""
 
     @property
     def _name(self) -> str:

@@ -35,14 +35,13 @@ from trl.trainer.utils import use_adapter
 from ...components import MEAN, SHARE
 from ...losses import aggregate_loss
 from ..core.config_conversion import trainer_config
-from ..core.model_card import AlgorithmModelCard
 from ..core.trl_adapter import CountWindowInLoop
 from .config import DPOConfig
 
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
 
 
-class DPOTrainer(AlgorithmModelCard, CountWindowInLoop, trl.DPOTrainer):
+class DPOTrainer(CountWindowInLoop, trl.DPOTrainer):
     """A `trl.DPOTrainer` whose loss is trl_ext's DPO loss (`TRLDPOLoss`: every loss option of `trl.DPOConfig`) plus
     the KL term, normalized over the optimizer window (config: `trl_ext.DPOConfig`).
 

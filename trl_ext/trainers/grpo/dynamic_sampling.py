@@ -71,28 +71,31 @@ def check_dynamic_sampling_dataset(owner: str, args: Any, train_dataset: Any) ->
         )
 
 
-class DynamicSampling:
-    """Mixin of `GRPOFamilyTrainer`: `_dynamically_sampled`, the generation batch refilled after uniform groups
-    leave. It calls the trainer's `_generate_round` (one TRL generation and reward pass) and `_take_rows`."""
+class DynamicSampler:
+    """A GRPO-family trainer's dynamic sampling (`sample`): its generation batch refilled after uniform groups
+    leave, through the trainer's `_generate_round` (one TRL generation and reward pass) and `_take_rows`."""
 
-    _prompt_loader = None
-    _prompt_iterator = None
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self._prompt_loader = None
+        self._prompt_iterator = None
 
-    def _dynamically_sampled(self, inputs: list[dict[str, Any]]):
+    def sample(self, inputs: list[dict[str, Any]]):
         """`(output, rewards_per_func, overlong, table_rows)` of a generation batch of informative groups only.
 
         `output` is the local part of a batch as TRL's `trl_generate_and_score` returns it, the rewards
         `[N, F]` (all processes) and the overlong penalties `[N]` (or None) its rows'; `table_rows` gives each row's
         position in the last round (whose samples TRL's completions table shows), -1 for a row of an earlier round.
         """
-        group_size = self.num_generations
+        trainer = self.trainer
+        group_size = trainer.num_generations
         n_local = len(inputs)
-        needed = n_local * self.accelerator.num_processes // group_size
-        weights = self.reward_weights
+        needed = n_local * trainer.accelerator.num_processes // group_size
+        weights = trainer.reward_weights
         rounds, picks, dropped = [], [], 0
         batch = inputs
-        for round_index in range(self.args.dynamic_sampling_max_rounds):
-            output, rewards_per_func, overlong = self._generate_round(batch)
+        for round_index in range(trainer.args.dynamic_sampling_max_rounds):
+            output, rewards_per_func, overlong = trainer._generate_round(batch)
             rounds.append((output, rewards_per_func, overlong))
             task = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1).view(-1, group_size)
             uniform = task.amax(dim=1) == task.amin(dim=1)
@@ -104,13 +107,13 @@ class DynamicSampling:
         else:
             drawn = len(rounds) * needed
             raise RuntimeError(
-                f"{type(self).__name__}: dynamic sampling found {len(picks)} of the {needed} prompt groups a "
-                f"generation batch needs after dynamic_sampling_max_rounds={self.args.dynamic_sampling_max_rounds} "
+                f"{type(trainer).__name__}: dynamic sampling found {len(picks)} of the {needed} prompt groups a "
+                f"generation batch needs after dynamic_sampling_max_rounds={trainer.args.dynamic_sampling_max_rounds} "
                 f"rounds ({drawn} prompts): the rewards of every other group agreed (all completions scored the "
-                "same), which gives GRPO no signal. Raise dynamic_sampling_max_rounds, use prompts or rewards on "
+                "same), which gives GRPO no signal; raise dynamic_sampling_max_rounds, use prompts or rewards on "
                 "which the model's completions differ, or set dynamic_sampling=False"
             )
-        metrics = self.metric_log("train")
+        metrics = trainer.metric_log("train")
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
         metrics["dynamic_sampling/prompts_drawn"].append(float(len(rounds) * needed))
         metrics["dynamic_sampling/groups_dropped"].append(float(dropped))
@@ -121,12 +124,12 @@ class DynamicSampling:
         round_of = torch.tensor([r for r, _ in picks[:needed]]).repeat_interleave(group_size)
         row_of = torch.tensor([g for _, g in picks[:needed]]).repeat_interleave(group_size) * group_size
         row_of += torch.arange(group_size).repeat(needed)
-        merged = _concatenate([out for out, _, _ in rounds], self.text_tokenizer.pad_token_id)
+        merged = _concatenate([out for out, _, _ in rounds], trainer.text_tokenizer.pad_token_id)
         # Global row `row` of round `r` is, in the gathered concatenation of every process's rounds, at
         # process (row // n_local), round r, position row % n_local.
         source = (row_of // n_local) * (len(rounds) * n_local) + round_of * n_local + row_of % n_local
         device = rewards_per_func.device
-        output = self._take_rows(merged, source.to(device), n_local=n_local, purpose="dynamic_sampling")
+        output = trainer._take_rows(merged, source.to(device), n_local=n_local, purpose="dynamic_sampling")
         round_of, row_of = round_of.to(device), row_of.to(device)
         rewards_per_func = torch.stack([r for _, r, _ in rounds])[round_of, row_of]
         if overlong is not None:
@@ -138,17 +141,18 @@ class DynamicSampling:
         """The next `n_local` prompt rows of this process from the extra-prompt stream (whole groups; a new shuffled
         pass when one ends): as many as the training loop's batch of this generation round (the rollout rows only,
         where MIX mixes expert rows in)."""
+        trainer = self.trainer
         if self._prompt_loader is None:
             sampler = RepeatSampler(
-                data_source=self.train_dataset,
-                mini_repeat_count=self.num_generations,
-                batch_size=n_local * self.accelerator.num_processes // self.num_generations,
+                data_source=trainer.train_dataset,
+                mini_repeat_count=trainer.num_generations,
+                batch_size=n_local * trainer.accelerator.num_processes // trainer.num_generations,
                 repeat_count=1,
-                shuffle=self.shuffle_dataset,
-                seed=self.args.seed + 1,  # another order than the training loop's
+                shuffle=trainer.shuffle_dataset,
+                seed=trainer.args.seed + 1,  # another order than the training loop's
             )
-            self._prompt_loader = self.dataloader(
-                dataset=self.train_dataset,
+            self._prompt_loader = trainer.dataloader(
+                dataset=trainer.train_dataset,
                 description="Dynamic sampling",
                 batch_size=n_local,
                 sampler_fn=lambda _: sampler,
@@ -161,7 +165,7 @@ class DynamicSampling:
                 return next(self._prompt_iterator)
             except StopIteration:
                 self._prompt_iterator = None
-        raise RuntimeError(f"{type(self).__name__}: dynamic sampling got no prompts from the training dataset")
+        raise RuntimeError(f"{type(trainer).__name__}: dynamic sampling got no prompts from the training dataset")
 
 
 def _concatenate(outputs: list[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class GRPOScoring:
         mode = "train" if self.model.training else "eval"
         table_rows = None
         if mode == "train" and self.args.dynamic_sampling:
-            output, rewards_per_func, overlong, table_rows = self._dynamically_sampled(inputs)
+            output, rewards_per_func, overlong, table_rows = self.dynamic_sampler.sample(inputs)
         else:
             output, rewards_per_func, overlong = self._generate_round(inputs)
         self._generation_inputs = inputs  # the dataset rows: ReMax scores its greedy completions with them

@@ -16,11 +16,10 @@ from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable
 
 from ..core.config_conversion import trainer_config
 from ..core.loss_step import LossStep, StepBatch, step_part
-from ..core.model_card import AlgorithmModelCard
 from ..core.turns import segment_turns
 from ..core.window import WindowNormalization
 from .config import GRPOFamilyConfig
-from .dynamic_sampling import DynamicSampling, check_dynamic_sampling_dataset
+from .dynamic_sampling import DynamicSampler, check_dynamic_sampling_dataset
 from .multi_turn import MultiTurnAdvantages
 from .scoring import _MULTIMODAL_KEYS, GRPOScoring, _loss_mask
 from .trl_adapter import GRPOAdapter
@@ -28,9 +27,7 @@ from .trl_adapter import GRPOAdapter
 _STATE_FILE = "trl_ext_state.json"
 
 
-class GRPOFamilyTrainer(
-    GRPOScoring, DynamicSampling, MultiTurnAdvantages, AlgorithmModelCard, WindowNormalization, GRPOAdapter
-):
+class GRPOFamilyTrainer(GRPOScoring, MultiTurnAdvantages, WindowNormalization, GRPOAdapter):
     """A `trl.GRPOTrainer` whose advantages and loss are a trl_ext algorithm's.
 
     Use an algorithm's trainer (`SAPOTrainer`, `GSPOTrainer`, ...: built from its record by
@@ -136,6 +133,7 @@ class GRPOFamilyTrainer(
             trainer_terms=lambda *terms: self._add_trainer_terms(*terms),
         )
         self.rollout_correction = args.build_rollout_correction()
+        self.dynamic_sampler = DynamicSampler(self)
         self._gathered_rewards: torch.Tensor | None = None
         self._window_batches: list[Any] | None = None  # the raw batches of the next optimizer window
         self._window_queue: list[dict[str, Any]] = []  # its prepared micro-batches, with the window's counts

@@ -38,14 +38,13 @@ from trl.data_utils import get_dataset_column_names
 from ...components import MEAN, SHARE
 from ...losses import aggregate_loss
 from ..core.config_conversion import trainer_config
-from ..core.model_card import AlgorithmModelCard
 from ..core.trl_adapter import CountWindowInLoop
 from .config import SFTConfig
 
 _IGNORE_INDEX = -100
 
 
-class SFTTrainer(AlgorithmModelCard, CountWindowInLoop, trl.SFTTrainer):
+class SFTTrainer(CountWindowInLoop, trl.SFTTrainer):
     """A `trl.SFTTrainer` whose loss is the config's `sft_loss_fn` (`sft`, `sft_is` or `sft_phi`, with `cutoff_prob`
     and `loss_agg_mode`), normalized over the optimizer window (config: `trl_ext.SFTConfig`).
 
