@@ -72,19 +72,15 @@ def test_dpo_and_sft_end_their_loss_in_the_shared_window_step(monkeypatch, rando
 
     monkeypatch.setattr(WindowNormalization, "window_loss", spy)
     settings = {**CPU, "per_device_train_batch_size": 4, "max_steps": 1}
-    tokenizer = build_tokenizer()
-    trl_ext.DPOTrainer(
-        model=random_tiny_model,
-        args=trl_ext.DPOConfig(output_dir=str(tmp_path / "d"), **settings),
-        train_dataset=toy_preference_dataset(8),
-        processing_class=tokenizer,
-    ).train()
-    trl_ext.SFTTrainer(
-        model=random_tiny_model,
-        args=trl_ext.SFTConfig(output_dir=str(tmp_path / "s"), **settings),
-        train_dataset=toy_expert_dataset(8),
-        processing_class=tokenizer,
-    ).train()
+    for trainer_class, config_class, dataset in (
+        (trl_ext.DPOTrainer, trl_ext.DPOConfig, toy_preference_dataset(8)),
+        (trl_ext.SFTTrainer, trl_ext.SFTConfig, toy_expert_dataset(8)),
+    ):
+        args = config_class(output_dir=str(tmp_path / trainer_class.__name__), **settings)
+        trainer = trainer_class(
+            model=random_tiny_model, args=args, train_dataset=dataset, processing_class=build_tokenizer()
+        )
+        trainer.train()
     assert calls == ["DPOTrainer", "SFTTrainer"]
 
 
