@@ -184,7 +184,8 @@ class _Appender(dict):
 def _penalty_host(kl_fn):
     """What `_penalized_rewards` reads of a trainer."""
     metrics = {"train": _Appender(), "eval": _Appender()}
-    return SimpleNamespace(kl_penalty_fn=kl_fn, model=SimpleNamespace(training=True), _metrics=metrics), metrics
+    host = SimpleNamespace(kl_penalty_fn=kl_fn, model=SimpleNamespace(training=True), metric_log=metrics.__getitem__)
+    return host, metrics
 
 
 def test_kl_penalty_places_the_score_and_subtracts_the_kl_as_the_reference():

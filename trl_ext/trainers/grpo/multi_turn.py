@@ -196,10 +196,9 @@ class MultiTurnAdvantages:
                 )
         return output
 
-    def generate_turn(self, *args, **kwargs):
+    def generation_round_starts(self) -> None:
         if self._turn_recorder is not None:
             self._turn_recorder.generation_starts()
-        return self.trl_generate_turn(*args, **kwargs)
 
     def _turn_advantages(
         self,

@@ -407,13 +407,13 @@ class GRPOScoring:
         prompts = [row["prompt"] for row in firsts]
         prompt_ids, images, multimodal = self.tokenize_prompts(prompts)
         with self._greedy_generation():
-            completion_ids, _ = self.generate_turn(prompt_ids, images, multimodal, 1)
+            completion_ids, _ = self.generate_single_turn(prompt_ids, images, multimodal, 1)
         if is_conversational({"prompt": prompts[0]}):
             texts = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
             completions = [[{"role": "assistant", "content": text}] for text in texts]
         else:
             completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        per_func = self.checked_rewards(firsts, prompts, completions, completion_ids)  # non-finite: an error
+        per_func = self.calculate_rewards(firsts, prompts, completions, completion_ids)  # non-finite: an error
         self._gathered_rewards = None
         baselines = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
         self.metric_log(mode)["advantage/greedy_reward"].append(baselines.mean().item())

@@ -18,7 +18,7 @@ class GRPOAdapter(TrainerAdapter, trl.GRPOTrainer):
     """`trl.GRPOTrainer`, fastened to trl_ext at named points.
 
     The steps a family overrides (each defaults to TRL's own): `score_generation_batch`, `checked_rewards`,
-    `next_micro_batch`, `micro_batch_loss`, `generate_rollouts`, `generate_turn`, `train_sampler`,
+    `next_micro_batch`, `micro_batch_loss`, `generate_rollouts`, `generation_round_starts`, `train_sampler`,
     `save_trl_ext_state` / `load_trl_ext_state`. TRL's own implementations are the `trl_*` methods."""
 
     # ---- TRL's methods, handed over to trl_ext's steps --------------------------------------------------------------
@@ -39,7 +39,8 @@ class GRPOAdapter(TrainerAdapter, trl.GRPOTrainer):
         return self.generate_rollouts(prompts)
 
     def _generate_single_turn(self, *args, **kwargs):
-        return self.generate_turn(*args, **kwargs)
+        self.generation_round_starts()
+        return super()._generate_single_turn(*args, **kwargs)
 
     def _get_train_sampler(self, dataset=None):
         return self.train_sampler(dataset)
@@ -77,9 +78,8 @@ class GRPOAdapter(TrainerAdapter, trl.GRPOTrainer):
         """TRL's generation of the completions (single- or multi-turn) of a list of prompts."""
         return self.trl_generate(prompts)
 
-    def generate_turn(self, *args, **kwargs):
-        """One generation round of TRL's (a turn of a multi-turn rollout)."""
-        return self.trl_generate_turn(*args, **kwargs)
+    def generation_round_starts(self) -> None:
+        """Called as each of TRL's generation rounds starts (a turn of a multi-turn rollout)."""
 
     def train_sampler(self, dataset=None):
         """The sampler of the training prompts."""
@@ -111,10 +111,15 @@ class GRPOAdapter(TrainerAdapter, trl.GRPOTrainer):
     def trl_generate(self, prompts):
         return super()._generate(prompts)
 
-    def trl_generate_turn(self, *args, **kwargs):
-        return super()._generate_single_turn(*args, **kwargs)
-
     # ---- TRL's private attributes ----------------------------------------------------------------------------------
+
+    def calculate_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
+        """TRL's reward pass (`checked_rewards` included, and any subclass's override of TRL's method)."""
+        return self._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations: int):
+        """One generation round of TRL's, as its multi-turn loop runs it: `(completion ids, ...)`."""
+        return self._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations)
 
     def log_probs_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
         """TRL's fused per-token log-prob pass: `(log-probs [B, T], entropies or None, router aux loss or None)`."""
