@@ -90,6 +90,8 @@ class AlgorithmSpec:
             settings).
         trl_losses: The config also accepts TRL's own loss selection (`loss_type`, `epsilon`, ...) and then trains
             TRL's loss (`trl_ext.losses.trl_grpo`): the algorithm that `trl.GRPOTrainer` users swap in.
+        argument_defaults: `(argument name, value)` pairs: the algorithm's own defaults for arguments of its policy
+            loss or advantage where they differ from the component's (asynchronous GRPO's are TRL's objective).
 
     Raises:
         ValueError: An unknown `trainer` family (naming the registered ones), an `advantage_fn` for a family that
@@ -112,6 +114,7 @@ class AlgorithmSpec:
     display_name: str = ""
     details: str = ""
     trl_losses: bool = False
+    argument_defaults: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.trainer is not None:
@@ -414,12 +417,17 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         use_reference=True, repeat_times=8, trainer="async",
         policy_loss_fn="ppo", advantage_fn="grpo", kl_loss_fn="k2", entropy_loss_fn="default",
         class_prefix="AsyncGRPO", display_name="Async GRPO",
+        argument_defaults=(("clip_ratio_c", None), ("epsilon", 1e-8), ("std_unbiased", False),
+            ("group_of_one", "zero")),
         details="On TRL's experimental `AsyncGRPOTrainer`: the advantage is computed in the rollout worker on each "
         "complete group, the loss against the sampler's log-probs μ. Any policy loss and group advantage composes "
         "(`policy_loss_fn`, `advantage_fn`); for stale samples `policy_loss_fn='decoupled_ppo'` (AReaL's decoupled "
-        "PPO), `'m2po'` (over the optimizer window) or verl's `rollout_is` / `rollout_rs` against μ. With "
-        "`max_staleness=0` and the same samples the update equals the synchronous trainer's. TRL's equivalent is "
-        "`trl.experimental.async_grpo.AsyncGRPOTrainer` (PPO clip `epsilon`, GRPO advantages)."),
+        "PPO), `'m2po'` (over the optimizer window) or verl's `rollout_is` / `rollout_rs` against μ. The defaults are "
+        "TRL's `trl.experimental.async_grpo.AsyncGRPOTrainer` objective: PPO clip without Trinity-RFT's dual clip "
+        "(`clip_ratio_c=None`), GRPO advantages over the population std + 1e-8 (`std_unbiased=False`, "
+        "`advantage_epsilon=1e-8`) and advantage 0 for a group with one scored sample (`group_of_one='zero'`); "
+        "Trinity-RFT's are `clip_ratio_c=3.0`, `std_unbiased=True`, `advantage_epsilon=1e-6`, "
+        "`group_of_one='reward'`, with which and `max_staleness=0` the update equals the synchronous trainer's."),
     AlgorithmSpec("multi_step_grpo", "GRPO over multi-turn runs: run-level advantages on every step.",
         Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
         use_reference=True, repeat_times=8,

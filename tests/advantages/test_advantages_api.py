@@ -62,6 +62,8 @@ DEFAULT_ARGS = {
         "duplicate_experiences": False,
         "rank_penalty": None,
         "std_cal_level": "group",
+        "std_unbiased": True,
+        "group_of_one": "reward",
     },
     "rloo": {},
     "reinforce": {},
@@ -114,7 +116,7 @@ def test_signature_shows_the_arguments(name):
 def test_repr_shows_arguments():
     assert repr(get_advantage_fn("grpo", epsilon=0.01)) == (
         "GRPOAdvantage(epsilon=0.01, std_threshold=None, duplicate_experiences=False, rank_penalty=None, "
-        "std_cal_level='group')"
+        "std_cal_level='group', std_unbiased=True, group_of_one='reward')"
     )
 
 

@@ -454,3 +454,19 @@ def test_raft_keeps_the_first_best_sample_of_each_group():
     assert strict.keep.tolist() == [False, True, False, False, False, False, True, False]
     with pytest.raises(ValueError, match="raft: min_reward=nan is not valid"):
         get_advantage_fn("raft", min_reward=float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, [-1 / (math.sqrt(2) + 1e-6), 1 / (math.sqrt(2) + 1e-6), 2.0 / (1 + 1e-6)]),
+        ({"std_unbiased": False}, [-1 / (1 + 1e-6), 1 / (1 + 1e-6), 2.0 / (1 + 1e-6)]),
+        ({"group_of_one": "zero"}, [-1 / (math.sqrt(2) + 1e-6), 1 / (math.sqrt(2) + 1e-6), 0.0]),
+        ({"std_unbiased": False, "group_of_one": "zero", "epsilon": 1e-8}, [-1.0, 1.0, 0.0]),
+    ],
+)
+def test_grpo_std_and_group_of_one_options(options, expected):
+    """Rewards [1, 3] in one group and [2] alone: the unbiased std is √2, the population std 1; a group of one is
+    centred on 0 (A = R/(1 + ε), verl / Trinity-RFT) or on its own reward (A = 0, TRL's asynchronous worker)."""
+    result = get_advantage_fn("grpo", **options).compute(torch.tensor([1.0, 3.0, 2.0]), [0, 0, 1])
+    assert result.advantages.tolist() == pytest.approx(expected, rel=1e-6, abs=1e-9)

@@ -1,6 +1,7 @@
 """Every config's defaults are its record's: each component-name field (`policy_loss_fn`, `advantage_fn`,
 `kl_loss_fn`, `kl_penalty_fn`, `entropy_loss_fn`) holds the record's choice, and each field of a component's
-arguments the argument's default, for every registered algorithm with a trainer."""
+arguments the argument's default (or the record's own, `argument_defaults`), for every registered algorithm with a
+trainer."""
 
 from __future__ import annotations
 
@@ -34,10 +35,12 @@ def test_config_defaults_are_the_records(name, tmp_path):
         components.append(ADVANTAGE_FNS[spec.advantage_fn])
     if spec.family.kl_coef_field == "beta":  # the KL term of `beta`: its arguments are the config's fields
         components.append(KLFn)
+    own = dict(spec.argument_defaults)  # the record's own defaults for its components' arguments
     for component in components:
         for argument in config_arguments(component):
-            expected = None if argument.config_unset else argument.default
+            expected = None if argument.config_unset else own.get(argument.name, argument.default)
             assert getattr(config, argument.field_name) == expected, (component.__name__, argument.name)
+    assert own.keys() <= {a.name for c in components for a in config_arguments(c)}
 
 
 @pytest.mark.parametrize("name", WITHOUT_ENTROPY)

@@ -381,3 +381,22 @@ def test_dpo_takes_precomputed_reference_sums():
     assert {k: float(v) for k, v in sum_metrics.items()} == pytest.approx({k: float(v) for k, v in metrics.items()})
     with pytest.raises(ValueError, match=r"dpo: ref_logprob must be \[B, T\] or \[B\] with B=4, got \(3,\)"):
         fn(logprob=lp, ref_logprob=torch.zeros(3, dtype=torch.float64), action_mask=mask)
+
+
+@pytest.mark.parametrize(("clip_ratio_c", "loss", "lower"), [(None, math.exp(1.6), 0.0), (3.0, 3.0, 1.0)])
+def test_ppo_without_the_dual_clip_is_trls_clip(clip_ratio_c, loss, lower):
+    """One token, A = −1, log π = −1.0, log π_old = −2.6 (ratio e^1.6 ≈ 4.953): TRL's PPO clip gives −A·r (the ratio
+    is only clipped from below for A < 0) and the gradient −A·r; Trinity-RFT's dual clip bounds it at −A·c, no
+    gradient."""
+    logprob = torch.tensor([[-1.0]], requires_grad=True)
+    fn = get_policy_loss("ppo", clip_ratio_c=clip_ratio_c)
+    value, metrics = fn(
+        logprob=logprob,
+        old_logprob=torch.tensor([[-2.6]]),
+        action_mask=torch.tensor([[True]]),
+        advantages=torch.tensor([-1.0]),
+    )
+    value.backward()
+    assert float(value) == pytest.approx(loss, rel=1e-5)
+    assert float(logprob.grad) == pytest.approx(loss if clip_ratio_c is None else 0.0, rel=1e-5)
+    assert float(metrics["pg_clipfrac_lower"]) == lower

@@ -42,6 +42,9 @@ CASES = {
         "entropy_coef_delta": 0.005,
     },
 }
+TRINITY = {"advantage_epsilon": 1e-6, "std_unbiased": True, "group_of_one": "reward"}
+"""The asynchronous config's settings for Trinity-RFT's GRPO advantage (its defaults are TRL's asynchronous worker's);
+with the `ppo` loss also its dual clip, `clip_ratio_c=3.0`: the synchronous trainer's objective."""
 STEP_OPTIONS = ("top_entropy_quantile", "off_policy_mask", "bias_corrected_kl", "adaptive_kl", "adaptive_entropy")
 """The cases of the loss step's options: each also changes the update or the coefficients (the anchor can fail)."""
 REWARDS = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0, 0.0, 1.0, 1.0])
@@ -93,13 +96,15 @@ def _async_gradient(trainer, samples, advantages, pad) -> tuple[torch.Tensor, fl
 def test_the_async_update_equals_the_sync_update_at_staleness_zero(case, random_tiny_model, tmp_path):
     overrides = CASES[case]
     sync = toy_trainer(GRPOTrainer, cpu_config(GRPOConfig, str(tmp_path / "sync"), **overrides), random_tiny_model)
-    asynchronous = stub_trainer(random_tiny_model, async_config(str(tmp_path / "async"), **overrides))
+    trinity = {**TRINITY, **({} if "policy_loss_fn" in overrides else {"clip_ratio_c": 3.0})}
+    asynchronous = stub_trainer(random_tiny_model, async_config(str(tmp_path / "async"), **overrides, **trinity))
     tokenizer = build_tokenizer()
     samples = make_samples(tokenizer, sync.model, seed=3)
 
     # the same estimator: the synchronous trainer's on the batch, the worker's scorer on each group
     expected = sync.advantage_fn(REWARDS, torch.tensor(GROUPS))
-    scorer = GroupScorer(toy_reward, advantage_fn=asynchronous.args.advantage_fn_name)
+    args = asynchronous.args
+    scorer = GroupScorer(toy_reward, advantage_fn=args.advantage_fn_name, advantage_fn_args=args.advantage_kwargs())
     per_group = [scorer._advantages(REWARDS[g * 4 : g * 4 + 4].double().numpy(), [[0]] * 4, g) for g in (0, 1)]
     worker_advantages = torch.cat([result.advantages.float() for result in per_group])
     torch.testing.assert_close(worker_advantages, expected.float(), rtol=1e-6, atol=1e-6)

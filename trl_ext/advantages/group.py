@@ -36,6 +36,8 @@ from .base import (
 )
 
 STD_CAL_LEVELS = ("group", "batch", "none")
+GROUP_OF_ONE = ("reward", "zero")
+"""How GRPO normalizes a group of one sample: on 0 with std 1 (verl, Trinity-RFT), or on its own reward."""
 
 
 def _all_kept(rewards: torch.Tensor) -> torch.Tensor:
@@ -50,6 +52,8 @@ def _grpo(
     std_cal_level: str = "group",
     std_threshold: float | None = None,
     stat_rewards: torch.Tensor | None = None,
+    std_unbiased: bool = True,
+    group_of_one: str = "reward",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """GRPO advantages `(R - mean) / (std + epsilon)` `[N]`, the per-group sizes `[G]` and which groups
     pass `std_threshold` `[G]` (all when it is None; else more than one sample and group std > threshold).
@@ -57,9 +61,13 @@ def _grpo(
     `mean` / `std` (and the threshold's std) are those of `stat_rewards` (default `rewards`; GRPO's
     `rank_penalty` passes its rescaled rewards) while the numerator is `R`.  `std_cal_level="batch"`: `std` is
     the unbiased std of all `rewards` (1 when there are at most one); `"none"`: `R - mean`, no division
-    (Dr. GRPO; TRL's `scale_rewards="none"`).
+    (Dr. GRPO; TRL's `scale_rewards="none"`). `std_unbiased=False`: the population std; `group_of_one="zero"`: a
+    group of one is centred on its own reward (advantage 0) instead of on 0.
     """
-    counts, mean, std = group_stats(rewards if stat_rewards is None else stat_rewards, index, num_groups)
+    stats = rewards if stat_rewards is None else stat_rewards
+    counts, mean, std = group_stats(stats, index, num_groups, unbiased=std_unbiased)
+    if group_of_one == "zero":
+        mean = torch.where(counts == 1, group_sum(stats, index, num_groups), mean)
     valid = torch.ones_like(counts, dtype=torch.bool)
     if std_threshold is not None:
         valid = (counts > 1) & (std > std_threshold)
@@ -223,6 +231,19 @@ class GRPOAdvantage(AdvantageFn):
             "R − group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.",
             choices=STD_CAL_LEVELS,
         ),
+        Argument(
+            "std_unbiased",
+            True,
+            "The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's "
+            "asynchronous GRPO worker).",
+        ),
+        Argument(
+            "group_of_one",
+            "reward",
+            "A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) "
+            "(verl, Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).",
+            choices=GROUP_OF_ONE,
+        ),
     )
 
     def check_arguments(self) -> None:
@@ -254,7 +275,15 @@ class GRPOAdvantage(AdvantageFn):
         if self.rank_penalty is not None:
             stat_rewards = self._rank_penalized(rewards, index, num_groups, logprobs, response_mask)
         advantages, counts, valid = _grpo(
-            rewards, index, num_groups, self.epsilon, self.std_cal_level, self.std_threshold, stat_rewards
+            rewards,
+            index,
+            num_groups,
+            self.epsilon,
+            self.std_cal_level,
+            self.std_threshold,
+            stat_rewards,
+            self.std_unbiased,
+            self.group_of_one,
         )
         if self.duplicate_experiences:
             keep, source = duplicate_groups(index, num_groups, counts, valid, generator)

@@ -10,6 +10,8 @@ Per token, with Δ = clamp(lp − old, ±20) and r = e^Δ:
     L  = min(L3, C) where A < 0, else C
        = −A·clamp(r, 1 − ε_low, c) where A < 0, else −A·min(r, 1 + ε_high)      (computed this way)
 
+`clip_ratio_c=None` drops the dual clip (c = ∞): TRL's PPO clip, the default of asynchronous GRPO.
+
 `fallback_to_policy_gradient` uses Δ = lp − sg(lp) (r ≡ 1 with the policy-gradient gradient) and
 ignores `old_logprob`. `enable_sequence_masking` zeroes the A < 0 tokens of rows whose mean of −Δ over
 the mask exceeds δ (`delta_sequence_masking`): off-policy rows may not push probability down.
@@ -75,7 +77,10 @@ class PPOPolicyLoss(ClippedRatioLoss):
             "clip_ratio_c",
             3.0,
             "Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is "
-            "bounded by −A·c, so a very large ratio cannot blow up the update.",
+            "bounded by −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's "
+            "PPO clip).",
+            type=float,
+            optional=True,
             gt=1,
         ),
         loss_agg_mode_argument("token-mean"),
@@ -114,7 +119,8 @@ class PPOPolicyLoss(ClippedRatioLoss):
         # min(−A·c, max(−A·r, −A·clip(r))) = −A·clamp(r, 1 − ε_low, c).
         negative = adv < 0
         low = b.bound(ratio, negative, 1.0 - self.clip_range_low, -math.inf)
-        high = b.bound(ratio, negative, self.clip_ratio_c, 1.0 + self.clip_range_high)
+        c = math.inf if self.clip_ratio_c is None else self.clip_ratio_c
+        high = b.bound(ratio, negative, c, 1.0 + self.clip_range_high)
         pg_losses = b.select(-adv * ratio.clamp(low, high))
 
         metrics: Metrics = {}
@@ -135,7 +141,7 @@ class PPOPolicyLoss(ClippedRatioLoss):
             r = ratio.detach()
             clipped = torch.where(negative, r < 1.0 - self.clip_range_low, r > 1.0 + self.clip_range_high)
             metrics["pg_clipfrac"] = b.mean(clipped & (adv != 0))
-            metrics["pg_clipfrac_lower"] = b.mean((r > self.clip_ratio_c) & negative)
+            metrics["pg_clipfrac_lower"] = b.mean((r > c) & negative)
             metrics["ppo_kl"] = -b.mean(delta.detach())
             metrics["pg_loss"] = loss.detach()
         return loss, metrics

@@ -25,6 +25,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig as _TRLAsyncGRPOConfig
 from ..._validation import check_choice, check_number
 from ...algorithms import get_algorithm
 from ...async_rollout.scoring import check_async_estimator
+from ...losses.kl import KL_FNS
 from ..core.arguments import (
     GRPO_KL_ARGUMENTS,
     CompositionArguments,
@@ -59,8 +60,11 @@ class AsyncGRPOConfig(
     Configuration of [`trl_ext.AsyncGRPOTrainer`]: TRL's `AsyncGRPOConfig` (generation decoupled from training,
     samples up to `max_staleness` policy versions old) with any trl_ext policy loss and group advantage.
 
-    The defaults train TRL's objective: the `ppo` loss (PPO's clip against the sampler's log-probs μ, token-mean,
-    TRL's global token normalization) on `grpo` advantages computed in the rollout worker. Set `policy_loss_fn`
+    The defaults train TRL's objective: the `ppo` loss (PPO's clip against the sampler's log-probs μ without
+    Trinity-RFT's dual clip, token-mean, TRL's global token normalization) on `grpo` advantages computed in the
+    rollout worker as TRL's worker computes them (population std + 1e-8; 0 for a group with one scored sample).
+    Trinity-RFT's objective is four settings away: `clip_ratio_c=3.0`, `std_unbiased=True`,
+    `advantage_epsilon=1e-6`, `group_of_one="reward"`. Set `policy_loss_fn`
     (any loss of `trl_ext.losses`, its arguments in `policy_loss_fn_args`) and `advantage_fn` (a group estimator,
     `advantage_fn_args`) to compose others; for stale samples `decoupled_ppo` (AReaL), `m2po` or `rollout_is` /
     `rollout_rs`. `beta` > 0 adds the KL term to a frozen reference model (loaded for it), `entropy_coef` the
@@ -91,7 +95,7 @@ class AsyncGRPOConfig(
     clip_range: float | None = algorithm_field(ALGORITHM, "clip_range")
     clip_range_low: float | None = algorithm_field(ALGORITHM, "clip_range_low")
     clip_range_high: float | None = algorithm_field(ALGORITHM, "clip_range_high")
-    clip_ratio_c: float = algorithm_field(ALGORITHM, "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field(ALGORITHM, "clip_ratio_c")
     loss_agg_mode: str = algorithm_field(ALGORITHM, "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field(ALGORITHM, "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field(ALGORITHM, "delta_sequence_masking")
@@ -101,6 +105,8 @@ class AsyncGRPOConfig(
     duplicate_experiences: bool = algorithm_field(ALGORITHM, "duplicate_experiences")
     rank_penalty: float | None = algorithm_field(ALGORITHM, "rank_penalty")
     std_cal_level: str = algorithm_field(ALGORITHM, "std_cal_level")
+    std_unbiased: bool = algorithm_field(ALGORITHM, "std_unbiased")
+    group_of_one: str = algorithm_field(ALGORITHM, "group_of_one")
 
     epsilon: float | None = field(
         default=None,
@@ -177,6 +183,7 @@ class AsyncGRPOConfig(
         check_number(owner, "rollout_num_threads", self.rollout_num_threads, ge=1, integer=True)
         if self.rollout_batch_size is not None:
             check_number(owner, "rollout_batch_size", self.rollout_batch_size, ge=1, integer=True)
+        check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))  # read only with beta > 0, checked always
         check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, ("default", "none"))
         check_number(owner, "entropy_coef", self.entropy_coef)
         self._check_composition_fields()

@@ -97,17 +97,20 @@ def config_arguments(component: type[Component]) -> tuple[Argument, ...]:
     return tuple(spec for spec in component.arguments if spec.in_config)
 
 
-def argument_field(spec: Argument, component: type[Component], part: type) -> tuple[str, Any, Any]:
+def argument_field(
+    spec: Argument, component: type[Component], part: type, defaults: dict[str, Any] | None = None
+) -> tuple[str, Any, Any]:
     """`(name, type, field)` of the config field of argument `spec`: named `field_name`, with the spec's type, default
-    (None for a `config_unset` argument; a `documented_default` for a `config_when_set` one) and help text (plus the
-    allowed values as `choices`)."""
+    (`defaults[spec.name]` where an algorithm's record gives one; None for a `config_unset` argument; a
+    `documented_default` for a `config_when_set` one) and help text (plus the allowed values as `choices`)."""
     kind = spec.type | None if spec.optional or spec.config_unset else spec.type
+    value = (defaults or {}).get(spec.name, spec.default)
     if spec.config_unset:
         default = None
     elif spec.config_when_set:
-        default = documented_default(spec.default)
+        default = documented_default(value)
     else:
-        default = spec.default
+        default = value
     text = spec.help
     if spec.config_name:
         owner = f"the `{component.name}` {part.kind}'s" if component.name else f"the {part.kind}'s"
@@ -543,12 +546,22 @@ def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
         if kind in family.components and getattr(spec, kind) is not None and family.per_algorithm_classes:
             text = composition_field_help(kind, spec)
             fields.append((kind, str, field(default=getattr(spec, kind), metadata=_help(text))))
+    defaults = dict(spec.argument_defaults)
+    taken: set[str] = set()
     if "policy_loss_fn" in family.components:
         loss = POLICY_LOSSES[spec.policy_loss_fn]
-        fields += [argument_field(arg, loss, LossArguments) for arg in config_arguments(loss)]
+        fields += [argument_field(arg, loss, LossArguments, defaults) for arg in config_arguments(loss)]
+        taken |= {arg.name for arg in config_arguments(loss)}
     if "advantage_fn" in family.components and spec.advantage_fn is not None:
         advantage = ADVANTAGE_FNS[spec.advantage_fn]
-        fields += [argument_field(arg, advantage, AdvantageArguments) for arg in config_arguments(advantage)]
+        fields += [argument_field(arg, advantage, AdvantageArguments, defaults) for arg in config_arguments(advantage)]
+        taken |= {arg.name for arg in config_arguments(advantage)}
+    unknown = sorted(set(defaults) - taken)
+    if unknown:
+        raise ValueError(
+            f"algorithm {name!r}: argument_defaults names {', '.join(map(repr, unknown))}, which neither its policy "
+            f"loss {spec.policy_loss_fn!r} nor its advantage {spec.advantage_fn!r} takes; name one of their arguments"
+        )
     return fields
 
 

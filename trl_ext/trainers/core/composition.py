@@ -16,6 +16,7 @@ The path from a field to its loss: `SAPOConfig(tau_pos=1.5)` → `resolve_compon
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..._validation import check_choice, required_inputs
@@ -53,10 +54,16 @@ def passed_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
 
 def set_arguments(config: Any, component: type[Component]) -> dict[str, Any]:
     """The arguments of `component` that the user set through the config's fields: `passed_arguments` without the
-    fields that hold their argument's default (a value equal to the default counts as not set)."""
+    fields that hold their default (the config's: an algorithm's record may set its own; a value equal to the default
+    counts as not set)."""
     passed = passed_arguments(config, component)
     specs = {spec.name: spec for spec in config_arguments(component)}
-    return {name: value for name, value in passed.items() if specs[name].config_unset or value != specs[name].default}
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    return {
+        name: value
+        for name, value in passed.items()
+        if specs[name].config_unset or value != defaults.get(specs[name].field_name, specs[name].default)
+    }
 
 
 def config_renames(component: type[Component]) -> dict[str, str]:

@@ -125,9 +125,9 @@ class PPOConfig(CriticFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -186,7 +186,7 @@ class PPOConfig(CriticFamilyConfig):
     clip_range: float | None = algorithm_field("ppo", "clip_range")
     clip_range_low: float | None = algorithm_field("ppo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("ppo", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("ppo", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("ppo", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("ppo", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("ppo", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("ppo", "delta_sequence_masking")
@@ -251,9 +251,9 @@ class GRPOConfig(GRPOFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -285,6 +285,12 @@ class GRPOConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -300,7 +306,7 @@ class GRPOConfig(GRPOFamilyConfig):
     clip_range: float | None = algorithm_field("grpo", "clip_range")
     clip_range_low: float | None = algorithm_field("grpo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("grpo", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("grpo", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("grpo", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("grpo", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("grpo", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("grpo", "delta_sequence_masking")
@@ -310,6 +316,8 @@ class GRPOConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("grpo", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("grpo", "rank_penalty")
     std_cal_level: str = algorithm_field("grpo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("grpo", "std_unbiased")
+    group_of_one: str = algorithm_field("grpo", "group_of_one")
 
 
 class GRPOTrainer(GRPOFamilyTrainer):
@@ -376,9 +384,9 @@ class DAPOConfig(GRPOFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -410,6 +418,12 @@ class DAPOConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -426,7 +440,7 @@ class DAPOConfig(GRPOFamilyConfig):
     clip_range: float | None = algorithm_field("dapo", "clip_range")
     clip_range_low: float | None = algorithm_field("dapo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("dapo", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("dapo", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("dapo", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("dapo", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("dapo", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("dapo", "delta_sequence_masking")
@@ -436,6 +450,8 @@ class DAPOConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("dapo", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("dapo", "rank_penalty")
     std_cal_level: str = algorithm_field("dapo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("dapo", "std_unbiased")
+    group_of_one: str = algorithm_field("dapo", "group_of_one")
 
 
 class DAPOTrainer(GRPOFamilyTrainer):
@@ -493,9 +509,9 @@ class GRPOVerlConfig(GRPOFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -528,7 +544,7 @@ class GRPOVerlConfig(GRPOFamilyConfig):
     clip_range: float | None = algorithm_field("grpo_verl", "clip_range")
     clip_range_low: float | None = algorithm_field("grpo_verl", "clip_range_low")
     clip_range_high: float | None = algorithm_field("grpo_verl", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("grpo_verl", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("grpo_verl", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("grpo_verl", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("grpo_verl", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("grpo_verl", "delta_sequence_masking")
@@ -590,9 +606,9 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -625,7 +641,7 @@ class ReinforcePlusPlusConfig(GRPOFamilyConfig):
     clip_range: float | None = algorithm_field("reinforceplusplus", "clip_range")
     clip_range_low: float | None = algorithm_field("reinforceplusplus", "clip_range_low")
     clip_range_high: float | None = algorithm_field("reinforceplusplus", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("reinforceplusplus", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("reinforceplusplus", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("reinforceplusplus", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("reinforceplusplus", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("reinforceplusplus", "delta_sequence_masking")
@@ -686,9 +702,9 @@ class RLOOConfig(GRPOFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -718,7 +734,7 @@ class RLOOConfig(GRPOFamilyConfig):
     clip_range: float | None = algorithm_field("rloo", "clip_range")
     clip_range_low: float | None = algorithm_field("rloo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("rloo", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("rloo", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("rloo", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("rloo", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("rloo", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("rloo", "delta_sequence_masking")
@@ -1031,6 +1047,12 @@ class CISPOConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1054,6 +1076,8 @@ class CISPOConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("cispo", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("cispo", "rank_penalty")
     std_cal_level: str = algorithm_field("cispo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("cispo", "std_unbiased")
+    group_of_one: str = algorithm_field("cispo", "group_of_one")
 
 
 class CISPOTrainer(GRPOFamilyTrainer):
@@ -1135,6 +1159,12 @@ class GSPOConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1156,6 +1186,8 @@ class GSPOConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("gspo", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("gspo", "rank_penalty")
     std_cal_level: str = algorithm_field("gspo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("gspo", "std_unbiased")
+    group_of_one: str = algorithm_field("gspo", "group_of_one")
 
 
 class GSPOTrainer(GRPOFamilyTrainer):
@@ -1236,6 +1268,12 @@ class SAPOConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1257,6 +1295,8 @@ class SAPOConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("sapo", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("sapo", "rank_penalty")
     std_cal_level: str = algorithm_field("sapo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("sapo", "std_unbiased")
+    group_of_one: str = algorithm_field("sapo", "group_of_one")
 
 
 class SAPOTrainer(GRPOFamilyTrainer):
@@ -1402,6 +1442,12 @@ class GMPOConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1422,6 +1468,8 @@ class GMPOConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("geo_mean", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("geo_mean", "rank_penalty")
     std_cal_level: str = algorithm_field("geo_mean", "std_cal_level")
+    std_unbiased: bool = algorithm_field("geo_mean", "std_unbiased")
+    group_of_one: str = algorithm_field("geo_mean", "group_of_one")
 
 
 class GMPOTrainer(GRPOFamilyTrainer):
@@ -1497,6 +1545,12 @@ class DROConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1516,6 +1570,8 @@ class DROConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("dro", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("dro", "rank_penalty")
     std_cal_level: str = algorithm_field("dro", "std_cal_level")
+    std_unbiased: bool = algorithm_field("dro", "std_unbiased")
+    group_of_one: str = algorithm_field("dro", "group_of_one")
 
 
 class DROTrainer(GRPOFamilyTrainer):
@@ -1605,6 +1661,12 @@ class ClipCovConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1630,6 +1692,8 @@ class ClipCovConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("clip_cov", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("clip_cov", "rank_penalty")
     std_cal_level: str = algorithm_field("clip_cov", "std_cal_level")
+    std_unbiased: bool = algorithm_field("clip_cov", "std_unbiased")
+    group_of_one: str = algorithm_field("clip_cov", "group_of_one")
 
 
 class ClipCovTrainer(GRPOFamilyTrainer):
@@ -1709,6 +1773,12 @@ class KLCovConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1729,6 +1799,8 @@ class KLCovConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("kl_cov", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("kl_cov", "rank_penalty")
     std_cal_level: str = algorithm_field("kl_cov", "std_cal_level")
+    std_unbiased: bool = algorithm_field("kl_cov", "std_unbiased")
+    group_of_one: str = algorithm_field("kl_cov", "group_of_one")
 
 
 class KLCovTrainer(GRPOFamilyTrainer):
@@ -1814,6 +1886,12 @@ class DPPOTVConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1836,6 +1914,8 @@ class DPPOTVConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("dppo_tv", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("dppo_tv", "rank_penalty")
     std_cal_level: str = algorithm_field("dppo_tv", "std_cal_level")
+    std_unbiased: bool = algorithm_field("dppo_tv", "std_unbiased")
+    group_of_one: str = algorithm_field("dppo_tv", "group_of_one")
 
 
 class DPPOTVTrainer(GRPOFamilyTrainer):
@@ -1920,6 +2000,12 @@ class DPPOKLConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -1942,6 +2028,8 @@ class DPPOKLConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("dppo_kl", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("dppo_kl", "rank_penalty")
     std_cal_level: str = algorithm_field("dppo_kl", "std_cal_level")
+    std_unbiased: bool = algorithm_field("dppo_kl", "std_unbiased")
+    group_of_one: str = algorithm_field("dppo_kl", "group_of_one")
 
 
 class DPPOKLTrainer(GRPOFamilyTrainer):
@@ -2048,6 +2136,12 @@ class MIXConfig(MIXFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
         expert_data_ratio (`float`, *optional*, defaults to `0.5`):
             Share of each generation batch's rows that are expert demonstrations (from the trainer's `expert_dataset`),
             the rest being rollouts: ceil(ratio × generation_batch_size) expert rows, which must be a multiple of
@@ -2083,6 +2177,8 @@ class MIXConfig(MIXFamilyConfig):
     duplicate_experiences: bool = algorithm_field("mix", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("mix", "rank_penalty")
     std_cal_level: str = algorithm_field("mix", "std_cal_level")
+    std_unbiased: bool = algorithm_field("mix", "std_unbiased")
+    group_of_one: str = algorithm_field("mix", "group_of_one")
 
 
 class MIXTrainer(MIXFamilyTrainer):
@@ -2198,6 +2294,12 @@ class MIXCHORDConfig(MIXFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
         expert_data_ratio (`float`, *optional*, defaults to `0.5`):
             Share of each generation batch's rows that are expert demonstrations (from the trainer's `expert_dataset`),
             the rest being rollouts: ceil(ratio × generation_batch_size) expert rows, which must be a multiple of
@@ -2237,6 +2339,8 @@ class MIXCHORDConfig(MIXFamilyConfig):
     duplicate_experiences: bool = algorithm_field("mix_chord", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("mix_chord", "rank_penalty")
     std_cal_level: str = algorithm_field("mix_chord", "std_cal_level")
+    std_unbiased: bool = algorithm_field("mix_chord", "std_unbiased")
+    group_of_one: str = algorithm_field("mix_chord", "group_of_one")
 
 
 class MIXCHORDTrainer(MIXFamilyTrainer):
@@ -2383,6 +2487,12 @@ class SPPOConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -2402,6 +2512,8 @@ class SPPOConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("sppo", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("sppo", "rank_penalty")
     std_cal_level: str = algorithm_field("sppo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("sppo", "std_unbiased")
+    group_of_one: str = algorithm_field("sppo", "group_of_one")
 
 
 class SPPOTrainer(GRPOFamilyTrainer):
@@ -2585,6 +2697,12 @@ class M2POConfig(GRPOFamilyConfig):
         std_cal_level (`str`, *optional*, defaults to `'group'`):
             Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
             group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -2605,6 +2723,8 @@ class M2POConfig(GRPOFamilyConfig):
     duplicate_experiences: bool = algorithm_field("m2po", "duplicate_experiences")
     rank_penalty: float | None = algorithm_field("m2po", "rank_penalty")
     std_cal_level: str = algorithm_field("m2po", "std_cal_level")
+    std_unbiased: bool = algorithm_field("m2po", "std_unbiased")
+    group_of_one: str = algorithm_field("m2po", "group_of_one")
 
 
 class M2POTrainer(GRPOFamilyTrainer):
@@ -2663,9 +2783,9 @@ class MultiStepGRPOConfig(GRPOFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -2704,7 +2824,7 @@ class MultiStepGRPOConfig(GRPOFamilyConfig):
     clip_range: float | None = algorithm_field("multi_step_grpo", "clip_range")
     clip_range_low: float | None = algorithm_field("multi_step_grpo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("multi_step_grpo", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("multi_step_grpo", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("multi_step_grpo", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("multi_step_grpo", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("multi_step_grpo", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("multi_step_grpo", "delta_sequence_masking")
@@ -2769,9 +2889,9 @@ class GiGPOConfig(GRPOFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -2810,7 +2930,7 @@ class GiGPOConfig(GRPOFamilyConfig):
     clip_range: float | None = algorithm_field("gigpo", "clip_range")
     clip_range_low: float | None = algorithm_field("gigpo", "clip_range_low")
     clip_range_high: float | None = algorithm_field("gigpo", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("gigpo", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("gigpo", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("gigpo", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("gigpo", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("gigpo", "delta_sequence_masking")
@@ -2876,9 +2996,9 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -2946,7 +3066,7 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
     clip_range: float | None = algorithm_field("on_policy_distill", "clip_range")
     clip_range_low: float | None = algorithm_field("on_policy_distill", "clip_range_low")
     clip_range_high: float | None = algorithm_field("on_policy_distill", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("on_policy_distill", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("on_policy_distill", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("on_policy_distill", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("on_policy_distill", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("on_policy_distill", "delta_sequence_masking")
@@ -3013,9 +3133,9 @@ class JSDConfig(DistillFamilyConfig):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
         clip_range_high (`float | None`, *optional*, defaults to `None`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
-            −A·c, so a very large ratio cannot blow up the update.
+            −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
             How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
             processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
@@ -3089,7 +3209,7 @@ class JSDConfig(DistillFamilyConfig):
     clip_range: float | None = algorithm_field("jsd", "clip_range")
     clip_range_low: float | None = algorithm_field("jsd", "clip_range_low")
     clip_range_high: float | None = algorithm_field("jsd", "clip_range_high")
-    clip_ratio_c: float = algorithm_field("jsd", "clip_ratio_c")
+    clip_ratio_c: float | None = algorithm_field("jsd", "clip_ratio_c")
     loss_agg_mode: str = algorithm_field("jsd", "loss_agg_mode")
     enable_sequence_masking: bool = algorithm_field("jsd", "enable_sequence_masking")
     delta_sequence_masking: float = algorithm_field("jsd", "delta_sequence_masking")
