@@ -39,6 +39,7 @@ from ..core.composition import ComposedComponents
 from ..core.config_fields import resolve_kl_coefficient
 from ..core.config_rules import COMPONENTS, FIELDS, GIVEN, check_rules, rules_for
 from ..core.step_arguments import LossStepArguments, check_loss_step_fields
+from .trl_field_checks import check_trl_async_fields
 
 ALGORITHM = "async_grpo"
 ROLLOUT_BACKENDS = ("vllm", "transformers")
@@ -178,6 +179,7 @@ class AsyncGRPOConfig(
                 )
         check_number(owner, "max_staleness", self.max_staleness, ge=0, integer=True)
         check_number(owner, "weight_sync_steps", self.weight_sync_steps, ge=1, integer=True)
+        check_trl_async_fields(self)  # the fields TRL adds to TrainingArguments, each against its rule
         check_choice(owner, "rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
         check_choice(owner, "prox_logp_method", self.prox_logp_method, PROX_LOGP_METHODS)
         check_number(owner, "rollout_num_threads", self.rollout_num_threads, ge=1, integer=True)
