@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -74,7 +76,10 @@ def test_losses_benchmark_checks_then_prints_ratios_with_a_steady_malloc():
     assert [row[0].strip() for row in rows] == [f"{n} [{m}]" for m in ("bool", "float") for n in names]
     for row in rows:
         ours, plain, ratio = (float(cell) for cell in row[1:4])
-        assert ours > 0 and plain > 0 and 0.1 < ratio < 10  # two measured times (printed rounded) and their ratio
+        # two measured times (printed rounded to 0.01 ms) and their ratio; one repeat on a busy machine can be far
+        # from 1, so the ratio is checked against the two times, not against a range
+        assert ours > 0 and plain > 0
+        assert ratio == pytest.approx(ours / plain, rel=0.1, abs=0.02)
     if sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION"):
         assert "# malloc: glibc, freed memory kept in the process" in out
     out = _run("losses.py", "--batch", "4", "--seq", "32", "--repeats", "1", "--losses", "sft", "--system-malloc")
