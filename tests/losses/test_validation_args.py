@@ -32,7 +32,7 @@ BAD_ARGS = [
         r"behave_imp_weight_mode='token_mask' is not valid; must be one of 'mask', 'truncate'",
     ),
     # ppo
-    ("ppo", {"clip_ratio_c": 1.0}, r"ppo: clip_ratio_c=1\.0 is not valid; must be > 1$"),
+    ("ppo", {"clip_ratio_c": 1.0}, r"ppo: clip_ratio_c=1\.0 is not valid; must be > 1 or None$"),
     ("ppo", {"clip_ratio_c": 0.5}, r"clip_ratio_c=0\.5 .*must be > 1"),
     ("ppo", {"clip_range": -0.1}, r"clip_range=-0\.1 .*must be >= 0"),
     ("ppo", {"clip_range_low": -0.1}, r"clip_range_low=-0\.1 .*must be >= 0"),
