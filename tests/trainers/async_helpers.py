@@ -64,12 +64,13 @@ def async_config(output_dir: str, **overrides: Any):
     return cpu_config(AsyncGRPOConfig, output_dir, **{"token_budget": 0, **overrides})
 
 
-def stub_trainer(model_path: str, config, worker=None, transfer=None):
-    """An `AsyncGRPOTrainer` fed by the test (a `StubWorker`), on the toy task's prompts."""
+def stub_trainer(model_path: str, config, worker=None, transfer=None, trainer_class=None):
+    """An `AsyncGRPOTrainer` (trl_ext's, or `trainer_class`: TRL's) fed by the test (a `StubWorker`), on the toy
+    task's prompts."""
     from trl_ext import AsyncGRPOTrainer
     from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
 
-    return AsyncGRPOTrainer(
+    return (trainer_class or AsyncGRPOTrainer)(
         model=model_path,
         reward_funcs=toy_reward,
         args=config,

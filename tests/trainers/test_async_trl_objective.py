@@ -11,14 +11,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from async_helpers import StubTransfer, StubWorker, async_config, gradient, make_samples, packed_batch, stub_trainer
-from trainer_helpers import CPU
+from async_helpers import async_config, gradient, make_samples, packed_batch, stub_trainer
+from trainer_helpers import cpu_config
 from transformers import AutoModelForCausalLM
 from trl.experimental.async_grpo import AsyncGRPOConfig as TRLAsyncGRPOConfig
 from trl.experimental.async_grpo import AsyncGRPOTrainer as TRLAsyncGRPOTrainer
 
 from trl_ext.async_rollout import GroupScorer
-from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
+from trl_ext.toy import build_tokenizer, toy_reward
 from trl_ext.trainers.asynchronous.tree_attention import use_tree_attention
 
 ADVANTAGES = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.5, -0.5])
@@ -59,24 +59,8 @@ def test_trinitys_advantage_is_one_setting_away(tmp_path):
 
 
 def _trl_trainer(model_path: str, output_dir: str) -> TRLAsyncGRPOTrainer:
-    args = TRLAsyncGRPOConfig(
-        output_dir=output_dir,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        token_budget=0,
-        **{k: v for k, v in CPU.items() if k != "activation_checkpointing"},
-    )
-    trainer = TRLAsyncGRPOTrainer(
-        model=model_path,
-        reward_funcs=toy_reward,
-        args=args,
-        train_dataset=toy_dataset(16),
-        processing_class=build_tokenizer(),
-        rollout_worker=StubWorker(),
-        weight_transfer=StubTransfer(),
-    )
+    args = cpu_config(TRLAsyncGRPOConfig, output_dir, token_budget=0)  # as `async_config` builds ours
+    trainer = stub_trainer(model_path, args, trainer_class=TRLAsyncGRPOTrainer)
     use_tree_attention("cpu")  # TRL registered its flash-attention kernel under the name: attend with SDPA on CPU
     return trainer
 
