@@ -1,4 +1,5 @@
-"""Shared fixtures: the offline tiny model (built once per test session) and trainer-run helpers."""
+"""Shared fixtures: the offline tiny models (built once per test session, shared by the xdist workers) and
+trainer-run helpers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+from pathlib import Path
+
 import pytest
 import torch
+from session_builds import TOY_CACHE, built_once
 
 # One thread: as fast as two for the tiny model, and immune to the 30-60x slowdowns that oversubscribed
 # threads suffer on a busy 2-core machine. Subprocess launches get OMP_NUM_THREADS=1 for the same reason.
@@ -23,17 +27,22 @@ def tiny_model(tmp_path_factory) -> str:
     """Path of the package's default toy model (pretrained on the task format), built in a session folder."""
     from trl_ext.toy import tiny_model_path
 
-    return tiny_model_path(str(tmp_path_factory.mktemp("trl_ext_cache")))
+    return built_once(tmp_path_factory, "tiny_model", lambda folder: tiny_model_path(str(folder)), TOY_CACHE)
 
 
 def _random_tiny(tmp_path_factory, name: str, seed: int) -> str:
-    from trl_ext.toy import build_model, build_tokenizer
+    def build(folder: Path) -> str:
+        from trl_ext.toy import build_model, build_tokenizer
 
-    path = str(tmp_path_factory.mktemp(name))
-    tokenizer = build_tokenizer()
-    build_model(tokenizer, seed=seed).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+        done = folder / ".built"
+        if not done.is_file():
+            tokenizer = build_tokenizer()
+            build_model(tokenizer, seed=seed).save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            done.touch()
+        return str(folder)
+
+    return built_once(tmp_path_factory, name, build)
 
 
 @pytest.fixture(scope="session")
@@ -57,21 +66,21 @@ def toy_cache(tiny_model, monkeypatch) -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_teacher(tiny_model) -> str:
+def tiny_teacher(tiny_model, tmp_path_factory) -> str:
     """Path of the toy task's teacher (`trl_ext.toy.tiny_teacher_path`), cached beside `tiny_model` so that the
     scripts' default teacher (under `toy_cache`) is this one."""
     from trl_ext.toy import tiny_teacher_path
 
-    return tiny_teacher_path(os.path.dirname(tiny_model))
+    return built_once(tmp_path_factory, "tiny_teacher", lambda folder: tiny_teacher_path(str(folder)), TOY_CACHE)
 
 
 @pytest.fixture(scope="session")
-def tiny_agent(tiny_model) -> str:
+def tiny_agent(tiny_model, tmp_path_factory) -> str:
     """Path of the toy agent model (`trl_ext.toy_agent.tiny_agent_model_path`, ~20 s to build), cached beside
     `tiny_model` so that the scripts' default agent (under `toy_cache`) is this one."""
     from trl_ext.toy_agent import tiny_agent_model_path
 
-    return tiny_agent_model_path(os.path.dirname(tiny_model))
+    return built_once(tmp_path_factory, "tiny_agent", lambda folder: tiny_agent_model_path(str(folder)), TOY_CACHE)
 
 
 @pytest.fixture(scope="session")

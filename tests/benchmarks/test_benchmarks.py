@@ -1,4 +1,6 @@
-"""The benchmark scripts run (tiny settings) and print / write what the README quotes, so they do not rot."""
+"""The benchmark scripts run (tiny settings) and print / write what the README quotes, so they do not rot.
+
+The slow tier (`pytest -m slow`): each test is a script run end to end in its own process (20-90 s on 2 cores)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -48,6 +48,7 @@ def tiny_report(tmp_path_factory, tiny_model, tiny_agent) -> tuple[dict, str]:
 SUB_ROWS = ["distillation[k=0]", "distillation[k=64]", "distillation[k=-1]"]
 
 
+@pytest.mark.slow  # the report's run: ~80 s on 2 cores
 def test_report_json_holds_every_requested_row_with_its_ratios(tiny_report):
     """The JSON has the requested rows in order (a group's sub-rows expanded), each side's runs and step times,
     ratios of the measured medians inside their interval, and the Markdown table shows the same numbers."""
@@ -73,6 +74,7 @@ def test_report_json_holds_every_requested_row_with_its_ratios(tiny_report):
         assert ratio == f"{figures['time_ratio']:.3f}" and interval == f"{low:.2f}-{high:.2f}"
 
 
+@pytest.mark.slow  # the report's run: ~80 s on 2 cores
 def test_distillation_rows_share_trls_runs(tiny_report):
     """trl.DistillationTrainer and OnPolicyDistillTrainer at teacher_top_k 0, 64 and -1: each sub-row against the same
     TRL runs, with k=64's targets (step time <= 0.80, memory <= 0.50) and none for the others."""
@@ -87,6 +89,7 @@ def test_distillation_rows_share_trls_runs(tiny_report):
     assert set(targets) == set(SUB_ROWS) and targets["distillation[k=0]"].endswith("no target")
 
 
+@pytest.mark.slow  # the report's run: ~80 s on 2 cores
 def test_ppo_row_breaks_the_critic_out_against_grpo(tiny_report):
     """Critic PPO against trl_ext's GRPO on the same completions: only PPO spends time in a critic, and both sides
     generate and train a policy."""

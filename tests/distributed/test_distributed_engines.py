@@ -19,10 +19,11 @@ Not here, FSDP2: accelerate (1.15) never enables FSDP on CPU. `AcceleratorState`
 when the process group's type is a GPU-like one (MULTI_GPU, MULTI_XPU, ...), not MULTI_CPU, so a
 `distributed_type: FSDP` config on CPU silently trains with DDP (torch's `fully_shard` itself works with gloo).
 
-Needs deepspeed (skipped without it): `DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed==0.19.8`, and a C++
-compiler: DeepSpeed builds its CPU shared-memory all-reduce op on first use (~45 s once, cached under
-~/.cache/torch_extensions; the `deepspeed` fixture builds it before the runs). About 75 s on 2 cores with the op
-built: ~25 s per engine, plus the shared one-process references, ~12 s for the example and ~25 s for the PPO resume.
+In the slow tier (`pytest -m slow`). Needs deepspeed (skipped without it):
+`DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed==0.19.8`, and a C++ compiler: DeepSpeed builds its CPU
+shared-memory all-reduce op on first use (~45 s once, cached under ~/.cache/torch_extensions; the `deepspeed` fixture
+builds it before the runs). About 165 s alone on 2 cores with the op built: ~30-50 s per engine, ~20 s for the shared
+one-process references, ~16 s for the example and ~43 s for the PPO resume.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from test_window_normalization import window_metrics
 from trainer_helpers import free_port
 
 import trl_ext
+
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "distributed", "scripts", "window_run.py")
