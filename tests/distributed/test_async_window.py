@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # two-process runs of one family (the slow tier: pytest -m slow)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "async_run.py")
 MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]

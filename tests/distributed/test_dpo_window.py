@@ -10,6 +10,8 @@ import sys
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # two-process runs of one family (the slow tier: pytest -m slow)
+
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "dpo_run.py")
 
 

@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # two-process runs of one family (the slow tier: pytest -m slow)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "window_run.py")
 ROLLOUT_LOSSES = {  # the rollout loss's class, and its loss metric as the mix logs it
