@@ -21,8 +21,8 @@ steps:
 
 Per optimizer step: the training seconds so far (the clock starts when the trainer's `on_train_begin` callbacks
 have run, i.e. after the rollout worker has loaded its model; that start-up is recorded apart as `startup_s`), the
-logged train `reward`, and for the asynchronous runs the staleness of the trained samples (`staleness_mean` /
-`staleness_max`, logged by trl_ext at the optimizer step) and TRL's `sample/dropped_stale_total`. Each run also
+logged train `reward`, and for the asynchronous runs the staleness of the trained samples (`trained_staleness_mean` /
+`trained_staleness_max`, logged by trl_ext at the optimizer step) and TRL's `sample/dropped_stale_total`. Each run also
 records the CPU the machine's other processes used meanwhile (`other_processes_cores`: 0 when it had the machine to
 itself), since its seconds are only comparable on a quiet machine.
 
@@ -129,7 +129,7 @@ def summarize(run: dict[str, Any], threshold: float = THRESHOLD) -> dict[str, An
     if len(held_out["reward"]) < 2:
         raise ValueError("summarize: a run needs at least two held-out evaluations (step 0 and the last)")
     step, second = first_reaching(held_out["steps"], held_out["seconds"], held_out["reward"], threshold)
-    staleness = [value for value in run["staleness_mean"] if value is not None]
+    staleness = [value for value in run["trained_staleness_mean"] if value is not None]
     step_seconds = [b - a for a, b in zip([0.0, *run["seconds"][:-1]], run["seconds"], strict=True)]
     return {
         "final_held_out_reward": statistics.fmean(held_out["reward"][-2:]),
@@ -138,7 +138,7 @@ def summarize(run: dict[str, Any], threshold: float = THRESHOLD) -> dict[str, An
         "samples_per_s": run["trained_samples"] / run["train_seconds"],
         "train_seconds": run["train_seconds"],
         "mean_staleness": statistics.fmean(staleness) if staleness else None,
-        "max_staleness_seen": max((v for v in run["staleness_max"] if v is not None), default=None),
+        "max_staleness_seen": max((v for v in run["trained_staleness_max"] if v is not None), default=None),
         "dropped_samples": sum(v for v in run["dropped_stale"] if v is not None),
         "median_step_s": statistics.median(step_seconds),
         "median_weight_sync_s": _median(run.get("weight_sync_s", [])),
@@ -327,8 +327,8 @@ def train(name: str, steps: int, seed: int, every: int, out: str, eval_model, to
         "steps": done,
         "seconds": [snapshots.seconds[s] for s in done],
         "reward": [logs.get(s, {}).get("reward") for s in done],
-        "staleness_mean": [logs.get(s, {}).get("staleness_mean") for s in done],
-        "staleness_max": [logs.get(s, {}).get("staleness_max") for s in done],
+        "trained_staleness_mean": [logs.get(s, {}).get("trained_staleness_mean") for s in done],
+        "trained_staleness_max": [logs.get(s, {}).get("trained_staleness_max") for s in done],
         "dropped_stale": [logs.get(s, {}).get("sample/dropped_stale_total") for s in done],
         "rollout_wait_s": [logs.get(s, {}).get("perf/rollout_wait_s") for s in done],
         "weight_sync_s": [logs.get(s, {}).get("perf/weight_sync_s") for s in done],

@@ -47,12 +47,19 @@ def train(algorithm: str, argv: Sequence[str]):
     config file or the dataset's splits is a `ValueError` (`trl_ext.scripts._common.UsageError`) raised before the
     model loads."""
     from .scripts import script_for
-    from .scripts._common import UsageError
+    from .scripts._common import UsageError, asynchronous_requested
 
     spec = ALGORITHMS.get(algorithm)
     if spec is None or not spec.has_trainer:
         what = "has no trainer yet" if spec is not None else f"is not an algorithm{_guess(algorithm, _trainable())}"
         raise UsageError(f"--algorithm {algorithm!r} {what}; choose one of {', '.join(_trainable())}")
+    if spec.family.schema != "experience" and asynchronous_requested(argv):  # the rollout scripts check it themselves
+        from .trainers.asynchronous.forms import async_config_class
+
+        try:
+            async_config_class(algorithm)
+        except ValueError as error:
+            raise UsageError(f"--asynchronous true: {error}") from None
     return script_for(algorithm).train(algorithm, list(argv))
 
 
@@ -119,6 +126,14 @@ def describe_algorithm(name: str) -> str:
     config, trainer = spec.class_names
     lines.append(f"  trainer     trl_ext.{trainer} / trl_ext.{config} ({spec.family.name} family)")
     lines.append(f"  train       trl-ext train --algorithm {name}   (flags: trl-ext train --algorithm {name} --help)")
+    if spec.family.schema == "experience" and name != "async_grpo":
+        from .trainers.asynchronous.forms import async_config_class
+
+        try:
+            form = f"trl_ext.{async_config_class(name).__name__} on AsyncGRPOTrainer (--asynchronous true)"
+        except ValueError as error:
+            form = f"none yet: {str(error).split(': ', 1)[1]}"
+        lines += textwrap.wrap(f"  async       {form}", 118, subsequent_indent="              ")
     settings = [f"{f.name}={field_default(f)!r}" for f in algorithm_fields(spec.config_class, name)]
     lines.append(textwrap.fill("  settings    " + ", ".join(settings), 118, subsequent_indent="              "))
     return "\n".join(lines)

@@ -86,6 +86,11 @@ class TrainerFamily:
         loss_inputs: What the trainer hands a policy loss (a composed loss that needs anything else cannot train
             there: the config says which input and who provides it, `input_source`).
         advantage_inputs: What the trainer hands an advantage function, likewise.
+        async_family: The family whose trainer trains this family's algorithms asynchronously (`trl-ext train
+            --asynchronous true`): `async`, where each record's config has an asynchronous form (`Async<Config>`,
+            trained by `AsyncGRPOTrainer`); None where they train synchronously only.
+        synchronous_only: Why a family that generates has no asynchronous form yet (the end of the error that
+            refuses `--asynchronous true`).
 
     Raises:
         ValueError: A missing part, `class_names` that are not two class names, `components` without
@@ -107,6 +112,8 @@ class TrainerFamily:
     sample_strategy: str = "default"
     loss_inputs: tuple[str, ...] = ()
     advantage_inputs: tuple[str, ...] = ()
+    async_family: str | None = None
+    synchronous_only: str = ""
 
     def __post_init__(self) -> None:
         missing = [name for name in ("name", "description", "class_names") if not getattr(self, name)]
@@ -223,7 +230,7 @@ register_family(TrainerFamily(
     "train.",
     class_names=("GRPOFamilyConfig", "GRPOFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
-    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_SCORING_INPUTS, *_TURN_INPUTS),
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_SCORING_INPUTS, *_TURN_INPUTS), async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "mix", "Rollouts and expert demonstrations in one batch (MIX, CHORD): RL on the rollouts, SFT on the experts.",
@@ -231,18 +238,21 @@ register_family(TrainerFamily(
     group_size_field="num_generations", sample_strategy="mix",
     loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "expert_mask", "expert_valid_toks", "expert_valid_seqs"),
     advantage_inputs=(*(key for key in _ROLLOUT_ADVANTAGE_INPUTS if key != "reward_baselines"), *_SCORING_INPUTS),
+    synchronous_only="the asynchronous trainer does not yet join expert rows to its optimizer windows",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",
     class_names=("DistillFamilyConfig", "DistillFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "teacher_logprob", "old_logprob", "teacher_valid_mask"),
+    synchronous_only="the asynchronous trainer does not yet compute the teacher's log-probs on its packed rows",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "critic", "Rollouts with a value model trained beside the policy (critic PPO): GAE advantages from its values.",
     class_names=("CriticFamilyConfig", "CriticFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", uses_critic=True, loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_SCORING_INPUTS, "values"),
+    synchronous_only="the asynchronous trainer does not yet train a critic beside the policy (GAE from its values)",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "async", "`AsyncGRPOTrainer`: a rollout worker generates and scores groups while the trainer trains on them, "
@@ -251,7 +261,7 @@ register_family(TrainerFamily(
     per_algorithm_classes=False, group_size_field="num_generations",
     loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob", "window_selected"),
     advantage_inputs=("response_mask", "completion_mask", "generator"),
-    geometry=_async_geometry,
+    geometry=_async_geometry, async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "dpo", "`trl.DPOTrainer` on (chosen, rejected) pairs.",

@@ -325,7 +325,21 @@ def trl_private_names() -> str:
     return adapters + "\n\n" + count + _table(["name", "defined by"], rows)
 
 
+def async_forms() -> str:
+    """Each algorithm that generates: its asynchronous config, or why it trains synchronously only for now."""
+    from trl_ext.trainers.asynchronous.forms import async_algorithms, async_config_name
+
+    rows = []
+    for name, reason in async_algorithms().items():
+        trained = f"`{async_config_name(name)}`" if reason is None else f"synchronous only: {reason}"
+        rows.append([f"`{name}`", trained])
+    forms = sum(reason is None for reason in async_algorithms().values())
+    count = f"{forms} of {len(rows)} algorithms that generate train asynchronously.\n\n"
+    return count + _table(["algorithm", "asynchronous config (trained by `AsyncGRPOTrainer`)"], rows)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {
+    "async-forms": async_forms,
     "algorithms": algorithms,
     "algorithms-short": algorithms_short,
     "policy-losses": policy_losses,

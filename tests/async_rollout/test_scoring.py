@@ -247,3 +247,75 @@ def test_group_advantages_of_given_rewards():
         scorer.group_advantages(rewards, [[1]], group_id=0)
     with pytest.raises(ValueError, match="no reward functions"):
         _score(scorer)
+
+
+# ---- DAPO in the worker: dynamic sampling and overlong shaping ------------------------------------------------------
+
+
+def _score_ids(scorer: GroupScorer, completions, lengths, group_id: int = 3):
+    n = len(completions)
+    return scorer.score(
+        prompts=[PROMPT] * n,
+        completions=list(completions),
+        completion_ids=[[7] * length for length in lengths],
+        group_id=group_id,
+        reward_kwargs={"target": ["c"] * n},
+    )
+
+
+def test_dynamic_sampling_drops_a_uniform_group_whole_and_keeps_an_informative_one():
+    scorer = GroupScorer(repeat_letter_reward, drop_uniform_groups=True)
+    uniform = _score_ids(scorer, [" c", " c c", " c"], [2, 4, 2])  # every completion right: rewards 1, 1, 1
+    assert not uniform.keep.any() and uniform.metrics["uniform_group"] == 1.0
+    np.testing.assert_array_equal(uniform.advantages, [0.0, 0.0, 0.0])
+    assert uniform.metrics["dropped"] == 3 and uniform.metrics["reward_mean"] == 1.0
+    informative = _score_ids(scorer, [" c", " d", " c"], [2, 2, 2])
+    assert informative.keep.all() and informative.metrics["uniform_group"] == 0.0
+    np.testing.assert_allclose(informative.advantages, grpo_closed_form([1.0, 0.0, 1.0]), rtol=1e-10)
+    # without the switch the uniform group stays (advantage 0) and is enqueued
+    plain = _score_ids(GroupScorer(repeat_letter_reward), [" c", " c c", " c"], [2, 4, 2])
+    assert plain.keep.all() and plain.metrics["uniform_group"] == 0.0
+
+
+def test_dynamic_sampling_counts_an_unscorable_reward_as_zero_as_the_synchronous_nan_sum_does():
+    scorer = GroupScorer(none_for_short, drop_uniform_groups=True)
+    assert not _score_ids(scorer, ["ab", "", "a"], [2, 1, 1]).keep.any()  # None, None, None: 0, 0, 0
+    assert _score_ids(scorer, ["abc", "", "abcd"], [3, 1, 4]).keep.all()  # 2, None (0), 2: informative
+
+
+def test_overlong_shaping_adds_dapos_penalty_before_the_estimator():
+    """Lengths 8, 2, 6, 2 with max_completion_length 8, buffer 4, factor 1: penalties min(-(L - 4)/4, 0) = -1, 0,
+    -0.5, 0 (arXiv 2503.14476 §3.4), added to the rewards 1, 0, 1, 0 before GRPO's advantage; the logged rewards
+    stay the task's."""
+    completions, lengths = [" c", " d", " c", " d"], [8, 2, 6, 2]
+    scorer = GroupScorer(repeat_letter_reward, overlong_buffer=4, overlong_penalty_factor=1.0, max_completion_length=8)
+    score = _score_ids(scorer, completions, lengths)
+    shaped = np.array([1.0, 0.0, 1.0, 0.0]) + np.array([-1.0, 0.0, -0.5, 0.0])
+    np.testing.assert_allclose(score.advantages, grpo_closed_form(shaped), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(score.rewards, [1.0, 0.0, 1.0, 0.0])
+    assert score.metrics["overlong_penalty"] == pytest.approx(-1.5 / 4)
+    half = GroupScorer(repeat_letter_reward, overlong_buffer=4, overlong_penalty_factor=0.5, max_completion_length=8)
+    shaped_half = np.array([1.0, 0.0, 1.0, 0.0]) + 0.5 * np.array([-1.0, 0.0, -0.5, 0.0])
+    np.testing.assert_allclose(_score_ids(half, completions, lengths).advantages, grpo_closed_form(shaped_half))
+
+
+def test_dynamic_sampling_judges_the_task_rewards_before_the_length_penalty():
+    """An all-correct group is uniform even when the penalty would spread its rewards (verl's `acc` metric)."""
+    scorer = GroupScorer(repeat_letter_reward, drop_uniform_groups=True, overlong_buffer=4, max_completion_length=8)
+    assert not _score_ids(scorer, [" c", " c"], [8, 2]).keep.any()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"drop_uniform_groups": "yes"}, "drop_uniform_groups"),
+        ({"overlong_buffer": -1}, "overlong_buffer"),
+        ({"overlong_buffer": 2.5, "max_completion_length": 8}, "overlong_buffer"),
+        ({"overlong_penalty_factor": -0.1}, "overlong_penalty_factor"),
+        ({"overlong_buffer": 4}, r"overlong_buffer=4 needs max_completion_length >= it \(got None\)"),
+        ({"overlong_buffer": 9, "max_completion_length": 8}, "overlong_buffer=9 needs max_completion_length"),
+    ],
+)
+def test_dapo_arguments_are_checked_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GroupScorer(repeat_letter_reward, **kwargs)

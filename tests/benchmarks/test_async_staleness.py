@@ -70,8 +70,8 @@ def test_first_reaching(bench):
 def _run(**changes):
     run = {
         "eval": {"steps": [0, 2, 4], "seconds": [0.0, 1.0, 2.5], "reward": [0.1, 0.85, 0.75]},
-        "staleness_mean": [0.0, 1.0, 2.0, None],
-        "staleness_max": [0.0, 2.0, 3.0, None],
+        "trained_staleness_mean": [0.0, 1.0, 2.0, None],
+        "trained_staleness_max": [0.0, 2.0, 3.0, None],
         "dropped_stale": [None, 128.0, None, 256.0],
         "seconds": [0.5, 1.0, 2.0, 2.5],
         "weight_sync_s": [0.1, 0.3, None, 0.2],
@@ -91,14 +91,18 @@ def test_summarize_by_hand(bench):
     assert summary["max_staleness_seen"] == 3.0 and summary["dropped_samples"] == 384.0
     assert summary["median_step_s"] == pytest.approx(0.5)  # step times 0.5, 0.5, 1.0, 0.5
     assert summary["median_weight_sync_s"] == pytest.approx(0.2) and summary["median_rollout_wait_s"] is None
-    synchronous = bench.summarize(_run(staleness_mean=[None] * 4, staleness_max=[None] * 4, dropped_stale=[None] * 4))
+    synchronous = bench.summarize(
+        _run(trained_staleness_mean=[None] * 4, trained_staleness_max=[None] * 4, dropped_stale=[None] * 4)
+    )
     assert synchronous["mean_staleness"] is None and synchronous["dropped_samples"] == 0
     with pytest.raises(ValueError, match="at least two held-out evaluations"):
         bench.summarize(_run(eval={"steps": [0], "seconds": [0.0], "reward": [0.1]}))
 
 
 def test_markdown_table(bench):
-    sync = bench.summarize(_run(staleness_mean=[None] * 4, staleness_max=[None] * 4, dropped_stale=[None] * 4))
+    sync = bench.summarize(
+        _run(trained_staleness_mean=[None] * 4, trained_staleness_max=[None] * 4, dropped_stale=[None] * 4)
+    )
     stale = bench.summarize(_run(eval={"steps": [0, 2, 4], "seconds": [0.0, 1.0, 2.5], "reward": [0.1, 0.2, 0.3]}))
     lines = bench.markdown_table({"sync": sync, "async4": stale}).splitlines()
     assert len(lines) == 4 and lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == 8

@@ -17,8 +17,10 @@ import pytest
 from trl_ext.scripts.curves import logged_keys, plot_training_curves
 from trl_ext.scripts.finish import (
     ResumePoint,
+    asynchronous_clause,
     loss_metrics,
     main_metric,
+    overwrite_notice,
     progress,
     resolve_checkpoint,
     resume_point,
@@ -291,3 +293,32 @@ def test_the_critics_new_value_head_is_loaded_without_a_load_report(tiny_model, 
         assert len(records.messages) == 1 and "model.norm.weight" in records.messages[0]
     finally:
         logger.removeHandler(records)
+
+
+def test_an_asynchronous_runs_closing_clause_gives_staleness_drops_and_the_wait_share():
+    history = [
+        {"reward": 0.1, "trained_staleness_mean": 1.0, "trained_staleness_max": 2.0, "perf/step_s": 1.0,
+         "perf/rollout_wait_s": 0.25, "sample/dropped_stale_total": 3.0},
+        {"reward": 0.5, "trained_staleness_mean": 0.5, "trained_staleness_max": 1.0, "perf/step_s": 3.0,
+         "perf/rollout_wait_s": 0.75, "rollout/uniform_groups_total": 2.0},
+        {"train_runtime": 4.0},
+    ]  # fmt: skip
+    assert asynchronous_clause(history) == (
+        "; trained staleness mean 0.75 / max 2, 3 stale samples dropped, 2 uniform groups dropped, 25% of the "
+        "training time waiting for rollouts"
+    )
+    assert asynchronous_clause(_history([0.1, 0.5])) == ""  # a synchronous run's history
+
+
+def test_a_run_over_an_earlier_runs_output_says_so(tmp_path):
+    out = tmp_path / "out"
+    assert overwrite_notice(str(out), None) == []  # nothing there yet
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert overwrite_notice(str(out), None) == []  # no earlier run's output
+    (out / "model.safetensors").write_bytes(b"")
+    (out / "checkpoint-4").mkdir()
+    (notice,) = overwrite_notice(str(out), None)
+    assert f"{out} holds an earlier run (checkpoint-4, model.safetensors); this run overwrites it" in notice
+    assert "--output_dir" in notice and "--resume_from_checkpoint true" in notice
+    assert overwrite_notice(str(out), ResumePoint(str(out / "checkpoint-4"), 4, 10)) == []  # it continues that run

@@ -102,6 +102,6 @@ def test_the_async_trainer_trains_on_cuda(attention, overrides, tiny_model, tmp_
     before = snapshot(trainer.model)
     trainer.train()
     assert changed(before, trainer.model)
-    for name in ("loss", "policy_loss", "entropy", "staleness_mean"):
+    for name in ("loss", "policy_loss", "entropy", "trained_staleness_mean"):
         values = logged(trainer, name)
         assert values and all(math.isfinite(v) for v in values), (name, values)

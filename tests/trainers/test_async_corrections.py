@@ -129,11 +129,12 @@ def test_decoupled_ppo_with_the_log_linear_proximal_policy(random_tiny_model, pl
 
 
 def test_the_trained_staleness_is_logged(random_tiny_model, plain, tmp_path):
-    """`staleness_mean` / `staleness_max`: the trainer's version minus each sample's, at the optimizer step."""
+    """`trained_staleness_mean` / `trained_staleness_max`: the trainer's version minus each sample's, at the optimizer
+    step."""
     trainer = stub_trainer(random_tiny_model, async_config(str(tmp_path)))
     samples = make_samples(build_tokenizer(), plain, seed=9)
     trainer.model_version = 6
     batch = packed_batch(samples, ADVANTAGES, build_tokenizer().pad_token_id, versions=[6, 6, 5, 5, 4, 4, 2, 2])
     _window_loss(trainer, [batch])
-    assert trainer._metrics["train"]["staleness_mean"] == [pytest.approx((0 + 0 + 1 + 1 + 2 + 2 + 4 + 4) / 8)]
-    assert trainer._metrics["train"]["staleness_max"] == [4.0]
+    assert trainer._metrics["train"]["trained_staleness_mean"] == [pytest.approx((0 + 0 + 1 + 1 + 2 + 2 + 4 + 4) / 8)]
+    assert trainer._metrics["train"]["trained_staleness_max"] == [4.0]

@@ -209,6 +209,6 @@ def test_offline_training_on_stale_samples_raises_the_reward(tiny_model, tmp_pat
     assert len(logs) == 40
     first, last = np.mean([h["reward"] for h in logs[:5]]), np.mean([h["reward"] for h in logs[-5:]])
     assert first < 0.3 and last > first + 0.2, (first, last)  # the criterion of the synchronous learning tests
-    trained = [h["staleness_max"] for h in logs]
+    trained = [h["trained_staleness_max"] for h in logs]
     assert max(trained) >= 1 and max(trained) <= 2  # stale samples trained, none beyond max_staleness + 1
     assert all(0 <= h["pg_clipfrac"] <= 1 and "policy_loss" in h for h in logs)

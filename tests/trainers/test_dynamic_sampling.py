@@ -15,8 +15,8 @@ from datasets import Dataset, IterableDataset
 from trainer_helpers import CPU, logged
 
 from trl_ext import GiGPOConfig, GRPOConfig, GRPOTrainer, MIXConfig, MIXTrainer, OnPolicyDistillConfig, PPOTrainer
+from trl_ext.advantages.overlong import overlong_penalty
 from trl_ext.toy import toy_expert_dataset
-from trl_ext.trainers.grpo.overlong_reward import overlong_penalty
 
 GROUP = 4
 UNIFORM = {1, 2, 5}  # the prompts whose four completions all get reward 1.0

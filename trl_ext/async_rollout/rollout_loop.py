@@ -8,6 +8,7 @@ its stage as it goes (see `worker.py` for the whole protocol). What the parent a
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import time
@@ -223,7 +224,8 @@ class RolloutLoop:
         eos = set(self.eos_ids.tolist())
         clipped = sum(1 for c in completions if c[-1] not in eos)
 
-        t_score, enqueued, dropped, unscorable, estimator_metrics = 0.0, 0, 0, 0, {}
+        t_score, enqueued, dropped, unscorable, uniform, estimator_metrics = 0.0, 0, 0, 0, 0, {}
+        scored_rewards: list[float] = []  # every scorable sample's, trained or not
         for g, (group_id, row) in enumerate(groups):
             span = range(g * self.num_generations, (g + 1) * self.num_generations)
             self.channels.set_stage(f"scoring group {group_id}")
@@ -243,8 +245,10 @@ class RolloutLoop:
             )
             t_score += time.perf_counter() - t0
             unscorable += int(score.metrics["unscorable"])
+            uniform += int(score.metrics["uniform_group"])
+            scored_rewards += [float(r) for r in score.rewards if not math.isnan(r)]
             for key, value in score.metrics.items():
-                if key.startswith("advantages/"):
+                if key.startswith("advantages/") or key == "overlong_penalty":
                     estimator_metrics.setdefault(f"rollout/{key}", []).append(value)
             self.channels.set_stage(f"enqueueing group {group_id}")
             for k, i in enumerate(span):
@@ -279,9 +283,12 @@ class RolloutLoop:
             "rollout/samples_total": float(enqueued),
             "rollout/dropped_samples_total": float(dropped),
             "rollout/unscorable_samples_total": float(unscorable),
+            "rollout/uniform_groups_total": float(uniform),  # dropped by dynamic sampling
             "rollout/weights_version_max": float(version),
             **{key: sum(values) / len(values) for key, values in estimator_metrics.items()},
         }
+        if scored_rewards:  # the generating policy's reward over every scored sample (TRL's `reward`: the trained ones)
+            metrics["rollout/reward_mean"] = (float(sum(scored_rewards)), float(len(scored_rewards)))
         self.pending = {}
         try:
             self.channels.metrics_queue.put_nowait(metrics)

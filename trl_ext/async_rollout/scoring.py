@@ -17,6 +17,13 @@ TRL's fixed `(R - mean) / (std + 1e-8)`:
    completion lengths are passed when the estimator declares them;
 4. the estimator's `keep` tells which samples enter the loss: the worker does not enqueue the others.
 
+DAPO (Yu et al. 2025, arXiv 2503.14476) in the worker: with `drop_uniform_groups` a group whose task rewards all agree
+(NaN counted as 0, as the synchronous trainers' NaN-sum does; judged before the length penalty) is dropped whole
+before the estimator (its samples never reach the queue; the worker goes on generating: §3.2's dynamic sampling, with
+no cap on the rounds); with `overlong_buffer` > 0 each completion's reward gets DAPO's soft overlong penalty from its
+length (`trl_ext.advantages.overlong`, §3.4) before the estimator. Both are logged per group (`uniform_group`,
+`overlong_penalty`).
+
 `check_async_estimator` refuses the estimators that cannot run this way: token-level ones (a sample carries one
 advantage), multi-turn ones (`step_rewards`), those needing inputs the worker does not have (log-probs, entropy,
 values, teacher log-probs, reward baselines, run ids) and GRPO's `duplicate_experiences` (it copies rows between
@@ -40,7 +47,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._validation import check_bool, check_number
 from ..advantages import AdvantageFn, get_advantage_fn
+from ..advantages.overlong import overlong_penalty
 
 __all__ = ["WORKER_INPUTS", "GroupScore", "GroupScorer", "check_async_estimator", "reward_func_name"]
 
@@ -110,8 +119,10 @@ class GroupScore:
         keep: `[n]` bool; False for the samples the estimator drops (not enqueued). Unscorable samples are kept.
         rewards_per_func: `[F, n]` float64, each function's (unweighted) reward, NaN where it returned None.
         func_names: the `F` reward functions' names.
-        metrics: group metrics: `reward_mean`, `reward_std` (population std over the scorable samples, NaN when
-            none), `unscorable`, `dropped` (counts) and the estimator's metrics as `advantages/<name>`.
+        metrics: group metrics: `reward_mean`, `reward_std` (population std of the task rewards over the scorable
+            samples, NaN when none), `unscorable`, `dropped` (counts), `uniform_group` (1 when dynamic sampling
+            dropped the group), `overlong_penalty` (the mean penalty, with overlong shaping) and the estimator's
+            metrics as `advantages/<name>`.
     """
 
     rewards: np.ndarray
@@ -144,6 +155,11 @@ class GroupScorer:
             `check_async_estimator` accepts.
         advantage_fn_args: The estimator's arguments.
         seed: Base seed of the per-group `generator` (estimators with random choices, e.g. REC's `drop`).
+        drop_uniform_groups: DAPO's dynamic sampling: drop a group whose task rewards all agree (module docstring).
+        overlong_buffer: DAPO's overlong shaping: the last tokens before `max_completion_length` over which the
+            reward falls, by up to `overlong_penalty_factor` (0: off).
+        overlong_penalty_factor: The penalty at `max_completion_length` tokens.
+        max_completion_length: The longest completion (needed with `overlong_buffer` > 0).
     """
 
     def __init__(
@@ -154,6 +170,10 @@ class GroupScorer:
         advantage_fn: str = "grpo",
         advantage_fn_args: dict[str, Any] | None = None,
         seed: int = 0,
+        drop_uniform_groups: bool = False,
+        overlong_buffer: int = 0,
+        overlong_penalty_factor: float = 1.0,
+        max_completion_length: int | None = None,
     ):
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         for i, func in enumerate(funcs):
@@ -192,6 +212,16 @@ class GroupScorer:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"GroupScorer: seed={seed!r} is not valid; must be an integer")
         self.seed = seed
+        check_bool("GroupScorer", "drop_uniform_groups", drop_uniform_groups)
+        check_number("GroupScorer", "overlong_buffer", overlong_buffer, ge=0, integer=True)
+        check_number("GroupScorer", "overlong_penalty_factor", overlong_penalty_factor, ge=0)
+        if overlong_buffer and (max_completion_length is None or overlong_buffer > max_completion_length):
+            raise ValueError(
+                f"GroupScorer: overlong_buffer={overlong_buffer} needs max_completion_length >= it (got "
+                f"{max_completion_length!r})"
+            )
+        self.drop_uniform_groups = drop_uniform_groups
+        self.overlong = (max_completion_length, overlong_buffer, overlong_penalty_factor) if overlong_buffer else None
         self._inputs = tuple(name for name in self.estimator.inputs() if name in WORKER_INPUTS)
         self.check_picklable()
 
@@ -324,16 +354,27 @@ class GroupScorer:
         advantages = np.zeros(n, dtype=np.float64)
         keep = np.ones(n, dtype=bool)
         metrics: dict[str, float] = {}
+        task = np.nan_to_num(rewards, nan=0.0)  # the task rewards, as the reward functions gave them
+        uniform = self.drop_uniform_groups and n >= 2 and task.max() == task.min()
+        metrics["uniform_group"] = float(uniform)
+        shaped = rewards
+        if self.overlong is not None:
+            penalty = overlong_penalty(torch.tensor([len(ids) for ids in completion_ids]), *self.overlong).double()
+            shaped = rewards + penalty.numpy()  # an unscorable sample stays NaN
+            metrics["overlong_penalty"] = float(penalty.mean())
         scorable = np.flatnonzero(~unscorable)
         if scorable.size:
-            result = self._advantages(rewards[scorable], [completion_ids[i] for i in scorable], group_id)
+            metrics["reward_mean"] = float(rewards[scorable].mean())
+            metrics["reward_std"] = float(rewards[scorable].std())
+        if uniform:  # dropped whole: no advantage, never enqueued
+            keep[:] = False
+        elif scorable.size:
+            result = self._advantages(shaped[scorable], [completion_ids[i] for i in scorable], group_id)
             kept = result.keep.cpu().numpy().astype(bool)
             advantages[scorable] = np.where(kept, result.advantages.double().cpu().numpy(), 0.0)
             keep[scorable] = kept
             metrics.update({f"advantages/{k}": float(v) for k, v in (result.metrics or {}).items()})
-            metrics["reward_mean"] = float(rewards[scorable].mean())
-            metrics["reward_std"] = float(rewards[scorable].std())
-        else:
+        if not scorable.size:
             metrics["reward_mean"] = metrics["reward_std"] = math.nan
         metrics["unscorable"] = float(unscorable.sum())
         metrics["dropped"] = float((~keep).sum())

@@ -106,7 +106,7 @@ class ScriptParser(_UsageErrors, TrlParser):
     config or changes), then the flags of each dataclass in turn, under a short usage line: TRL's and transformers'
     training flags are over a thousand lines."""
 
-    def __init__(self, dataclass_types, algorithm: str | None = None, **kwargs):
+    def __init__(self, dataclass_types, algorithm: str | None = None, config_class: type | None = None, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("usage", "%(prog)s [-h] [--config FILE_OR_NAME] [--FLAG VALUE ...]")
         kwargs.setdefault(
@@ -115,15 +115,15 @@ class ScriptParser(_UsageErrors, TrlParser):
             f"name of a packaged recipe: {', '.join(recipe_names())}.",
         )
         super().__init__(dataclass_types, **kwargs)
-        self._group_flags(algorithm)
+        self._group_flags(algorithm, config_class)
 
-    def _group_flags(self, algorithm: str | None) -> None:
+    def _group_flags(self, algorithm: str | None, config_class: type | None) -> None:
         """Put each dataclass's flags under a titled group, the algorithm's own settings first. Help only: the parser
         reads the flags from `_actions`, which keeps them all."""
         from ..trainers.core.model_card import algorithm_fields
 
         groups: list[tuple[str, list[str]]] = []
-        config = get_algorithm(algorithm).config_class if algorithm is not None else None
+        config = config_class or (get_algorithm(algorithm).config_class if algorithm is not None else None)
         if config is not None:
             own = [f.name for f in algorithm_fields(config, algorithm)]
             groups.append((f"{algorithm} settings (trl_ext.{config.__name__}): the algorithm's own", own))
@@ -384,6 +384,27 @@ def set_defaults(
     return ToyDefaults(toy_name, values, sources, tuple(toy_training))
 
 
+def asynchronous_requested(argv: Sequence[str]) -> bool:
+    """The value of `--asynchronous` in `argv` (HfArgumentParser's bool syntax: `--asynchronous`, `--asynchronous
+    true`, `--asynchronous=false`); a bad value is a `UsageError` naming the flag."""
+
+    def boolean(text: str) -> bool:
+        lowered = text.lower()
+        if lowered not in ("true", "yes", "y", "1", "false", "no", "n", "0"):
+            raise ValueError(text)
+        return lowered in ("true", "yes", "y", "1")
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    pre.add_argument("--asynchronous", type=boolean, nargs="?", const=True, default=False)
+    try:
+        return pre.parse_known_args(list(argv))[0].asynchronous
+    except argparse.ArgumentError:
+        value = next((a.split("=", 1)[1] for a in argv if a.startswith("--asynchronous=")), None)
+        if value is None:
+            value = argv[list(argv).index("--asynchronous") + 1]
+        raise UsageError(f"--asynchronous: {value!r} is not a boolean (true or false)") from None
+
+
 def parse(parser: TrlParser, argv: Sequence[str]) -> tuple:
     """`parser.parse_args_and_config(argv)`, its errors (unknown flags, invalid values) as `UsageError`."""
     try:
@@ -504,7 +525,9 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
     if trainer.eval_dataset is not None:
         rows += f", {_rows(trainer.eval_dataset)} eval rows"
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * processes
-    family = get_algorithm(algorithm).family
+    from ..trainers.core.model_card import config_family
+
+    family = config_family(type(args), algorithm)
     unit = family.batch_unit
     warmup = f"warmup {args.warmup_steps:g} " + ("steps" if args.warmup_steps >= 1 else "of the steps")
     scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)

@@ -9,7 +9,9 @@
   reward for the algorithms that generate, the loss for DPO / SFT: first logged value -> last), where the model was
   saved and the training curves drawn (`curves.py`), in one line:
   `Trained sapo for 6 steps (steps 5-10, resumed from step 4) on 1 process(es): reward 0.10 -> 0.98 over steps
-  5-10; model saved to outputs/sapo-tiny; curves in outputs/sapo-tiny/training_curves.png`.
+  5-10; model saved to outputs/sapo-tiny; curves in outputs/sapo-tiny/training_curves.png`. An asynchronous run's
+  line adds the trained staleness, the samples dropped and the share of time spent waiting for rollouts
+  (`asynchronous_clause`).
   A resumed run's curves show the checkpoint's logs too, the resume marked; its metric moves over its own steps.
 """
 
@@ -151,6 +153,26 @@ def save_curves(trainer, name: str, primary: str, resumed: ResumePoint | None) -
     return f"curves in {path}" if drawn else "no training curves (nothing logged)"
 
 
+def asynchronous_clause(history: Sequence[dict[str, Any]]) -> str:
+    """An asynchronous run's part of the closing line (empty for the others): the trained staleness (mean over the
+    logged steps, max), the samples dropped (too stale when they left the queue; uniform groups of dynamic sampling)
+    and the share of the training time the trainer waited for rollouts (`perf/rollout_wait_s` over `perf/step_s`)."""
+    means = [entry["trained_staleness_mean"] for entry in history if "trained_staleness_mean" in entry]
+    if not means:
+        return ""
+    worst = max(entry.get("trained_staleness_max", 0.0) for entry in history)
+    stale = sum(entry.get("sample/dropped_stale_total", 0.0) for entry in history)
+    uniform = sum(entry.get("rollout/uniform_groups_total", 0.0) for entry in history)
+    step_s = sum(entry.get("perf/step_s", 0.0) for entry in history)
+    wait_s = sum(entry.get("perf/rollout_wait_s", 0.0) for entry in history)
+    text = f"; trained staleness mean {sum(means) / len(means):.2f} / max {worst:g}, {stale:g} stale samples dropped"
+    if uniform:
+        text += f", {uniform:g} uniform groups dropped"
+    if step_s > 0:
+        text += f", {100 * wait_s / step_s:.0f}% of the training time waiting for rollouts"
+    return text
+
+
 def closing_line(trainer, name: str, resumed: ResumePoint | None, output_dir: str) -> str:
     """The run's last line for algorithm `name` (see the module docstring); on the main process it also draws the
     training curves."""
@@ -159,11 +181,32 @@ def closing_line(trainer, name: str, resumed: ResumePoint | None, output_dir: st
     since = resumed.step if resumed is not None else 0
     line = (
         f"{steps_trained(name, trainer.state.global_step, resumed)} on {trainer.accelerator.num_processes} "
-        f"process(es): {progress(history, primary, since, trainer.args.logging_steps)}; model saved to {output_dir}"
+        f"process(es): {progress(history, primary, since, trainer.args.logging_steps)}{asynchronous_clause(history)}; "
+        f"model saved to {output_dir}"
     )
     if trainer.is_world_process_zero():
         line += f"; {save_curves(trainer, name, primary, resumed)}"
     return line
+
+
+def overwrite_notice(output_dir: str, resumed: ResumePoint | None) -> list[str]:
+    """A line saying that this run writes over an earlier run's output (its saved model or checkpoints in
+    `output_dir`), when it does not resume from it; nothing otherwise."""
+    if resumed is not None or not os.path.isdir(output_dir):
+        return []
+    found = sorted(
+        name
+        for name in os.listdir(output_dir)
+        if name in ("model.safetensors", "adapter_model.safetensors", TRAINER_STATE_FILE)
+        or name.startswith("checkpoint-")
+    )
+    if not found:
+        return []
+    shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    return [
+        f"Note: {output_dir} holds an earlier run ({shown}); this run overwrites it. Pass another --output_dir to keep "
+        "it, or --resume_from_checkpoint true to continue it."
+    ]
 
 
 def train_and_finish(trainer, name: str, training_args, script_args, summary: str | None = None):
@@ -172,6 +215,7 @@ def train_and_finish(trainer, name: str, training_args, script_args, summary: st
     together. The warnings trl_ext knows to be harmless are silenced around the training (`quiet_known_warnings`)."""
     resumed = resume_point(training_args)
     lines = ([summary] if summary else []) + noise_notes(trainer) + ([resumed.line()] if resumed else [])
+    lines += overwrite_notice(training_args.output_dir, resumed)
     if lines:
         trainer.accelerator.print("\n".join(lines))
     with quiet_known_warnings():

@@ -10,6 +10,11 @@ Arguments are parsed by `trl.TrlParser` into TRL's `GRPOScriptArguments` (`--dat
 and advantage arguments), `trl.ModelConfig` (`--model_name_or_path`, `--use_peft`, `--lora_r`, ...) and
 `trl.DatasetMixtureConfig`; `--config recipe.yaml` sets any of them, and the command line overrides the file.
 
+`--asynchronous true` trains the algorithm asynchronously: its asynchronous config (`AsyncSAPOConfig`, ...: the same
+flags and defaults, plus TRL's asynchronous ones such as `--max_staleness`) on `trl_ext.AsyncGRPOTrainer`, offline with
+trl_ext's transformers rollout worker on the toy model, into `outputs/<algorithm>-async-tiny` by default; an algorithm
+without an asynchronous form yet is refused with the reason (`trl_ext.trainers.asynchronous.forms`).
+
 MIX / MIX-CHORD also read `--expert_dataset_name` (and `--expert_dataset_config`, `--expert_dataset_split`): the
 expert demonstrations, prompt/completion or conversational `messages` rows in the prompts' format. On-policy
 distillation reads its teacher from `--teacher_model_name_or_path` (and `--teacher_model_init_kwargs`, a JSON
@@ -61,6 +66,7 @@ from ._common import (
     ScriptParser,
     ToyDefaults,
     UsageError,
+    asynchronous_requested,
     did_you_mean,
     model_arguments,
     parse,
@@ -257,6 +263,35 @@ def _expert_dataset(args: ExpertDataArguments, toy_task: bool):
     )
 
 
+@dataclass
+class AsynchronousArguments:
+    """Whether the algorithm trains asynchronously (its `Async<Config>` on `AsyncGRPOTrainer`)."""
+
+    asynchronous: bool = field(
+        default=False,
+        metadata={
+            "help": "Train asynchronously: a rollout worker generates and scores while the trainer trains "
+            "(trl_ext.AsyncGRPOTrainer with the algorithm's asynchronous config, e.g. AsyncSAPOConfig: the same "
+            "flags and defaults, plus TRL's asynchronous ones such as --max_staleness). On the command line only."
+        },
+    )
+
+
+def training_classes(algorithm: str, asynchronous: bool) -> tuple[type, type]:
+    """`(config class, trainer class)` that train `algorithm`: its own, or its asynchronous config on
+    `AsyncGRPOTrainer` (`trl_ext.async_config_class`; an algorithm without one is a `UsageError` saying why)."""
+    spec = get_algorithm(algorithm)
+    if not asynchronous:
+        return spec.config_class, spec.trainer_class
+    from ..trainers import AsyncGRPOTrainer
+    from ..trainers.asynchronous.forms import async_config_class
+
+    try:
+        return async_config_class(algorithm), AsyncGRPOTrainer
+    except ValueError as error:
+        raise UsageError(f"--asynchronous true: {error}") from None
+
+
 def family_arguments(algorithm: str) -> tuple[type, ...]:
     """The argument groups the algorithm's family adds to the flags: the environments where its trainer records the
     turns of TRL's multi-turn rollouts (`run_ids` among its advantage inputs), the expert data where it mixes expert
@@ -271,30 +306,35 @@ def family_arguments(algorithm: str) -> tuple[type, ...]:
 
 
 def _parser(algorithm: str, argv: Sequence[str]) -> tuple[ScriptParser, ToyDefaults | None]:
-    spec = get_algorithm(algorithm)
+    asynchronous = asynchronous_requested(argv)
+    config_class, _ = training_classes(algorithm, asynchronous)
     parser = ScriptParser(
         (
             GRPOScriptArguments,
-            spec.config_class,
-            model_arguments(spec.config_class),
+            config_class,
+            model_arguments(config_class),
             DatasetMixtureConfig,
             *family_arguments(algorithm),
+            AsynchronousArguments,
         ),
         algorithm=algorithm,
+        config_class=config_class,
     )
+    suffix = "-async" if asynchronous and algorithm != "async_grpo" else ""  # not over the synchronous run's output
     if multi_turn(algorithm):
         from ..toy_agent import AGENT_MODEL_VERSION, AGENT_TRAINING
 
         toy = set_defaults(
             parser,
             argv,
-            f"outputs/{algorithm}-tiny",
+            f"outputs/{algorithm}{suffix}-tiny",
             AGENT_TRAINING,
             "trl_ext.toy_agent.AGENT_TRAINING",
             toy_version=AGENT_MODEL_VERSION,
         )
     else:
-        toy = set_defaults(parser, argv, f"outputs/{algorithm}-tiny", DEFAULT_TRAINING, "trl_ext.toy.DEFAULT_TRAINING")
+        output_dir = f"outputs/{algorithm}{suffix}-tiny"
+        toy = set_defaults(parser, argv, output_dir, DEFAULT_TRAINING, "trl_ext.toy.DEFAULT_TRAINING")
     return parser, toy
 
 
@@ -322,9 +362,12 @@ def main(algorithm: str, argv: Sequence[str] | None = None):
 def _main(algorithm: str, argv: list[str]):
     from .. import toy, toy_agent
 
-    spec = get_algorithm(algorithm)
+    asynchronous = asynchronous_requested(argv)
+    _, trainer_class = training_classes(algorithm, asynchronous)
     parser, toy_defaults = _parser(algorithm, argv)
-    script_args, training_args, model_args, dataset_args, *family_args = parse(parser, argv)
+    script_args, training_args, model_args, dataset_args, *family_args, async_args = parse(parser, argv)
+    if async_args.asynchronous != asynchronous:
+        raise UsageError("asynchronous: set it on the command line (--asynchronous true), not in the --config file")
     resume_point(training_args)  # a wrong --resume_from_checkpoint: an error before anything loads
     expert = next((a for a in family_args if isinstance(a, ExpertDataArguments)), None)
     environments = next((a for a in family_args if isinstance(a, EnvironmentArguments)), None)
@@ -371,7 +414,7 @@ def _main(algorithm: str, argv: list[str]):
 
     set_model_init_kwargs(training_args, model_args)
     with quiet_known_warnings():  # PEFT's read of a deprecated attribute, TRL's environment_factory notice
-        trainer = spec.trainer_class(
+        trainer = trainer_class(
             model=model,
             reward_funcs=reward_funcs,
             args=training_args,

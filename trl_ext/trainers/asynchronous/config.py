@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from trl.experimental.async_grpo import AsyncGRPOConfig as _TRLAsyncGRPOConfig
 
-from ..._validation import check_choice, check_number
+from ..._validation import check_bool, check_choice, check_number
 from ...algorithms import get_algorithm
 from ...async_rollout.scoring import check_async_estimator
 from ...losses.kl import KL_FNS
@@ -39,6 +39,7 @@ from ..core.composition import ComposedComponents
 from ..core.config_fields import resolve_kl_coefficient
 from ..core.config_rules import COMPONENTS, FIELDS, GIVEN, check_rules, rules_for
 from ..core.step_arguments import LossStepArguments, check_loss_step_fields
+from ..grpo.overlong_reward import OverlongRewardArguments
 from .trl_field_checks import check_trl_async_fields
 
 ALGORITHM = "async_grpo"
@@ -52,6 +53,7 @@ PROX_LOGP_METHODS = ("recompute", "loglinear")
 class AsyncGRPOConfig(
     ComposedComponents,
     CompositionArguments,
+    OverlongRewardArguments,
     RolloutCorrectionArguments,
     GRPO_KL_ARGUMENTS,
     LossStepArguments,
@@ -76,6 +78,7 @@ class AsyncGRPOConfig(
     """
 
     algorithm: ClassVar[str] = ALGORITHM
+    trainer_family: ClassVar[str] = "async"
     uses_trl_loss: ClassVar[bool] = False  # TRL's own loss fields are refused (`epsilon`, `epsilon_high`)
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [
         *_TRLAsyncGRPOConfig._VALID_DICT_FIELDS,
@@ -162,6 +165,14 @@ class AsyncGRPOConfig(
     rollout_num_threads: int = field(
         default=1, metadata=_help("Torch threads of the transformers worker's process (its cores).")
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata=_help(
+            "DAPO's dynamic sampling (arXiv 2503.14476 §3.2) in the rollout worker: a prompt group whose task rewards "
+            "all agree (judged before the overlong penalty) is dropped before it reaches the queue, and the worker "
+            "goes on generating; counted in `rollout/uniform_groups_total`. Needs num_generations >= 2."
+        ),
+    )
 
     # The composition machinery reads these; an asynchronous run has one meaning for each (no KL in the reward: the
     # worker has no reference model; the group's own std)
@@ -183,6 +194,8 @@ class AsyncGRPOConfig(
         check_choice(owner, "rollout_backend", self.rollout_backend, ROLLOUT_BACKENDS)
         check_choice(owner, "prox_logp_method", self.prox_logp_method, PROX_LOGP_METHODS)
         check_number(owner, "rollout_num_threads", self.rollout_num_threads, ge=1, integer=True)
+        check_bool(owner, "dynamic_sampling", self.dynamic_sampling)
+        self._check_overlong_reward()
         if self.rollout_batch_size is not None:
             check_number(owner, "rollout_batch_size", self.rollout_batch_size, ge=1, integer=True)
         check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))  # read only with beta > 0, checked always

@@ -84,8 +84,8 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
     #: collates the next micro-batch ahead)
     trainer_metrics: ClassVar[dict[str, str]] = {
         **CountWindowInLoop.trainer_metrics,
-        "staleness_mean": MEAN,
-        "staleness_max": MAX,
+        "trained_staleness_mean": MEAN,
+        "trained_staleness_max": MAX,
     }
 
     def __init__(
@@ -133,8 +133,13 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             advantage_fn=args.advantage_fn_name,
             advantage_fn_args=args.advantage_kwargs(),
             seed=args.seed,
+            drop_uniform_groups=args.dynamic_sampling,
+            overlong_buffer=args.overlong_buffer,
+            overlong_penalty_factor=args.overlong_penalty_factor,
+            max_completion_length=args.max_completion_length,
         )
         scorer.check_picklable()  # before anything loads: TRL's worker and ours pickle them into a child process
+        self.group_scorer = scorer  # what the worker scores with (rewards, DAPO's shaping, the estimator)
         if rollout_worker is None and args.rollout_backend == "transformers":
             if tools or environment_factory is not None:
                 raise ValueError(
@@ -188,6 +193,17 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         add_fused_lm_head(ref, temperature=self.temperature, outputs=("log_probs",))
         ref.requires_grad_(False).eval()
         return ref.to(self.accelerator.device)
+
+    def add_callback(self, callback) -> None:
+        """TRL adds two `StepIntervalCallback`s on purpose (the weight sync and the step metrics), and transformers
+        warns about the second as a duplicate; it is added without that notice."""
+        handler = self.callback_handler
+        if isinstance(callback, _trl_async.StepIntervalCallback) and any(
+            isinstance(c, _trl_async.StepIntervalCallback) for c in handler.callbacks
+        ):
+            handler.callbacks.append(callback)
+            return
+        super().add_callback(callback)
 
     def get_train_dataloader(self):
         """TRL's dataloader; its collator also packs each sample's policy version (`behave_version`), and its queue
@@ -344,7 +360,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         versions = batch.source["behave_version"]
         if versions is not None and versions.numel():
             staleness = self.model_version - versions.float()
-            metrics["staleness_mean"], metrics["staleness_max"] = staleness.mean(), staleness.max()
+            metrics["trained_staleness_mean"], metrics["trained_staleness_max"] = staleness.mean(), staleness.max()
         return loss
 
     def _proximal(self, logps: torch.Tensor, old: torch.Tensor, row: PackedRow) -> torch.Tensor | None:

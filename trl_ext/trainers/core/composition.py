@@ -17,13 +17,13 @@ The path from a field to its loss: `SAPOConfig(tau_pos=1.5)` → `resolve_compon
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from ..._validation import check_choice, required_inputs
 from ...advantages import ADVANTAGE_FNS, get_advantage_fn
 from ...algorithms import get_algorithm
 from ...components import Component
-from ...families import input_source
+from ...families import get_family, input_source
 from ...losses import POLICY_LOSSES, get_entropy_fn, get_kl_fn, get_policy_loss
 from ...losses.kl import KL_FNS, KLFn
 from ...losses.trl_grpo import TRLGRPOLoss
@@ -77,6 +77,10 @@ class ComposedComponents(ResolvedComponents):
     `components`. The family configs override what their trainers train differently (MIX's rollout loss,
     distillation's dense term)."""
 
+    #: the family whose trainer trains this config when it is not its record's (an algorithm's asynchronous form,
+    #: `AsyncSAPOConfig`: the `async` family's trainer feeds its parts)
+    trainer_family: ClassVar[str | None] = None
+
     def resolve_components(self) -> Components:
         """The parts from the current fields. The KL term is aggregated as the policy loss is, and so is the entropy
         bonus (Trinity-RFT), except with TRL's own loss: TRL's token mean."""
@@ -117,7 +121,7 @@ class ComposedComponents(ResolvedComponents):
     def _check_pairing(self) -> None:
         """The composed parts can train together in this family's trainer: each gets every input it needs (a
         `ValueError` names the part, the input and who provides it)."""
-        family = get_algorithm(self.algorithm).family
+        family = get_family(self.trainer_family) if self.trainer_family else get_algorithm(self.algorithm).family
         loss, advantage = self.components.policy_loss, self.components.advantage_fn
         needed = required_inputs(loss)
         if getattr(loss, "rollout_loss", None) is not None:  # MIX with another rollout loss: what that one needs too

@@ -379,11 +379,12 @@ def scale_rewards_agrees_with_std_cal_level(config: Any) -> None:
 
 @rule(
     fields=("overlong_buffer", "max_completion_length"),
-    applies_to=(SYNC,),
+    applies_to=_BOTH,
     stage=FIELDS,
     example={"overlong_buffer": 12, "max_completion_length": 8},
     fix={"overlong_buffer": 4},
     message=r"overlong_buffer=12 is longer than max_completion_length=8",
+    tested_on=("GRPOConfig", "AsyncGRPOConfig"),
 )
 def overlong_buffer_fits(config: Any) -> None:
     if config.overlong_buffer > config.max_completion_length:
@@ -396,11 +397,12 @@ def overlong_buffer_fits(config: Any) -> None:
 
 @rule(
     fields=("dynamic_sampling", "num_generations"),
-    applies_to=(SYNC,),
+    applies_to=_BOTH,
     stage=FIELDS,
     example={"dynamic_sampling": True, "num_generations": 1},
     fix={"num_generations": 2},
     message=r"dynamic_sampling=True drops the prompt groups .* num_generations=1",
+    tested_on=("GRPOConfig", "AsyncGRPOConfig"),
 )
 def dynamic_sampling_needs_groups(config: Any) -> None:
     if config.dynamic_sampling and config.num_generations < 2:

@@ -16,6 +16,7 @@ import shutil
 from typing import Any
 
 from ...algorithms import get_algorithm
+from ...families import TrainerFamily, get_family
 from .family_classes import get_family_classes
 
 _UNNAMED_BASE = "[None](https://huggingface.co/None)"  # TRL's template for a base model it does not name
@@ -43,11 +44,22 @@ def field_default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
 
+def config_family(config_class: type, algorithm: str) -> TrainerFamily:
+    """The family whose trainer trains `config_class`: its `trainer_family` (an asynchronous form), else the one
+    algorithm `algorithm`'s record names."""
+    name = getattr(config_class, "trainer_family", None)
+    return get_family(name) if name else get_algorithm(algorithm).family
+
+
 def algorithm_fields(config_class: type, algorithm: str) -> list[dataclasses.Field]:
-    """The config's algorithm settings: the fields it has beyond its family's shared settings (`settings_base`), the
-    shared fields whose default it changes, and the TRL fields that its loss reads (DPO's `beta`)."""
-    family = get_algorithm(algorithm).family
-    inherited = {f.name: field_default(f) for f in dataclasses.fields(get_family_classes(family.name).settings_base)}
+    """The config's algorithm settings: the fields it has beyond its family's shared settings (`settings_base`; for
+    an asynchronous form, `AsyncSAPOConfig`, its family's config, `AsyncGRPOConfig`), the shared fields whose default
+    it changes, and the TRL fields that its loss reads (DPO's `beta`)."""
+    family = config_family(config_class, algorithm)
+    classes = get_family_classes(family.name)
+    form = family is not get_algorithm(algorithm).family  # an asynchronous form: what it adds to the family's config
+    base = classes.config_base if form else classes.settings_base
+    inherited = {f.name: field_default(f) for f in dataclasses.fields(base)}
     keep = family.loss_fields_from_trl
     return [
         f

@@ -14,8 +14,8 @@ from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, use_adapter
 
+from ...advantages.overlong import overlong_penalty
 from ...advantages.reinforce_plus_plus import place_token_rewards
-from .overlong_reward import overlong_penalty
 
 _MULTIMODAL_KEYS = (
     "pixel_values",

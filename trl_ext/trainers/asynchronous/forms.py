@@ -1,0 +1,94 @@
+"""The asynchronous form of each GRPO-family algorithm: `AsyncSAPOConfig`, ... for `AsyncGRPOTrainer`.
+
+    from trl_ext import AsyncGRPOTrainer, AsyncSAPOConfig        # or async_config_class("sapo")
+    args = AsyncSAPOConfig(output_dir="out", tau_pos=2.0, max_staleness=2)
+    AsyncGRPOTrainer(model_path, reward_funcs, args=args, train_dataset=prompts).train()
+
+An algorithm's asynchronous config is `AsyncGRPOConfig` (TRL's asynchronous fields, the rollout worker, the
+corrections for stale samples) with the fields its synchronous config takes from its record, under the same names and
+with the same defaults (`algorithm_fields`: the loss's and the advantage's arguments, the KL estimator, the group
+size): `AsyncSAPOConfig(tau_pos=2.0)` trains what `SAPOConfig(tau_pos=2.0)` trains, asynchronously. `trl-ext train
+--algorithm sapo --asynchronous true` (and `examples/train_sapo.py --asynchronous true`) builds it from the same flags.
+GRPO's own asynchronous form is `AsyncGRPOConfig`, whose defaults are TRL's asynchronous objective (the `async_grpo`
+record; Trinity-RFT's GRPO is four settings away, see its docstring).
+
+An algorithm whose parts the asynchronous trainer cannot feed yet has no asynchronous form: `async_config_class`
+raises, naming the reason (the config's own error, e.g. a token-level estimator, or the family's
+`synchronous_only`). The classes are built from the records on first use and cached (picklable: they live in this
+module's namespace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+from ...algorithms import ALGORITHMS, get_algorithm
+from ..core.arguments import algorithm_fields
+from .config import AsyncGRPOConfig
+
+GRPO_ASYNC_FORM = "async_grpo"
+"""The record whose config (`AsyncGRPOConfig`, TRL's asynchronous objective) is GRPO's asynchronous form."""
+_NOT_FIELDS = ("kl_penalty_fn",)  # a KL penalty in the reward needs a reference model in the rollout worker: none
+
+
+def async_config_name(algorithm: str) -> str:
+    """The name of algorithm `algorithm`'s asynchronous config: `Async` + its config's (`AsyncSAPOConfig`)."""
+    if algorithm in ("grpo", GRPO_ASYNC_FORM):
+        return AsyncGRPOConfig.__name__
+    return "Async" + get_algorithm(algorithm).class_names[0]
+
+
+@cache
+def async_config_class(algorithm: str) -> type[AsyncGRPOConfig]:
+    """Algorithm `algorithm`'s asynchronous config class (see the module docstring).
+
+    Raises:
+        ValueError: An unknown algorithm (naming the known ones), one that does not generate (DPO, SFT), or one the
+            asynchronous trainer cannot train yet (naming why).
+    """
+    if algorithm in ("grpo", GRPO_ASYNC_FORM):
+        return AsyncGRPOConfig
+    spec = get_algorithm(algorithm)
+    family = spec.family
+    if family is None or family.schema != "experience":
+        raise ValueError(
+            f"{algorithm} has no asynchronous form: it trains on a fixed dataset (asynchronous training overlaps "
+            "generation with training; only the algorithms that generate have it)"
+        )
+    if family.async_family != "async":
+        raise ValueError(f"{algorithm} has no asynchronous form yet: {family.synchronous_only}")
+    name = async_config_name(algorithm)
+    if name in globals():
+        return globals()[name]
+    fields = [entry for entry in algorithm_fields(algorithm) if entry[0] not in _NOT_FIELDS]
+    doc = (
+        f"The asynchronous form of [`{spec.class_names[0]}`] for [`AsyncGRPOTrainer`]: {spec.description} Its "
+        f"own fields are {spec.class_names[0]}'s, with the same defaults ({', '.join(f[0] for f in fields)}); every "
+        "other field is `AsyncGRPOConfig`'s."
+    )
+    namespace = {"__module__": __name__, "__qualname__": name, "__doc__": doc, "algorithm": algorithm}
+    config = dataclasses.make_dataclass(name, fields, bases=(AsyncGRPOConfig,), namespace=namespace)
+    try:  # the parts the worker and the trainer cannot feed are refused by the config itself
+        config(output_dir="async-form-check", rollout_backend="transformers", token_budget=0, use_cpu=True)
+    except ValueError as error:
+        raise ValueError(f"{algorithm} has no asynchronous form yet: {error}") from None
+    globals()[name] = config  # where pickle finds it (checkpoints, the worker's process)
+    return config
+
+
+def async_algorithms() -> dict[str, str | None]:
+    """Each algorithm that generates (the `experience` families), with None where it trains asynchronously, else the
+    reason it does not yet."""
+    status: dict[str, str | None] = {}
+    for spec in ALGORITHMS.values():
+        if spec.has_trainer and spec.family.schema == "experience" and spec.name != GRPO_ASYNC_FORM:
+            try:
+                async_config_class(spec.name)
+                status[spec.name] = None
+            except ValueError as error:
+                status[spec.name] = str(error).split(": ", 1)[1]
+    return status
+
+
+__all__ = ["GRPO_ASYNC_FORM", "async_algorithms", "async_config_class", "async_config_name"]
