@@ -105,6 +105,16 @@ def test_plot_draws_the_main_metric_the_losses_and_the_learning_rate(tmp_path):
         "usual/pg_loss",
         "expert/sft_loss",
     ]
+    asynchronous = [
+        {"reward": 0.1 * step, "trained_staleness_mean": 0.5, "trained_staleness_max": 1.0, "step": step,
+         "perf/trained_tok_s_wall_clock": 900.0 + step}
+        for step in (1, 2, 3)
+    ]  # fmt: skip
+    assert plot_training_curves(asynchronous, path, "async sapo", "reward") == [
+        "reward", "trained_staleness_mean", "trained_staleness_max", "perf/trained_tok_s_wall_clock",
+    ]  # fmt: skip
+    without_throughput = [{k: v for k, v in entry.items() if not k.startswith("perf/")} for entry in asynchronous]
+    assert plot_training_curves(without_throughput, path, "async", "reward")[-1] == "trained_staleness_max"
     empty = str(tmp_path / "empty.png")
     assert plot_training_curves([{"train_runtime": 1.0, "step": 0}], empty, "t", "reward") == []
     assert not os.path.exists(empty)
