@@ -10,9 +10,8 @@ A rule names the configs it applies to (`applies_to`: a class name in the config
 * `COMPONENTS`: after TRL's `__post_init__`, on the built parts (`config.components`, paired with the trainer).
 
 A config runs `check_rules(self, rules_for(self, stage))` at each stage; a broken rule is a ValueError naming the
-config class, the fields and their values, and the fix. Checks of one field on its own (`check_number`,
-`check_choice`, ...) stay in the configs. Each rule carries an example that breaks it and the fix that mends it
-(`tests/trainers/test_config_rules.py` builds both from the table).
+config class, the fields, their values and the fix. Single-field checks (`check_number`, ...) stay in the configs.
+Each rule carries an example that breaks it and its fix (`tests/trainers/test_config_rules.py` builds both).
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ TRL_IS_FIELDS = (
 
 @dataclass(frozen=True)
 class Rule:
-    """A rule between the fields `fields` of the configs `applies_to`, checked at `stage` by `check(config)` (a
-    ValueError when broken). `example` breaks it on each config class of `tested_on` (trl_ext's public names), its
-    error matching `message`; `example` updated by `fix` builds."""
+    """A rule between `fields` of the configs `applies_to`, checked at `stage` by `check(config)` (a ValueError when
+    broken). `example` breaks it on each class of `tested_on` (public names), matching `message`; with `fix`, builds."""
 
     name: str
     fields: tuple[str, ...]
@@ -384,7 +382,7 @@ def scale_rewards_agrees_with_std_cal_level(config: Any) -> None:
     example={"overlong_buffer": 12, "max_completion_length": 8},
     fix={"overlong_buffer": 4},
     message=r"overlong_buffer=12 is longer than max_completion_length=8",
-    tested_on=("GRPOConfig", "AsyncGRPOConfig"),
+    tested_on=_ON_BOTH,
 )
 def overlong_buffer_fits(config: Any) -> None:
     if config.overlong_buffer > config.max_completion_length:
@@ -402,7 +400,7 @@ def overlong_buffer_fits(config: Any) -> None:
     example={"dynamic_sampling": True, "num_generations": 1},
     fix={"num_generations": 2},
     message=r"dynamic_sampling=True drops the prompt groups .* num_generations=1",
-    tested_on=("GRPOConfig", "AsyncGRPOConfig"),
+    tested_on=_ON_BOTH,
 )
 def dynamic_sampling_needs_groups(config: Any) -> None:
     if config.dynamic_sampling and config.num_generations < 2:
