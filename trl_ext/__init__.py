@@ -104,17 +104,17 @@ def __getattr__(name: str) -> Any:
     for spec in ALGORITHMS.values():
         if spec.has_trainer and name in spec.class_names:
             return _algorithm_classes(spec.name)[spec.class_names.index(name)]
-    if name == "async_config_class" or (name.startswith("Async") and name.endswith("Config")):
+    if name == "async_config_class" or name.startswith("Async"):
         from .trainers.asynchronous import forms  # an algorithm's asynchronous config: AsyncSAPOConfig, ...
 
         if name == "async_config_class":
             return forms.async_config_class
-        for spec in ALGORITHMS.values():
-            if spec.has_trainer and spec.family.async_family == "async" and forms.async_config_name(spec.name) == name:
-                try:
-                    return forms.async_config_class(spec.name)
-                except ValueError as error:  # no asynchronous form yet: why
-                    raise AttributeError(f"module 'trl_ext' has no attribute {name!r}: {error}") from None
+        algorithm = forms.algorithm_named(name)
+        if algorithm is not None:
+            try:
+                return forms.async_config_class(algorithm)
+            except ValueError as error:  # no asynchronous form yet: why
+                raise AttributeError(f"module 'trl_ext' has no attribute {name!r}: {error}") from None
     raise AttributeError(f"module 'trl_ext' has no attribute {name!r}")
 
 

@@ -127,12 +127,11 @@ def describe_algorithm(name: str) -> str:
     lines.append(f"  trainer     trl_ext.{trainer} / trl_ext.{config} ({spec.family.name} family)")
     lines.append(f"  train       trl-ext train --algorithm {name}   (flags: trl-ext train --algorithm {name} --help)")
     if spec.family.schema == "experience" and name != "async_grpo":
-        from .trainers.asynchronous.forms import async_config_class
+        from .trainers.asynchronous.forms import async_config_name, async_refusal
 
-        try:
-            form = f"trl_ext.{async_config_class(name).__name__} on AsyncGRPOTrainer (--asynchronous true)"
-        except ValueError as error:
-            form = f"none yet: {str(error).split(': ', 1)[1]}"
+        reason = async_refusal(name)
+        form = f"trl_ext.{async_config_name(name)} on AsyncGRPOTrainer (--asynchronous true)"
+        form = f"none yet: {reason}" if reason else form
         lines += textwrap.wrap(f"  async       {form}", 118, subsequent_indent="              ")
     settings = [f"{f.name}={field_default(f)!r}" for f in algorithm_fields(spec.config_class, name)]
     lines.append(textwrap.fill("  settings    " + ", ".join(settings), 118, subsequent_indent="              "))

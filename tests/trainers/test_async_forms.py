@@ -207,3 +207,17 @@ def test_trls_two_step_callbacks_are_added_without_the_duplicate_notice(tiny_mod
     intervals = [c for c in trainer.callback_handler.callbacks if isinstance(c, StepIntervalCallback)]
     assert len(intervals) == 2  # the weight sync and the step metrics, both kept
     assert "but there is already one" not in capfd.readouterr().err
+
+
+def test_a_pickled_asynchronous_config_loads_in_a_process_that_never_built_its_class(tmp_path):
+    """A checkpoint's `training_args.bin` holds the config: pickle finds `AsyncSAPOConfig` through the forms
+    module's `__getattr__`, which builds it there."""
+    import subprocess
+    import sys
+
+    saved = tmp_path / "args.pkl"
+    saved.write_bytes(pickle.dumps(trl_ext.AsyncSAPOConfig(output_dir="out", **CPU, token_budget=0, tau_neg=1.5)))
+    code = f"import pickle; c = pickle.load(open({str(saved)!r}, 'rb')); print(type(c).__name__, c.tau_neg)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-2:] == ["AsyncSAPOConfig", "1.5"]  # after a logger's line (wandb offline)

@@ -387,22 +387,12 @@ def set_defaults(
 def asynchronous_requested(argv: Sequence[str]) -> bool:
     """The value of `--asynchronous` in `argv` (HfArgumentParser's bool syntax: `--asynchronous`, `--asynchronous
     true`, `--asynchronous=false`); a bad value is a `UsageError` naming the flag."""
-
-    def boolean(text: str) -> bool:
-        lowered = text.lower()
-        if lowered not in ("true", "yes", "y", "1", "false", "no", "n", "0"):
-            raise ValueError(text)
-        return lowered in ("true", "yes", "y", "1")
-
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    pre.add_argument("--asynchronous", type=boolean, nargs="?", const=True, default=False)
-    try:
-        return pre.parse_known_args(list(argv))[0].asynchronous
-    except argparse.ArgumentError:
-        value = next((a.split("=", 1)[1] for a in argv if a.startswith("--asynchronous=")), None)
-        if value is None:
-            value = argv[list(argv).index("--asynchronous") + 1]
-        raise UsageError(f"--asynchronous: {value!r} is not a boolean (true or false)") from None
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--asynchronous", nargs="?", const="true", default="false")
+    value = pre.parse_known_args(list(argv))[0].asynchronous
+    if value.lower() not in ("true", "yes", "y", "1", "false", "no", "n", "0"):
+        raise UsageError(f"--asynchronous: {value!r} is not a boolean (true or false)")
+    return value.lower() in ("true", "yes", "y", "1")
 
 
 def parse(parser: TrlParser, argv: Sequence[str]) -> tuple:

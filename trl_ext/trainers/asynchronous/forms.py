@@ -14,8 +14,8 @@ record; Trinity-RFT's GRPO is four settings away, see its docstring).
 
 An algorithm whose parts the asynchronous trainer cannot feed yet has no asynchronous form: `async_config_class`
 raises, naming the reason (the config's own error, e.g. a token-level estimator, or the family's
-`synchronous_only`). The classes are built from the records on first use and cached (picklable: they live in this
-module's namespace).
+`synchronous_only`). The classes are built from the records on first use and cached; this module's `__getattr__`
+names them, so a pickled config (a checkpoint's `training_args.bin`) loads in any process.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ def async_config_name(algorithm: str) -> str:
     return "Async" + get_algorithm(algorithm).class_names[0]
 
 
-@cache
 def async_config_class(algorithm: str) -> type[AsyncGRPOConfig]:
     """Algorithm `algorithm`'s asynchronous config class (see the module docstring).
 
@@ -47,20 +46,45 @@ def async_config_class(algorithm: str) -> type[AsyncGRPOConfig]:
         ValueError: An unknown algorithm (naming the known ones), one that does not generate (DPO, SFT), or one the
             asynchronous trainer cannot train yet (naming why).
     """
+    form = _form(algorithm)
+    if isinstance(form, str):
+        family = get_algorithm(algorithm).family
+        yet = " yet" if family is not None and family.schema == "experience" else ""
+        raise ValueError(f"{algorithm} has no asynchronous form{yet}: {form}")
+    return form
+
+
+def async_refusal(algorithm: str) -> str | None:
+    """Why algorithm `algorithm` has no asynchronous form (None when it has one)."""
+    form = _form(algorithm)
+    return form if isinstance(form, str) else None
+
+
+def async_algorithms() -> dict[str, str | None]:
+    """Each algorithm that generates (the `experience` families), with None where it trains asynchronously, else the
+    reason it does not yet."""
+    return {
+        spec.name: async_refusal(spec.name)
+        for spec in ALGORITHMS.values()
+        if spec.has_trainer and spec.family.schema == "experience" and spec.name != GRPO_ASYNC_FORM
+    }
+
+
+@cache
+def _form(algorithm: str) -> type[AsyncGRPOConfig] | str:
+    """The asynchronous config of `algorithm`, built from its record, or the reason it has none."""
     if algorithm in ("grpo", GRPO_ASYNC_FORM):
         return AsyncGRPOConfig
     spec = get_algorithm(algorithm)
     family = spec.family
     if family is None or family.schema != "experience":
-        raise ValueError(
-            f"{algorithm} has no asynchronous form: it trains on a fixed dataset (asynchronous training overlaps "
-            "generation with training; only the algorithms that generate have it)"
+        return (
+            "it trains on a fixed dataset (asynchronous training overlaps generation with training; only the "
+            "algorithms that generate have it)"
         )
     if family.async_family != "async":
-        raise ValueError(f"{algorithm} has no asynchronous form yet: {family.synchronous_only}")
+        return family.synchronous_only
     name = async_config_name(algorithm)
-    if name in globals():
-        return globals()[name]
     fields = [entry for entry in algorithm_fields(algorithm) if entry[0] not in _NOT_FIELDS]
     doc = (
         f"The asynchronous form of [`{spec.class_names[0]}`] for [`AsyncGRPOTrainer`]: {spec.description} Its "
@@ -72,23 +96,36 @@ def async_config_class(algorithm: str) -> type[AsyncGRPOConfig]:
     try:  # the parts the worker and the trainer cannot feed are refused by the config itself
         config(output_dir="async-form-check", rollout_backend="transformers", token_budget=0, use_cpu=True)
     except ValueError as error:
-        raise ValueError(f"{algorithm} has no asynchronous form yet: {error}") from None
-    globals()[name] = config  # where pickle finds it (checkpoints, the worker's process)
+        return str(error)
     return config
 
 
-def async_algorithms() -> dict[str, str | None]:
-    """Each algorithm that generates (the `experience` families), with None where it trains asynchronously, else the
-    reason it does not yet."""
-    status: dict[str, str | None] = {}
-    for spec in ALGORITHMS.values():
-        if spec.has_trainer and spec.family.schema == "experience" and spec.name != GRPO_ASYNC_FORM:
-            try:
-                async_config_class(spec.name)
-                status[spec.name] = None
-            except ValueError as error:
-                status[spec.name] = str(error).split(": ", 1)[1]
-    return status
+def algorithm_named(name: str) -> str | None:
+    """The algorithm whose asynchronous config is named `name` (`AsyncSAPOConfig` -> `sapo`), if any."""
+    return next(
+        (s.name for s in ALGORITHMS.values() if s.has_trainer and s.family.async_family == "async" and
+         async_config_name(s.name) == name),
+        None,
+    )  # fmt: skip
 
 
-__all__ = ["GRPO_ASYNC_FORM", "async_algorithms", "async_config_class", "async_config_name"]
+def __getattr__(name: str) -> type[AsyncGRPOConfig]:
+    """`AsyncSAPOConfig`, ... by name, built on first access (also where pickle finds a saved config's class, in a
+    process that has not built it yet); an algorithm without a form is an AttributeError saying why."""
+    algorithm = algorithm_named(name)
+    if algorithm is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return async_config_class(algorithm)
+    except ValueError as error:
+        raise AttributeError(f"{name}: {error}") from None
+
+
+__all__ = [
+    "GRPO_ASYNC_FORM",
+    "algorithm_named",
+    "async_algorithms",
+    "async_config_class",
+    "async_config_name",
+    "async_refusal",
+]
