@@ -12,6 +12,7 @@ import pytest
 
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.async_rollout import GroupScorer, check_async_estimator
+from trl_ext.async_rollout.scoring import IN_GROUP, IN_WINDOW, WINDOW_REWARD_KEY
 from trl_ext.toy import repeat_letter_reward
 
 PROMPT = "Repeat the letter c:"
@@ -177,12 +178,11 @@ def test_rec_drop_uses_a_generator_seeded_by_the_group():
 @pytest.mark.parametrize(
     ("name", "args", "reason"),
     [
-        ("reinforceplusplus", {}, "token-level"),
         ("ppo", {}, "values"),
         ("gigpo", {}, "multi-turn"),
         ("remax", {}, "reward_baselines"),
         ("jsd", {}, "teacher_logprob"),
-        ("clipb", {}, "entropy"),
+        ("clipb", {}, "optimizer window does not provide: logprobs, entropy"),
         ("grpo", {"rank_penalty": 0.5}, "logprobs"),
         ("grpo", {"std_threshold": 0.0, "duplicate_experiences": True}, "duplicate_experiences"),
         ("step_wise_grpo", {}, "run_ids"),
@@ -197,7 +197,34 @@ def test_check_async_estimator_refuses(name, args, reason):
 
 @pytest.mark.parametrize("name", ["grpo", "rloo", "reinforce", "opmd", "asymre", "rec", "raft"])
 def test_check_async_estimator_accepts_group_estimators(name):
-    check_async_estimator(get_advantage_fn(name))
+    assert check_async_estimator(get_advantage_fn(name)) == IN_GROUP
+
+
+@pytest.mark.parametrize(
+    "name", ["reinforceplusplus", "reinforce_plus_plus_baseline", "grpo_verl", "opmd_verl", "asymre_verl", "gpg"]
+)
+def test_token_level_estimators_run_over_the_trainers_window(name):
+    assert check_async_estimator(get_advantage_fn(name)) == IN_WINDOW
+
+
+def test_a_window_estimator_is_not_run_in_the_worker_which_stamps_the_shaped_reward():
+    """REINFORCE++ runs in the trainer: the worker's samples carry advantage 0 and the reward the estimator is to
+    receive, DAPO's overlong penalty included (lengths 8, 2, 6, 2, as in the overlong test below)."""
+    scorer = GroupScorer(
+        repeat_letter_reward,
+        advantage_fn="reinforceplusplus",
+        overlong_buffer=4,
+        overlong_penalty_factor=1.0,
+        max_completion_length=8,
+    )
+    assert scorer.estimates_in_window
+    score = _score_ids(scorer, [" c", " d", " c", " d"], [8, 2, 6, 2])
+    np.testing.assert_array_equal(score.advantages, [0.0] * 4)
+    assert score.keep.all()
+    np.testing.assert_allclose(score.window_rewards, [0.0, 0.0, 0.5, 0.0])
+    assert [score.sample_metrics(i)[WINDOW_REWARD_KEY] for i in range(4)] == pytest.approx([0.0, 0.0, 0.5, 0.0])
+    assert score.sample_metrics(0)["reward"] == 1.0  # the logged reward stays the task's
+    assert WINDOW_REWARD_KEY not in _score_ids(GroupScorer(repeat_letter_reward), [" c"], [2]).sample_metrics(0)
 
 
 def test_constructor_refusals():

@@ -18,8 +18,12 @@ from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
 from trl_ext import GRPOConfig, GRPOTrainer
+from trl_ext.advantages import get_advantage_fn
+from trl_ext.algorithms import get_algorithm
 from trl_ext.async_rollout import GroupScorer
 from trl_ext.toy import build_tokenizer, toy_reward
+from trl_ext.trainers.asynchronous.forms import async_config_class
+from trl_ext.trainers.asynchronous.packed_rows import PackedRow
 
 CASES = {
     "ppo": {},
@@ -145,3 +149,63 @@ def test_a_stale_sample_changes_the_update(random_tiny_model, tmp_path):
     g_fresh, _ = _async_gradient(asynchronous, fresh, advantages, tokenizer.pad_token_id)
     g_stale, _ = _async_gradient(asynchronous, stale, advantages, tokenizer.pad_token_id)
     assert torch.nn.functional.cosine_similarity(g_fresh, g_stale, dim=0) < 0.999
+
+
+def _completion_mask(samples: list[dict]) -> torch.Tensor:
+    """`[N, T]`: each sample's completion tokens, left-aligned (the synchronous trainer's `completion_mask`)."""
+    lengths = torch.tensor([int(s["completion_mask"].sum()) for s in samples])
+    return torch.arange(int(lengths.max())) < lengths[:, None]
+
+
+@pytest.mark.parametrize("algorithm", ["reinforceplusplus", "grpo_verl", "gpg"])
+def test_a_token_level_estimator_runs_over_the_optimizer_window(algorithm, random_tiny_model, tmp_path):
+    """The worker stamps each sample's reward (advantage 0); the trainer runs the token-level estimator once over
+    the window, here two micro-batches of four samples, as the synchronous trainer runs it over its batch: the same
+    advantages, and at staleness 0 the same update as the synchronous trainer's."""
+    spec = get_algorithm(algorithm)
+    sync = toy_trainer(spec.trainer_class, cpu_config(spec.config_class, str(tmp_path / "sync")), random_tiny_model)
+    config = cpu_config(async_config_class(algorithm), str(tmp_path / "async"), token_budget=0)
+    asynchronous = stub_trainer(random_tiny_model, config)
+    assert asynchronous.window_estimator is not None and asynchronous.group_scorer.estimates_in_window
+    tokenizer = build_tokenizer()
+    samples = make_samples(tokenizer, sync.model, seed=3)
+    mask = _completion_mask(samples)
+    rewards = REWARDS.clone()
+    rewards[5] = float("nan")  # no reward function scored it: no part in the statistics, advantage 0
+    scored = torch.isfinite(rewards)
+    expected = torch.zeros(mask.shape)
+    estimator = get_advantage_fn(sync.args.advantage_fn_name, **sync.args.advantage_kwargs())
+    estimate = estimator.compute(
+        rewards[scored], [GROUPS[i] for i in range(8) if scored[i]], response_mask=mask[scored]
+    )
+    expected[scored] = estimate.advantages.float()
+    if algorithm == "reinforceplusplus":  # γ = 1: every token's return is its sample's reward, whitened over tokens
+        tokens = mask[scored].sum(1).float()
+        returns = rewards[scored]
+        mean = (returns * tokens).sum() / tokens.sum()
+        var = ((returns - mean) ** 2 * tokens).sum() / (tokens.sum() - 1)
+        closed = ((returns - mean) / var.sqrt())[:, None] * mask[scored]
+        torch.testing.assert_close(expected[scored], closed, rtol=1e-4, atol=1e-5)
+
+    halves = [packed_batch(samples[i : i + 4], [0.0] * 4, tokenizer.pad_token_id, rewards=rewards[i : i + 4].tolist())
+              for i in (0, 4)]  # fmt: skip
+    asynchronous.model_version = 1
+    asynchronous._get_num_items_in_batch(halves, asynchronous.accelerator.device)
+    for half, rows in zip(halves, (slice(0, 4), slice(4, 8)), strict=True):
+        grid = PackedRow.from_inputs(half).grid()
+        got = grid.scatter(half["window_advantages"][half["token_index"] >= 0])
+        torch.testing.assert_close(got, expected[rows, : got.size(1)], rtol=1e-5, atol=1e-6)
+    assert not halves[1]["window_advantages"][halves[1]["segment_id"] == 1].any()  # sample 5: unscorable
+
+    # the update: one micro-batch of all eight, against the synchronous trainer's with the same token advantages
+    whole = packed_batch(samples, [0.0] * 8, tokenizer.pad_token_id, rewards=rewards.tolist())
+    asynchronous.current_gradient_accumulation_steps = 1
+    asynchronous.model.train()
+    asynchronous._get_num_items_in_batch([whole], asynchronous.accelerator.device)
+    loss_async = asynchronous.compute_loss(asynchronous.model, whole)
+    loss_async.backward()
+    g_async = gradient(asynchronous.model)
+    g_sync, loss_sync = _sync_gradient(sync, samples, expected, tokenizer.pad_token_id)
+    assert g_sync.norm() > 0
+    assert torch.nn.functional.cosine_similarity(g_sync, g_async, dim=0) >= 0.9999
+    assert float(loss_async.detach()) == pytest.approx(loss_sync, rel=1e-4, abs=1e-6)

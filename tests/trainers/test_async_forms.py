@@ -17,10 +17,6 @@ from trl_ext.scripts._common import UsageError
 from trl_ext.trainers.asynchronous.forms import async_algorithms, async_config_class
 
 SYNCHRONOUS_ONLY = {
-    # token-level estimators: the packed rows carry one advantage per sequence
-    "grpo_verl": "token-level",
-    "reinforceplusplus": "token-level",
-    "gpg": "token-level",
     # multi-turn estimators: the worker does not run TRL's tool loop's turns
     "multi_step_grpo": "run_ids",
     "gigpo": "run_ids",
@@ -41,7 +37,7 @@ def test_which_algorithms_have_an_asynchronous_form_and_why_the_others_do_not():
     assert {name for name, reason in status.items() if reason is not None} == set(SYNCHRONOUS_ONLY)
     for name, word in SYNCHRONOUS_ONLY.items():
         assert word in status[name], (name, status[name])
-    assert len(FORMS) == 19 and "sapo" in FORMS and "grpo" in FORMS and "async_grpo" not in status
+    assert len(FORMS) == 22 and "sapo" in FORMS and "grpo" in FORMS and "async_grpo" not in status
 
 
 OPTIONS = {"output_dir": "out", **CPU, "max_steps": 1}

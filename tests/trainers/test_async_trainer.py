@@ -23,7 +23,7 @@ from trl_ext.trainers.asynchronous.samples import check_sample
         ({"epsilon": 0.3}, r"epsilon=0.3 is TRL's PPO clip; trl_ext's loss takes it as clip_range_low"),
         ({"epsilon_high": 0.3}, r"epsilon_high=0.3 .* clip_range_high"),
         ({"kl_penalty_fn": "k1"}, r"kl_penalty_fn='k1' .* the rollout worker, which has no reference model"),
-        ({"advantage_fn": "reinforceplusplus"}, r"advantage_fn='reinforceplusplus'.*token-level"),
+        ({"advantage_fn": "clipb"}, r"advantage_fn='clipb'.*logprobs"),
         ({"advantage_fn": "remax"}, r"advantage_fn='remax'.*reward_baselines"),
         ({"advantage_fn": "gigpo"}, r"advantage_fn='gigpo'"),
         (

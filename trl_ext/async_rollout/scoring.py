@@ -24,11 +24,16 @@ no cap on the rounds); with `overlong_buffer` > 0 each completion's reward gets 
 length (`trl_ext.advantages.overlong`, §3.4) before the estimator. Both are logged per group (`uniform_group`,
 `overlong_penalty`).
 
-`check_async_estimator` refuses the estimators that cannot run this way: token-level ones (a sample carries one
-advantage), multi-turn ones (`step_rewards`), those needing inputs the worker does not have (log-probs, entropy,
-values, teacher log-probs, reward baselines, run ids) and GRPO's `duplicate_experiences` (it copies rows between
-groups: a result with `source`). The rollout worker runs in a spawned process, so the scorer must pickle:
-`check_picklable` (called at construction) names the reward function that does not (lambdas, closures).
+Where the estimator runs (`check_async_estimator`): a group estimator (one advantage per sequence, from the group's
+rewards) runs here, per group (`IN_GROUP`). A token-level estimator that needs only the completion masks (REINFORCE++,
+`grpo_verl`, GPG, ...) runs in the trainer over each optimizer window (`IN_WINDOW`: its batch statistics, e.g.
+REINFORCE++'s whitening, are the window's, as the synchronous trainers' are the generation batch's): the scorer then
+stamps each sample's advantage 0 and its reward, shaped, under `WINDOW_REWARD_KEY` in the sample's metrics, and the
+trainer computes the advantages (`trl_ext.trainers.asynchronous.window_estimator`). Refused: multi-turn estimators
+(`step_rewards`), those needing inputs neither has (log-probs, entropy, values, teacher log-probs, reward
+baselines, run ids) and GRPO's `duplicate_experiences` (it copies rows between groups: a result with `source`). The
+rollout worker runs in a spawned process, so the scorer must pickle: `check_picklable` (called at construction) names
+the reward function that does not (lambdas, closures).
 """
 
 from __future__ import annotations
@@ -51,10 +56,26 @@ from .._validation import check_bool, check_number
 from ..advantages import AdvantageFn, get_advantage_fn
 from ..advantages.overlong import overlong_penalty
 
-__all__ = ["WORKER_INPUTS", "GroupScore", "GroupScorer", "check_async_estimator", "reward_func_name"]
+__all__ = [
+    "IN_GROUP",
+    "IN_WINDOW",
+    "WINDOW_INPUTS",
+    "WINDOW_REWARD_KEY",
+    "WORKER_INPUTS",
+    "GroupScore",
+    "GroupScorer",
+    "check_async_estimator",
+    "reward_func_name",
+]
 
 WORKER_INPUTS = ("response_mask", "completion_mask", "generator")
 """The estimator inputs the rollout worker can provide per group (besides the rewards and the group ids)."""
+WINDOW_INPUTS = ("response_mask", "completion_mask")
+"""The inputs of a token-level estimator the trainer can provide over an optimizer window (the trained tokens)."""
+IN_GROUP, IN_WINDOW = "group", "window"
+"""Where an estimator runs: per group in the rollout worker, or over the optimizer window in the trainer."""
+WINDOW_REWARD_KEY = "__estimator_reward__"
+"""Where a sample's (shaped) reward rides in its `metrics`, from the worker to the trainer's window estimator."""
 
 _RESERVED_KWARGS = ("prompts", "completions", "completion_ids")
 
@@ -74,28 +95,28 @@ def _is_async(func: Callable) -> bool:
     return inspect.iscoroutinefunction(func) or (call is not None and inspect.iscoroutinefunction(call))
 
 
-def check_async_estimator(fn: AdvantageFn) -> None:
-    """Raise `ValueError` when the advantage estimator `fn` cannot run per group in the rollout worker.
+def check_async_estimator(fn: AdvantageFn) -> str:
+    """Where the advantage estimator `fn` runs in an asynchronous run: `IN_GROUP` (a group estimator, in the rollout
+    worker) or `IN_WINDOW` (a token-level one, in the trainer over the optimizer window; see the module docstring).
 
-    The reasons (all listed): it is token-level (a `RolloutSample` carries one advantage per sequence), multi-turn
-    (`step_rewards`), it needs inputs the worker cannot provide (anything besides `WORKER_INPUTS`, e.g. `logprobs`,
-    `entropy`, `values`, `teacher_logprob`, `reward_baselines`), or it copies rows between groups (GRPO's
-    `duplicate_experiences`, a result with `source`).
+    Raises:
+        ValueError: `fn` cannot run in either place, with every reason: it is multi-turn (`step_rewards`), it needs
+            inputs neither provides (the worker provides `WORKER_INPUTS`, the window `WINDOW_INPUTS`; e.g.
+            `logprobs`, `entropy`, `values`, `teacher_logprob`, `reward_baselines`), or it copies rows between groups
+            (GRPO's `duplicate_experiences`, a result with `source`).
     """
     if not isinstance(fn, AdvantageFn):
         raise TypeError(f"check_async_estimator: expected an AdvantageFn, got {type(fn).__name__}")
+    token_level = type(fn).token_level
+    provided = WINDOW_INPUTS if token_level else WORKER_INPUTS
+    where = "the trainer's optimizer window" if token_level else "the rollout worker"
     reasons = []
-    if type(fn).token_level:
-        reasons.append(
-            "it is token-level (one advantage per token) while TRL's RolloutSample carries one advantage per sequence"
-        )
     if type(fn).step_rewards:
         reasons.append("it is a multi-turn estimator (step_rewards: one row per step of a run)")
-    missing = [name for name in fn.needed_inputs() if name not in WORKER_INPUTS]
+    missing = [name for name in fn.needed_inputs() if name not in provided]
     if missing:
         reasons.append(
-            f"it needs inputs the rollout worker does not provide: {', '.join(missing)} "
-            f"(the worker provides {', '.join(WORKER_INPUTS)})"
+            f"it needs inputs {where} does not provide: {', '.join(missing)} (it provides {', '.join(provided)})"
         )
     if getattr(fn, "duplicate_experiences", False):
         reasons.append(
@@ -103,10 +124,12 @@ def check_async_estimator(fn: AdvantageFn) -> None:
             "at a time cannot do"
         )
     if reasons:
+        kind = "token-level, over the optimizer window" if token_level else "per group in the rollout worker"
         raise ValueError(
-            f"check_async_estimator: advantage estimator {fn.name!r} cannot run per group in the rollout worker: "
+            f"check_async_estimator: advantage estimator {fn.name!r} cannot run asynchronously ({kind}): "
             + "; ".join(reasons)
         )
+    return IN_WINDOW if token_level else IN_GROUP
 
 
 @dataclass(frozen=True)
@@ -123,6 +146,8 @@ class GroupScore:
             samples, NaN when none), `unscorable`, `dropped` (counts), `uniform_group` (1 when dynamic sampling
             dropped the group), `overlong_penalty` (the mean penalty, with overlong shaping) and the estimator's
             metrics as `advantages/<name>`.
+        window_rewards: `[n]` float64 with an estimator that runs over the trainer's optimizer window (`IN_WINDOW`):
+            the rewards it receives (shaped: with DAPO's overlong penalty; NaN for an unscorable sample); else None.
     """
 
     rewards: np.ndarray
@@ -131,14 +156,20 @@ class GroupScore:
     rewards_per_func: np.ndarray
     func_names: tuple[str, ...]
     metrics: dict[str, float] = field(default_factory=dict)
+    window_rewards: np.ndarray | None = None
 
     def sample_metrics(self, i: int) -> dict[str, float]:
-        """The per-sample metrics TRL stamps on `RolloutSample.metrics`: `reward`, `reward_std`, `rewards/<func>`."""
-        return {
+        """The per-sample metrics TRL stamps on `RolloutSample.metrics`: `reward`, `reward_std`, `rewards/<func>`;
+        with a window estimator also the reward it receives (`WINDOW_REWARD_KEY`, removed by the trainer's
+        collator)."""
+        metrics = {
             "reward": float(self.rewards[i]),
             "reward_std": float(self.metrics["reward_std"]),
             **{f"rewards/{name}": float(self.rewards_per_func[f, i]) for f, name in enumerate(self.func_names)},
         }
+        if self.window_rewards is not None:
+            metrics[WINDOW_REWARD_KEY] = float(self.window_rewards[i])
+        return metrics
 
 
 class GroupScorer:
@@ -152,7 +183,8 @@ class GroupScorer:
             computes the rewards itself and calls `group_advantages` (`score` then raises).
         reward_weights: One finite weight per function (default all 1).
         advantage_fn: A registered trl_ext estimator name (`trl_ext.advantages.ADVANTAGE_FNS`) that
-            `check_async_estimator` accepts.
+            `check_async_estimator` accepts; one that runs over the trainer's window (`IN_WINDOW`) is not run here:
+            the samples get advantage 0 and their reward for it (`GroupScore.window_rewards`).
         advantage_fn_args: The estimator's arguments.
         seed: Base seed of the per-group `generator` (estimators with random choices, e.g. REC's `drop`).
         drop_uniform_groups: DAPO's dynamic sampling: drop a group whose task rewards all agree (module docstring).
@@ -208,7 +240,7 @@ class GroupScorer:
         self.advantage_fn_name = advantage_fn
         self.advantage_fn_args = dict(advantage_fn_args or {})
         self.estimator = get_advantage_fn(advantage_fn, **self.advantage_fn_args)
-        check_async_estimator(self.estimator)
+        self.placement = check_async_estimator(self.estimator)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"GroupScorer: seed={seed!r} is not valid; must be an integer")
         self.seed = seed
@@ -224,6 +256,11 @@ class GroupScorer:
         self.overlong = (max_completion_length, overlong_buffer, overlong_penalty_factor) if overlong_buffer else None
         self._inputs = tuple(name for name in self.estimator.inputs() if name in WORKER_INPUTS)
         self.check_picklable()
+
+    @property
+    def estimates_in_window(self) -> bool:
+        """Whether the estimator runs over the trainer's optimizer window rather than here (module docstring)."""
+        return self.placement == IN_WINDOW
 
     def check_picklable(self) -> None:
         """Raise `TypeError` naming the reward function (or the estimator) that cannot be pickled: the rollout worker
@@ -328,27 +365,38 @@ class GroupScorer:
         rewards = np.nansum(per_func * self.reward_weights[:, None], axis=0)
         rewards[unscorable] = np.nan
 
-        advantages, keep, metrics = self._group_advantages(rewards, completion_ids, group_id)
-        return GroupScore(rewards, advantages, keep, per_func, self.func_names, metrics)
+        advantages, keep, metrics, shaped = self._group_advantages(rewards, completion_ids, group_id)
+        window_rewards = shaped if self.estimates_in_window else None
+        return GroupScore(rewards, advantages, keep, per_func, self.func_names, metrics, window_rewards)
 
     def group_advantages(
         self, rewards: Any, completion_ids: list[list[int]], group_id: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """The estimator's `(advantages [n], keep [n])` for one group's rewards `[n]` (NaN: unscorable, advantage 0,
         kept), the step after the reward functions in `score` (for a loop that computes the rewards itself, e.g.
-        TRL's `_score_group`). `completion_ids` gives the completion lengths (the masks some estimators read)."""
+        TRL's `_score_group`). `completion_ids` gives the completion lengths (the masks some estimators read). With
+        an estimator that runs over the trainer's window the advantages are 0: see `shaped_rewards`."""
         rewards = np.asarray(rewards, dtype=np.float64)
         if rewards.ndim != 1 or rewards.size != len(completion_ids) or rewards.size == 0:
             raise ValueError(
                 f"GroupScorer.group_advantages: rewards must be 1-D [n] with one entry per completion_ids row (n >= "
                 f"1), got shape {rewards.shape} for {len(completion_ids)} completions"
             )
-        advantages, keep, _ = self._group_advantages(rewards, completion_ids, group_id)
+        advantages, keep, _, _ = self._group_advantages(rewards, completion_ids, group_id)
         return advantages, keep
+
+    def shaped_rewards(self, rewards: Any, completion_ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray | None]:
+        """`(shaped [n], penalty [n] or None)`: one group's rewards as the estimator receives them, with DAPO's
+        overlong penalty from the completion lengths when `overlong_buffer` > 0 (NaN stays NaN: unscorable)."""
+        rewards = np.asarray(rewards, dtype=np.float64)
+        if self.overlong is None:
+            return rewards, None
+        penalty = overlong_penalty(torch.tensor([len(ids) for ids in completion_ids]), *self.overlong).double()
+        return rewards + penalty.numpy(), penalty.numpy()
 
     def _group_advantages(
         self, rewards: np.ndarray, completion_ids: list[list[int]], group_id: int
-    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, float], np.ndarray]:
         n = rewards.size
         unscorable = np.isnan(rewards)
         advantages = np.zeros(n, dtype=np.float64)
@@ -357,10 +405,8 @@ class GroupScorer:
         task = np.nan_to_num(rewards, nan=0.0)  # the task rewards, as the reward functions gave them
         uniform = self.drop_uniform_groups and n >= 2 and task.max() == task.min()
         metrics["uniform_group"] = float(uniform)
-        shaped = rewards
-        if self.overlong is not None:
-            penalty = overlong_penalty(torch.tensor([len(ids) for ids in completion_ids]), *self.overlong).double()
-            shaped = rewards + penalty.numpy()  # an unscorable sample stays NaN
+        shaped, penalty = self.shaped_rewards(rewards, completion_ids)
+        if penalty is not None:
             metrics["overlong_penalty"] = float(penalty.mean())
         scorable = np.flatnonzero(~unscorable)
         if scorable.size:
@@ -368,7 +414,7 @@ class GroupScorer:
             metrics["reward_std"] = float(rewards[scorable].std())
         if uniform:  # dropped whole: no advantage, never enqueued
             keep[:] = False
-        elif scorable.size:
+        elif scorable.size and not self.estimates_in_window:
             result = self._advantages(shaped[scorable], [completion_ids[i] for i in scorable], group_id)
             kept = result.keep.cpu().numpy().astype(bool)
             advantages[scorable] = np.where(kept, result.advantages.double().cpu().numpy(), 0.0)
@@ -378,7 +424,7 @@ class GroupScorer:
             metrics["reward_mean"] = metrics["reward_std"] = math.nan
         metrics["unscorable"] = float(unscorable.sum())
         metrics["dropped"] = float((~keep).sum())
-        return advantages, keep, metrics
+        return advantages, keep, metrics, shaped
 
     def _advantages(self, rewards: np.ndarray, completion_ids: list[list[int]], group_id: int):
         inputs: dict[str, Any] = {}

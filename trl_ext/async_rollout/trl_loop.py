@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
 
-from .scoring import GroupScorer
+from .scoring import WINDOW_REWARD_KEY, GroupScorer
 
 
 def rescore_samples(
@@ -24,7 +24,8 @@ def rescore_samples(
 ) -> list[Any]:
     """TRL's scored rows of one group with the advantages of `scorer`'s estimator: conversation i owns the next
     `rows_per_conversation[i]` rows (TRL's order) and its reward is their `metrics["reward"]` (NaN: unscorable,
-    advantage 0, as TRL's). Rows of a conversation the estimator drops are left out."""
+    advantage 0, as TRL's). Rows of a conversation the estimator drops are left out. With an estimator that runs over
+    the trainer's window, each row carries its conversation's reward for it (`WINDOW_REWARD_KEY`) and advantage 0."""
     if sum(rows_per_conversation) != len(samples):
         raise ValueError(
             f"rescore_samples: {len(samples)} rows for conversations of {rows_per_conversation} rows; they must match"
@@ -32,12 +33,15 @@ def rescore_samples(
     offsets = np.cumsum([0, *rows_per_conversation[:-1]])
     rewards = np.array([samples[o].metrics["reward"] for o in offsets], dtype=np.float64)
     advantages, keep = scorer.group_advantages(rewards, completion_ids, group_id)
+    window_rewards = scorer.shaped_rewards(rewards, completion_ids)[0] if scorer.estimates_in_window else None
     rescored = []
     for i, (start, rows) in enumerate(zip(offsets, rows_per_conversation, strict=True)):
         if not keep[i]:
             continue
         for sample in samples[start : start + rows]:
             sample.advantage = float(advantages[i])
+            if window_rewards is not None:  # the trainer's window estimator reads it (`WINDOW_REWARD_KEY`)
+                sample.metrics[WINDOW_REWARD_KEY] = float(window_rewards[i])
             rescored.append(sample)
     return rescored
 

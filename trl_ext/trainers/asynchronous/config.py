@@ -11,8 +11,9 @@ resolved once, by the same code as the synchronous configs (`composition.Compose
 
 What an asynchronous run cannot do is refused here, each naming its field: TRL's own loss fields (`epsilon`,
 `epsilon_high`: use `clip_range_low` / `clip_range_high`), a KL penalty in the reward (the worker has no reference
-model), an advantage that needs what the worker does not compute (token-level, multi-turn, values, greedy baselines:
-`trl_ext.async_rollout.check_async_estimator`), `max_staleness` < 0.
+model), an advantage that needs what neither the worker (group estimators) nor the trainer's optimizer window
+(token-level ones) computes (multi-turn, values, greedy baselines: `trl_ext.async_rollout.check_async_estimator`),
+`max_staleness` < 0.
 """
 
 from __future__ import annotations

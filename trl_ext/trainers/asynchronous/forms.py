@@ -13,7 +13,7 @@ GRPO's own asynchronous form is `AsyncGRPOConfig`, whose defaults are TRL's asyn
 record; Trinity-RFT's GRPO is four settings away, see its docstring).
 
 An algorithm whose parts the asynchronous trainer cannot feed yet has no asynchronous form: `async_config_class`
-raises, naming the reason (the config's own error, e.g. a token-level estimator, or the family's
+raises, naming the reason (the config's own error, e.g. a multi-turn estimator, or the family's
 `synchronous_only`). The classes are built from the records on first use and cached; this module's `__getattr__`
 names them, so a pickled config (a checkpoint's `training_args.bin`) loads in any process.
 """

@@ -5,7 +5,9 @@
   version the trainer has published). A malformed sample is a ValueError naming the worker, the sample's group and
   version and what is wrong: never trained on. Each sample's version rides along in its `metrics`.
 * `VersionedCollator`: TRL's `DataCollatorForRollout`, which also packs each sample's version (`behave_version`,
-  `[S]` per row, `-1` padding): the loss reads it for the staleness metric and AReaL's log-linear proximal policy.
+  `[S]` per row, `-1` padding: the loss reads it for the staleness metric and AReaL's log-linear proximal policy), its
+  group (`sample_group`, `-1` padding) and, when the worker stamped it for an estimator that runs over the optimizer
+  window, its reward (`sample_reward`, float64, NaN for an unscorable sample and for padding).
 * `HEALTH_POLL_S`: how often the trainer asks the worker's health while the queue is empty (TRL: every 5 s), so that
   a worker that died is reported within a second.
 """
@@ -20,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
+
+from ...async_rollout.scoring import WINDOW_REWARD_KEY
 
 VERSION_KEY = "__model_version__"
 """Where a sample's policy version rides in its `metrics` dict, from the queue to the collator (which removes it)."""
@@ -96,7 +100,8 @@ def checked_rollout_queue(queue: Any, worker: Any, version: Callable[[], int]) -
 
 
 class VersionedCollator(DataCollatorForRollout):
-    """TRL's collator; also packs each sample's policy version as `behave_version` (`[S]` per row, `-1` padding)."""
+    """TRL's collator; also packs each sample's policy version as `behave_version` and its group as `sample_group`
+    (`[S]` per row, `-1` padding), and its reward for the window estimator as `sample_reward` when it has one."""
 
     @classmethod
     def from_trl(cls, collator: DataCollatorForRollout) -> VersionedCollator:
@@ -106,9 +111,20 @@ class VersionedCollator(DataCollatorForRollout):
     def torch_call(self, examples: list[Any]) -> dict[str, Any]:
         (rows,) = examples
         versions = [[sample["metrics"].pop(VERSION_KEY, -1) for sample in row.samples] for row in rows]
+        rewards = [[sample["metrics"].pop(WINDOW_REWARD_KEY, None) for sample in row.samples] for row in rows]
+        groups = [[int(sample["group_id"]) for sample in row.samples] for row in rows]
         batch = super().torch_call(examples)
         width = max(len(v) for v in versions)
-        batch["behave_version"] = torch.tensor([v + [-1] * (width - len(v)) for v in versions], dtype=torch.long)
+
+        def padded(values: list[list[Any]], fill: Any, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor([v + [fill] * (width - len(v)) for v in values], dtype=dtype)
+
+        batch["behave_version"] = padded(versions, -1, torch.long)
+        batch["sample_group"] = padded(groups, -1, torch.long)
+        if any(r is not None for row in rewards for r in row):
+            nan = float("nan")
+            rewards = [[nan if r is None else r for r in row] for row in rewards]
+            batch["sample_reward"] = padded(rewards, nan, torch.float64)
         return batch
 
 

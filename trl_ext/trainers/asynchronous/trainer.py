@@ -49,6 +49,7 @@ from .config import AsyncGRPOConfig
 from .packed_rows import PackedRow
 from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
 from .tree_attention import use_tree_attention
+from .window_pass import WindowGather, window_advantages
 
 
 class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
@@ -158,8 +159,10 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             weight_transfer = weight_transfer or rollout_worker.weight_transfer
         self.loss_step = LossStep(self, args.components.for_trainer(), args, trainer_terms=self._staleness)
         self.beta = args.beta
-        # a loss that selects over the whole window (M2PO) gets the selection made there (`_prepare_window`)
+        # a loss that selects over the whole window (M2PO) gets the selection made there (`_prepare_window`), and so
+        # does a token-level estimator its advantages (`window_pass`)
         self._selects_over_window = "window_selected" in self.policy_loss_fn.inputs()
+        self.window_estimator = scorer.estimator if scorer.estimates_in_window else None
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -218,8 +221,9 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        if "behave_version" not in self._signature_columns:
-            self._signature_columns.append("behave_version")
+        for name in ("behave_version", "sample_group", "sample_reward"):  # `VersionedCollator`'s
+            if name not in self._signature_columns:
+                self._signature_columns.append(name)
 
     def _sync_weight(self):
         """TRL's weight sync; a failure names the transfer and the version it was sending. TRL counts the versions
@@ -254,57 +258,53 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         return {"global_valid_toks": tokens.float(), "global_valid_seqs": samples.float().reshape(())}
 
     def _prepare_window(self, batches: list[dict[str, Any]]) -> None:
-        """Decide over the whole window (all micro-batches, all processes), from π at the start of the optimizer
-        step, what needs the window: verl's rollout correction against μ (its weights, `window_weights`, and kept
-        tokens, `window_keep`: batch normalization and rejection see the whole batch, as verl's) and M2PO's
-        second-moment selection (`window_selected`). Each is stored on its micro-batch, aligned with its
-        `token_index`. One forward pass without gradients per micro-batch, only when one of them is on."""
-        if not (self.correction.enabled or self._selects_over_window):
+        """Decide over the whole window (all micro-batches, all processes; `window_pass`) what needs it: a token-level
+        estimator's advantages (`window_advantages`), then, from π at the start of the optimizer step, verl's rollout
+        correction against μ (its weights, `window_weights`, and kept tokens, `window_keep`: batch normalization and
+        rejection see the whole batch, as verl's) and M2PO's second-moment selection (`window_selected`). Each is
+        stored on its micro-batch, aligned with its `token_index`. The correction and the selection take one forward
+        pass without gradients per micro-batch; nothing runs when none of them is on."""
+        needs_policy = self.correction.enabled or self._selects_over_window
+        if not (needs_policy or self.window_estimator is not None):
             return
-        rows, logps = [], []
-        with torch.no_grad():
-            for batch in batches:
-                row = PackedRow.from_inputs(batch)
-                out = self.model(**row.forward_kwargs, fused_lm_head=True)
-                rows.append(row)
-                logps.append(out.log_probs.flatten()[row.token_index].float())
-        grids = [row.grid() for row in rows]
-        width = torch.tensor(max([g.width for g in grids] + [1]), device=self.accelerator.device)
-        width = int(self.accelerator.reduce(width, "max"))
-        local = torch.cat([
-            torch.stack([
-                _pad(grid.scatter(lp), width), _pad(grid.scatter(row.old_log_probs.float()), width),
-                _pad(grid.scatter(row.advantages.float()), width), _pad(grid.mask.float(), width),
-            ], dim=1)
-            for row, grid, lp in zip(rows, grids, logps, strict=True)
-        ])  # fmt: skip  # [B_local, 4, T]
-        everything = self.accelerator.gather(self.accelerator.pad_across_processes(local, dim=0))
-        # each process's block is padded to the largest: this process's rows start at its index times that size
-        start = self.accelerator.process_index * (everything.size(0) // self.accelerator.num_processes)
-        old, sampler, advantages, mask = everything.unbind(1)
-        mask = mask.bool()
-        keep, weights, metrics = mask, None, {}
-        if self.correction.enabled:
-            weights, kept, metrics = self.correction(old, sampler, mask)
-            if self.correction.rs_bounds:
-                keep = mask & kept
-        selected = None
-        if self._selects_over_window:  # M2PO's log-ratio is π against the sampler μ, over the kept tokens
-            selected, stats = self.policy_loss_fn.select_over_window(old - sampler, advantages, keep)
-            metrics.update(stats)
-        values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
-        for name, value in zip(metrics, values, strict=True):
-            self.metric_log("train")[name].append(value)
-        offset = start
-        for batch, grid in zip(batches, grids, strict=True):
-            here = slice(offset, offset + grid.num_samples)
-            offset += grid.num_samples
-            terms = batch["token_index"] >= 0
-            for name, value in (("window_keep", keep), ("window_weights", weights), ("window_selected", selected)):
-                if value is not None:
-                    full = torch.zeros_like(batch["token_index"], dtype=value.dtype)
-                    full[terms] = grid.gather(value[here])
-                    batch[name] = full
+        rows = [PackedRow.from_inputs(batch) for batch in batches]
+        window = WindowGather(self.accelerator, [row.grid() for row in rows])
+        grids = window.grids
+        mask = window.tokens([grid.mask.float() for grid in grids]).bool()
+        metrics: dict[str, float] = {}
+        if self.window_estimator is not None:
+            per_sample = [torch.stack([_sample_values(b, "sample_reward", g), _sample_values(b, "sample_group", g)], 1)
+                          for b, g in zip(batches, grids, strict=True)]  # fmt: skip
+            rewards, groups = window.samples(per_sample).unbind(1)
+            advantages, metrics = window_advantages(self.window_estimator, rewards, groups.long(), mask)
+            window.put(batches, "window_advantages", advantages)
+        elif self._selects_over_window:
+            advantages = window.tokens([g.scatter(r.advantages.float()) for r, g in zip(rows, grids, strict=True)])
+        if needs_policy:
+            with torch.no_grad():
+                logps = []
+                for row, grid in zip(rows, grids, strict=True):
+                    out = self.model(**row.forward_kwargs, fused_lm_head=True)
+                    logps.append(grid.scatter(out.log_probs.flatten()[row.token_index].float()))
+            old = window.tokens(logps)
+            sampler = window.tokens([g.scatter(r.old_log_probs.float()) for r, g in zip(rows, grids, strict=True)])
+            keep = mask
+            if self.correction.enabled:
+                weights, kept, stats = self.correction(old, sampler, mask)
+                metrics.update(stats)
+                if weights is not None:
+                    window.put(batches, "window_weights", weights)
+                if self.correction.rs_bounds:
+                    keep = mask & kept
+                    window.put(batches, "window_keep", keep)
+            if self._selects_over_window:  # M2PO's log-ratio is π against the sampler μ, over the kept tokens
+                selected, stats = self.policy_loss_fn.select_over_window(old - sampler, advantages, keep)
+                metrics.update(stats)
+                window.put(batches, "window_selected", selected)
+        if metrics:
+            values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
+            for name, value in zip(metrics, values, strict=True):
+                self.metric_log("train")[name].append(value)
 
     # ---- the loss ---------------------------------------------------------------------------------------------
 
@@ -338,7 +338,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             logprob=logps,
             entropy=entropies,
             mask=mask,
-            advantages=grid.scatter(row.advantages.to(logps.dtype)),
+            advantages=extras.get("window_advantages", grid.scatter(row.advantages)).to(logps.dtype),
             old_logprob=old,
             sampling_logprob=sampler,
             ref_logprob=ref,
@@ -385,11 +385,19 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         self._step_forward_s += self._last_forward_time_s
 
 
-_WINDOW_KEYS = ("window_keep", "window_weights", "window_selected")
+_WINDOW_KEYS = ("window_keep", "window_weights", "window_selected", "window_advantages")
 
 
-def _pad(grid: torch.Tensor, width: int) -> torch.Tensor:
-    return torch.nn.functional.pad(grid, (0, width - grid.size(1)))
+def _sample_values(batch: dict[str, Any], name: str, grid) -> torch.Tensor:
+    """The row's per-sample `name` (`sample_reward`, `sample_group`: `[S]` with padding) for its `grid.num_samples`
+    samples, as float64."""
+    if name not in batch:
+        raise RuntimeError(
+            f"AsyncGRPOTrainer: the collated micro-batch has no {name!r}: the advantage estimator runs over the "
+            "optimizer window and needs each sample's reward, which trl_ext's rollout workers stamp "
+            "(GroupScorer.sample_metrics); a custom rollout worker must score with trl_ext's GroupScorer"
+        )
+    return batch[name].reshape(-1)[: grid.num_samples].to(torch.float64)
 
 
 def _worker_settings(args: AsyncGRPOConfig) -> dict[str, Any]:
