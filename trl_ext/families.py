@@ -245,7 +245,7 @@ register_family(TrainerFamily(
     class_names=("DistillFamilyConfig", "DistillFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", loss_inputs=_ROLLOUT_LOSS_INPUTS,
     advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, "teacher_logprob", "old_logprob", "teacher_valid_mask"),
-    synchronous_only="the asynchronous trainer does not yet compute the teacher's log-probs on its packed rows",
+    async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "critic", "Rollouts with a value model trained beside the policy (critic PPO): GAE advantages from its values.",
@@ -260,7 +260,8 @@ register_family(TrainerFamily(
     class_names=("AsyncGRPOConfig", "AsyncGRPOTrainer"), components=COMPONENT_KINDS, schema="experience",
     per_algorithm_classes=False, group_size_field="num_generations",
     loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob", "window_selected"),
-    advantage_inputs=("response_mask", "completion_mask", "generator"),
+    advantage_inputs=("response_mask", "completion_mask", "generator", "old_logprob", "teacher_logprob",
+                      "teacher_valid_mask"),
     geometry=_async_geometry, async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from async_helpers import async_config, gradient, make_samples, packed_batch, padded_grpo_inputs, stub_trainer
+from async_helpers import (
+    StubTransfer,
+    StubWorker,
+    async_config,
+    gradient,
+    make_samples,
+    packed_batch,
+    padded_grpo_inputs,
+    stub_trainer,
+)
 from trainer_helpers import cpu_config, toy_trainer
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
@@ -21,7 +30,7 @@ from trl_ext import GRPOConfig, GRPOTrainer
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.algorithms import get_algorithm
 from trl_ext.async_rollout import GroupScorer
-from trl_ext.toy import build_tokenizer, toy_reward
+from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
 from trl_ext.trainers.asynchronous.forms import async_config_class
 from trl_ext.trainers.asynchronous.packed_rows import PackedRow
 
@@ -209,3 +218,72 @@ def test_a_token_level_estimator_runs_over_the_optimizer_window(algorithm, rando
     assert g_sync.norm() > 0
     assert torch.nn.functional.cosine_similarity(g_sync, g_async, dim=0) >= 0.9999
     assert float(loss_async.detach()) == pytest.approx(loss_sync, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["on_policy_distill", "jsd"])
+def test_distillation_scores_the_packed_rows_with_the_teacher(algorithm, random_tiny_model, random_teacher, tmp_path):
+    """The teacher (another model) forwarded on the packed rows gives, over a window of two micro-batches, the
+    advantages of the distillation estimator on the teacher's and the sampler's log-probs of the same tokens from a
+    plain forward of each; the worker's task term (reward_weight·Â) is added on every token; the update equals the
+    synchronous distillation trainer's with the same advantages."""
+    from trl_ext import AsyncGRPOTrainer
+
+    spec = get_algorithm(algorithm)
+    config = cpu_config(async_config_class(algorithm), str(tmp_path / "async"), token_budget=0, reward_weight=0.5)
+    tokenizer = build_tokenizer()
+    asynchronous = AsyncGRPOTrainer(
+        model=random_tiny_model, reward_funcs=toy_reward, args=config, train_dataset=toy_dataset(16),
+        processing_class=tokenizer, rollout_worker=StubWorker(), weight_transfer=StubTransfer(),
+        teacher_model=random_teacher,
+    )  # fmt: skip
+    assert asynchronous.teacher is not None and asynchronous.group_scorer.reward_weight == 0.5
+    student = AutoModelForCausalLM.from_pretrained(random_tiny_model)
+    samples = make_samples(tokenizer, student, seed=3)
+    mask = _completion_mask(samples)
+    teacher = AutoModelForCausalLM.from_pretrained(random_teacher)
+
+    def completion_log_probs(sample, model) -> torch.Tensor:  # log_softmax(logits_{t-1})[y_t] of the completion
+        ids = torch.tensor(sample["input_ids"])
+        with torch.no_grad():
+            logps = torch.log_softmax(model(ids[None]).logits[0].float(), -1)
+        start = sample["prompt_len"]
+        return logps[start - 1 : -1].gather(1, ids[start:, None])[:, 0]
+
+    def grid(values: list[torch.Tensor]) -> torch.Tensor:
+        out = torch.zeros(mask.shape)
+        for i, v in enumerate(values):
+            out[i, : v.numel()] = v
+        return out
+
+    teacher_lp = grid([completion_log_probs(s, teacher) for s in samples])
+    sampler = grid([torch.tensor(s["old_log_probs"][s["prompt_len"] :]) for s in samples])
+    estimator = get_advantage_fn(config.advantage_fn_name, **config.advantage_kwargs())
+    declared = estimator.inputs()
+    inputs = {"teacher_logprob": teacher_lp, "old_logprob": sampler, "response_mask": mask}
+    if "teacher_valid_mask" in declared:
+        inputs["teacher_valid_mask"] = mask
+    distill = estimator.compute(None, GROUPS, **{k: v for k, v in inputs.items() if k in declared}).advantages
+    task = 0.5 * torch.tensor([1.0, -1.0, 0.5, 0.0, -0.5, 0.25, 1.0, -1.25])  # what the worker stamped: w·Â
+    expected = (distill.float() + task[:, None]) * mask
+    assert distill.abs().sum() > 0
+
+    halves = [packed_batch(samples[i : i + 4], task[i : i + 4].tolist(), tokenizer.pad_token_id, rewards=[0.0] * 4)
+              for i in (0, 4)]  # fmt: skip
+    asynchronous.model_version = 1
+    asynchronous._get_num_items_in_batch(halves, asynchronous.accelerator.device)
+    for half, rows in zip(halves, (slice(0, 4), slice(4, 8)), strict=True):
+        got = PackedRow.from_inputs(half).grid().scatter(half["window_advantages"][half["token_index"] >= 0])
+        torch.testing.assert_close(got, expected[rows, : got.size(1)], rtol=1e-4, atol=1e-4)
+    kl = asynchronous.metric_log("train")["kl/mean"]
+    assert kl[-1] == pytest.approx(float(((sampler - teacher_lp) * mask).sum() / mask.sum()), rel=1e-4)
+
+    sync_config = cpu_config(spec.config_class, str(tmp_path / "sync"), teacher_model_name_or_path=random_teacher)
+    sync = toy_trainer(spec.trainer_class, sync_config, random_tiny_model)
+    whole = packed_batch(samples, task.tolist(), tokenizer.pad_token_id, rewards=[0.0] * 8)
+    asynchronous.current_gradient_accumulation_steps = 1
+    asynchronous.model.train()
+    asynchronous._get_num_items_in_batch([whole], asynchronous.accelerator.device)
+    asynchronous.compute_loss(asynchronous.model, whole).backward()
+    g_async = gradient(asynchronous.model)
+    g_sync, _ = _sync_gradient(sync, samples, expected, tokenizer.pad_token_id)
+    assert torch.nn.functional.cosine_similarity(g_sync, g_async, dim=0) >= 0.9999

@@ -59,6 +59,7 @@ from ..advantages.overlong import overlong_penalty
 __all__ = [
     "IN_GROUP",
     "IN_WINDOW",
+    "TEACHER_INPUTS",
     "WINDOW_INPUTS",
     "WINDOW_REWARD_KEY",
     "WORKER_INPUTS",
@@ -70,8 +71,12 @@ __all__ = [
 
 WORKER_INPUTS = ("response_mask", "completion_mask", "generator")
 """The estimator inputs the rollout worker can provide per group (besides the rewards and the group ids)."""
-WINDOW_INPUTS = ("response_mask", "completion_mask")
-"""The inputs of a token-level estimator the trainer can provide over an optimizer window (the trained tokens)."""
+WINDOW_INPUTS = ("response_mask", "completion_mask", "old_logprob")
+"""The inputs of a token-level estimator the trainer provides over an optimizer window (the trained tokens, the
+sampler's log-probs μ)."""
+TEACHER_INPUTS = ("teacher_logprob", "teacher_valid_mask")
+"""What the window adds when the trainer has a teacher (on-policy distillation): its log-probs of the sampled tokens
+and the tokens it can score."""
 IN_GROUP, IN_WINDOW = "group", "window"
 """Where an estimator runs: per group in the rollout worker, or over the optimizer window in the trainer."""
 WINDOW_REWARD_KEY = "__estimator_reward__"
@@ -95,9 +100,10 @@ def _is_async(func: Callable) -> bool:
     return inspect.iscoroutinefunction(func) or (call is not None and inspect.iscoroutinefunction(call))
 
 
-def check_async_estimator(fn: AdvantageFn) -> str:
+def check_async_estimator(fn: AdvantageFn, teacher: bool = False) -> str:
     """Where the advantage estimator `fn` runs in an asynchronous run: `IN_GROUP` (a group estimator, in the rollout
     worker) or `IN_WINDOW` (a token-level one, in the trainer over the optimizer window; see the module docstring).
+    `teacher`: whether the trainer has a teacher (the window then also provides `TEACHER_INPUTS`).
 
     Raises:
         ValueError: `fn` cannot run in either place, with every reason: it is multi-turn (`step_rewards`), it needs
@@ -108,15 +114,20 @@ def check_async_estimator(fn: AdvantageFn) -> str:
     if not isinstance(fn, AdvantageFn):
         raise TypeError(f"check_async_estimator: expected an AdvantageFn, got {type(fn).__name__}")
     token_level = type(fn).token_level
-    provided = WINDOW_INPUTS if token_level else WORKER_INPUTS
+    provided = (*WINDOW_INPUTS, *(TEACHER_INPUTS if teacher else ())) if token_level else WORKER_INPUTS
     where = "the trainer's optimizer window" if token_level else "the rollout worker"
     reasons = []
     if type(fn).step_rewards:
         reasons.append("it is a multi-turn estimator (step_rewards: one row per step of a run)")
     missing = [name for name in fn.needed_inputs() if name not in provided]
     if missing:
+        hint = (
+            "; a teacher's log-probs come with the on-policy distillation forms (AsyncOnPolicyDistillConfig, ...)"
+            if token_level and not teacher and any(name in TEACHER_INPUTS for name in missing)
+            else ""
+        )
         reasons.append(
-            f"it needs inputs {where} does not provide: {', '.join(missing)} (it provides {', '.join(provided)})"
+            f"it needs inputs {where} does not provide: {', '.join(missing)} (it provides {', '.join(provided)}{hint})"
         )
     if getattr(fn, "duplicate_experiences", False):
         reasons.append(
@@ -192,6 +203,11 @@ class GroupScorer:
             reward falls, by up to `overlong_penalty_factor` (0: off).
         overlong_penalty_factor: The penalty at `max_completion_length` tokens.
         max_completion_length: The longest completion (needed with `overlong_buffer` > 0).
+        teacher: Whether the trainer has a teacher, whose log-probs a window estimator may read (distillation).
+        reward_weight: With a window estimator, the weight w of a task-reward term computed here: each sample's
+            advantage is w·Â, Â the group estimator `reward_advantage_fn` of the group's rewards, which the trainer
+            adds to the window estimator's on each token (on-policy distillation's reward term); 0: advantage 0.
+        reward_advantage_fn: That group estimator (default `grpo`).
     """
 
     def __init__(
@@ -206,6 +222,9 @@ class GroupScorer:
         overlong_buffer: int = 0,
         overlong_penalty_factor: float = 1.0,
         max_completion_length: int | None = None,
+        teacher: bool = False,
+        reward_weight: float = 0.0,
+        reward_advantage_fn: str = "grpo",
     ):
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         for i, func in enumerate(funcs):
@@ -240,7 +259,22 @@ class GroupScorer:
         self.advantage_fn_name = advantage_fn
         self.advantage_fn_args = dict(advantage_fn_args or {})
         self.estimator = get_advantage_fn(advantage_fn, **self.advantage_fn_args)
-        self.placement = check_async_estimator(self.estimator)
+        self.placement = check_async_estimator(self.estimator, teacher=teacher)
+        check_number("GroupScorer", "reward_weight", reward_weight, ge=0)
+        self.reward_weight = float(reward_weight)
+        self.reward_estimator = None
+        if reward_weight > 0:
+            if self.placement != IN_WINDOW:
+                raise ValueError(
+                    f"GroupScorer: reward_weight={reward_weight} adds a task-reward term to an estimator that runs "
+                    f"over the trainer's window; {advantage_fn!r} runs here on the rewards already: leave it 0"
+                )
+            self.reward_estimator = get_advantage_fn(reward_advantage_fn)
+            if check_async_estimator(self.reward_estimator) != IN_GROUP or self.reward_estimator.needed_inputs():
+                raise ValueError(
+                    f"GroupScorer: reward_advantage_fn={reward_advantage_fn!r} must be a group estimator of the "
+                    "rewards alone (e.g. grpo, rloo, reinforce)"
+                )
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"GroupScorer: seed={seed!r} is not valid; must be an integer")
         self.seed = seed
@@ -414,6 +448,10 @@ class GroupScorer:
             metrics["reward_std"] = float(rewards[scorable].std())
         if uniform:  # dropped whole: no advantage, never enqueued
             keep[:] = False
+        elif scorable.size and self.reward_estimator is not None:  # the task term beside the window's estimator
+            task_rewards = torch.from_numpy(shaped[scorable].copy())
+            result = self.reward_estimator.compute(task_rewards, [group_id] * scorable.size)
+            advantages[scorable] = self.reward_weight * result.advantages.double().cpu().numpy()
         elif scorable.size and not self.estimates_in_window:
             result = self._advantages(shaped[scorable], [completion_ids[i] for i in scorable], group_id)
             kept = result.keep.cpu().numpy().astype(bool)

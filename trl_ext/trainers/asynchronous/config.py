@@ -80,6 +80,7 @@ class AsyncGRPOConfig(
 
     algorithm: ClassVar[str] = ALGORITHM
     trainer_family: ClassVar[str] = "async"
+    has_teacher: ClassVar[bool] = False  # `AsyncDistillConfig`'s: a teacher scores the samples in the trainer
     uses_trl_loss: ClassVar[bool] = False  # TRL's own loss fields are refused (`epsilon`, `epsilon_high`)
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [
         *_TRLAsyncGRPOConfig._VALID_DICT_FIELDS,
@@ -219,7 +220,7 @@ class AsyncGRPOConfig(
         super().__post_init__()
         self._check_pairing()
         try:
-            check_async_estimator(self.components.advantage_fn)
+            check_async_estimator(self.components.advantage_fn, teacher=self.has_teacher)
         except ValueError as error:
             raise ValueError(f"{owner}: advantage_fn={self.advantage_fn_name!r}: {error}") from None
         check_rules(self, rules_for(self, COMPONENTS))

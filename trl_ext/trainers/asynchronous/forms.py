@@ -24,8 +24,9 @@ import dataclasses
 from functools import cache
 
 from ...algorithms import ALGORITHMS, get_algorithm
-from ..core.arguments import algorithm_fields
+from ..core.arguments import TeacherArguments, algorithm_fields
 from .config import AsyncGRPOConfig
+from .distill import AsyncDistillConfig
 
 GRPO_ASYNC_FORM = "async_grpo"
 """The record whose config (`AsyncGRPOConfig`, TRL's asynchronous objective) is GRPO's asynchronous form."""
@@ -89,10 +90,12 @@ def _form(algorithm: str) -> type[AsyncGRPOConfig] | str:
     doc = (
         f"The asynchronous form of [`{spec.class_names[0]}`] for [`AsyncGRPOTrainer`]: {spec.description} Its "
         f"own fields are {spec.class_names[0]}'s, with the same defaults ({', '.join(f[0] for f in fields)}); every "
-        "other field is `AsyncGRPOConfig`'s."
+        "other field is `AsyncGRPOConfig`'s (and the teacher's, `AsyncDistillConfig`, for a distillation algorithm)."
     )
     namespace = {"__module__": __name__, "__qualname__": name, "__doc__": doc, "algorithm": algorithm}
-    config = dataclasses.make_dataclass(name, fields, bases=(AsyncGRPOConfig,), namespace=namespace)
+    # the synchronous config's teacher comes along (on-policy distillation: `AsyncDistillConfig`)
+    base = AsyncDistillConfig if issubclass(spec.config_class, TeacherArguments) else AsyncGRPOConfig
+    config = dataclasses.make_dataclass(name, fields, bases=(base,), namespace=namespace)
     try:  # the parts the worker and the trainer cannot feed are refused by the config itself
         config(output_dir="async-form-check", rollout_backend="transformers", token_budget=0, use_cpu=True)
     except ValueError as error:

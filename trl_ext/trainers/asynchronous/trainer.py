@@ -45,7 +45,9 @@ from ...components import MAX, MEAN
 from ...losses.decoupled_ppo import loglinear_proximal_logprob
 from ..core.loss_step import LossStep, StepBatch, step_part
 from ..core.trl_adapter import CountWindowInLoop
+from ..distill.trainer import no_task_reward, teacher_argument
 from .config import AsyncGRPOConfig
+from .distill import PackedTeacher
 from .packed_rows import PackedRow
 from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
 from .tree_attention import use_tree_attention
@@ -73,6 +75,9 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         weight_transfer: TRL's `WeightTransferProtocol`; default: TRL's NCCL transfer, or the transformers worker's
             `LocalWeightTransfer`.
         quantization_config: How the model is loaded (into `args.model_init_kwargs`), as the training scripts pass it.
+        teacher_model: With a distillation config (`AsyncDistillConfig`): the teacher's path or Hub id (default: the
+            config's `teacher_model_name_or_path`), forwarded on the packed rows (`asynchronous/distill.py`);
+            `reward_funcs` is then optional (pure distillation), as in the synchronous distillation trainer.
     """
 
     config_class: ClassVar[type] = AsyncGRPOConfig
@@ -105,6 +110,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         rollout_worker=None,
         weight_transfer=None,
         quantization_config=None,
+        teacher_model=None,
     ):
         owner = type(self).__name__
         if eval_dataset is not None:
@@ -129,6 +135,21 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         reward_funcs = (
             [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
         )
+        teacher = None
+        if args.has_teacher:
+            teacher = teacher_argument(owner, model, teacher_model, args)
+            if not reward_funcs:
+                if args.reward_weight > 0:
+                    raise ValueError(
+                        f"{owner}: reward_weight={args.reward_weight} blends task rewards into the advantages, but no "
+                        "reward_funcs were given; pass reward functions or set reward_weight=0 (pure distillation)"
+                    )
+                reward_funcs = [no_task_reward]
+        elif teacher_model is not None:
+            raise ValueError(
+                f"{owner}: teacher_model is given, but {type(args).__name__} does not distill; use a distillation "
+                "algorithm's asynchronous config (AsyncOnPolicyDistillConfig, AsyncJSDConfig)"
+            )
         scorer = GroupScorer(
             reward_funcs,
             advantage_fn=args.advantage_fn_name,
@@ -138,6 +159,9 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             overlong_buffer=args.overlong_buffer,
             overlong_penalty_factor=args.overlong_penalty_factor,
             max_completion_length=args.max_completion_length,
+            teacher=args.has_teacher,
+            reward_weight=getattr(args, "reward_weight", 0.0),
+            reward_advantage_fn=getattr(args, "reward_advantage_fn", "grpo"),
         )
         scorer.check_picklable()  # before anything loads: TRL's worker and ours pickle them into a child process
         self.group_scorer = scorer  # what the worker scores with (rewards, DAPO's shaping, the estimator)
@@ -184,6 +208,11 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 self.rollout_queue, self.rollout_worker, lambda: self.model_version
             )
         self.ref_model = self._reference_model(model) if self.beta != 0 else None
+        self.teacher = None
+        if teacher is not None:  # after TRL's init: the tokenizer and the device are known
+            self.teacher = PackedTeacher.load(
+                owner, teacher, args, self.processing_class, self.accelerator.device, self.temperature
+            )
         self.correction = args.build_rollout_correction()
 
     # ---- the pieces around TRL's loop -------------------------------------------------------------------------
@@ -276,10 +305,12 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             per_sample = [torch.stack([_sample_values(b, "sample_reward", g), _sample_values(b, "sample_group", g)], 1)
                           for b, g in zip(batches, grids, strict=True)]  # fmt: skip
             rewards, groups = window.samples(per_sample).unbind(1)
-            advantages, metrics = window_advantages(self.window_estimator, rewards, groups.long(), mask)
+            inputs, base = self._window_estimator_inputs(window, rows, metrics)
+            advantages, stats = window_advantages(self.window_estimator, rewards, groups.long(), mask, inputs, base)
+            metrics.update(stats)
             window.put(batches, "window_advantages", advantages)
         elif self._selects_over_window:
-            advantages = window.tokens([g.scatter(r.advantages.float()) for r, g in zip(rows, grids, strict=True)])
+            advantages = window.terms([row.advantages.float() for row in rows])
         if needs_policy:
             with torch.no_grad():
                 logps = []
@@ -287,7 +318,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                     out = self.model(**row.forward_kwargs, fused_lm_head=True)
                     logps.append(grid.scatter(out.log_probs.flatten()[row.token_index].float()))
             old = window.tokens(logps)
-            sampler = window.tokens([g.scatter(r.old_log_probs.float()) for r, g in zip(rows, grids, strict=True)])
+            sampler = window.terms([row.old_log_probs.float() for row in rows])
             keep = mask
             if self.correction.enabled:
                 weights, kept, stats = self.correction(old, sampler, mask)
@@ -305,6 +336,28 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
             for name, value in zip(metrics, values, strict=True):
                 self.metric_log("train")[name].append(value)
+
+    def _window_estimator_inputs(
+        self, window: WindowGather, rows: list[PackedRow], metrics: dict[str, float]
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """What the window estimator declares beyond the masks, over the window: μ (`old_logprob`) and, with a
+        teacher, its log-probs and the tokens it can score (its reverse-KL estimate log μ − log π_teacher logged as
+        `kl/mean`, as the synchronous distillation trainer logs it); and the task term the worker stamped
+        (distillation's reward_weight·Â), when there is one."""
+        declared, inputs = self.window_estimator.inputs(), {}
+        if "old_logprob" in declared or self.teacher is not None:
+            inputs["old_logprob"] = window.terms([row.old_log_probs.float() for row in rows])
+        if self.teacher is not None:
+            scored = [self.teacher.log_probs(row) for row in rows]
+            inputs["teacher_logprob"] = window.terms([logps for logps, _ in scored])
+            valid = window.terms([ok.float() for _, ok in scored]).bool()
+            inputs["teacher_valid_mask"] = valid
+            kl = torch.where(valid, inputs["old_logprob"] - inputs["teacher_logprob"], 0.0)
+            metrics["kl/mean"] = kl.sum() / valid.sum().clamp(min=1)
+        base = None
+        if self.group_scorer.reward_weight > 0:
+            base = window.terms([row.advantages.float() for row in rows])
+        return inputs, base
 
     # ---- the loss ---------------------------------------------------------------------------------------------
 

@@ -51,6 +51,10 @@ class WindowGather:
         padded = [torch.nn.functional.pad(grid, (0, self.width - grid.size(1))) for grid in per_batch]
         return self._all(torch.cat(padded) if padded else torch.zeros(0, self.width, device=self.accelerator.device))
 
+    def terms(self, per_batch: list[torch.Tensor]) -> torch.Tensor:
+        """`[N, T]`: each micro-batch's flat `[M_i]` loss-term values (aligned with its row's terms), laid out."""
+        return self.tokens([grid.scatter(values) for grid, values in zip(self.grids, per_batch, strict=True)])
+
     def samples(self, per_batch: list[torch.Tensor]) -> torch.Tensor:
         """`[N, k]`: each micro-batch's per-sample `[B_i, k]` values."""
         return self._all(torch.cat(per_batch))
@@ -76,25 +80,43 @@ class WindowGather:
 
 
 def window_advantages(
-    estimator: AdvantageFn, rewards: torch.Tensor, groups: torch.Tensor, mask: torch.Tensor
+    estimator: AdvantageFn,
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    mask: torch.Tensor,
+    inputs: dict[str, torch.Tensor] | None = None,
+    base: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """A token-level estimator's advantages `[N, T]` over the window (module docstring) and its metrics.
 
     Args:
-        estimator: The config's advantage estimator (token-level; its inputs among `WINDOW_INPUTS`).
+        estimator: The config's advantage estimator (token-level; its inputs among the window's).
         rewards: `[N]` float, each sample's shaped reward; NaN for an unscorable sample.
         groups: `[N]` long, each sample's group id.
         mask: `[N, T]` bool, the trained tokens; a row without any is padding.
+        inputs: The window's other `[N, T]` inputs, by the estimator's names (`old_logprob`: μ; with a teacher
+            `teacher_logprob` and `teacher_valid_mask`); the estimator gets those it declares. Without a declared
+            `teacher_valid_mask`, the tokens the teacher cannot score leave its `response_mask`, as in the synchronous
+            distillation trainer.
+        base: `[N, T]` advantages the worker stamped (distillation's task term w·Â), added on the trained tokens.
     """
+    available = {"response_mask": mask, "completion_mask": mask, **(inputs or {})}
+    declared = estimator.inputs()
+    if "teacher_valid_mask" in available and "teacher_valid_mask" not in declared:
+        available["response_mask"] = mask & available["teacher_valid_mask"]
+    reads_teacher = "teacher_logprob" in declared  # distillation: the rewards enter through `base`
+    used = mask.any(dim=1) & (torch.ones_like(mask[:, 0]) if reads_teacher else torch.isfinite(rewards))
     advantages = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-    used = mask.any(dim=1) & torch.isfinite(rewards)
-    if not bool(used.any()):
-        return advantages, {}
-    inputs = {name: mask[used] for name in ("response_mask", "completion_mask") if name in estimator.inputs()}
-    result = estimator.compute(rewards[used].to(torch.float32), groups[used].tolist(), **inputs)
-    kept = mask[used] & result.keep.to(mask.device).unsqueeze(1)
-    advantages[used] = torch.where(kept, result.advantages.to(device=mask.device, dtype=torch.float32), 0.0)
-    return advantages, {f"advantages/{k}": float(v) for k, v in (result.metrics or {}).items()}
+    metrics: dict[str, float] = {}
+    if bool(used.any()):
+        chosen = {name: value[used] for name, value in available.items() if name in declared}
+        result = estimator.compute(rewards[used].to(torch.float32), groups[used].tolist(), **chosen)
+        kept = mask[used] & result.keep.to(mask.device).unsqueeze(1)
+        advantages[used] = torch.where(kept, result.advantages.to(device=mask.device, dtype=torch.float32), 0.0)
+        metrics = {f"advantages/{k}": float(v) for k, v in (result.metrics or {}).items()}
+    if base is not None:
+        advantages = advantages + torch.where(mask, base.to(advantages.dtype), 0.0)
+    return advantages, metrics
 
 
 __all__ = ["WindowGather", "window_advantages"]

@@ -25,18 +25,7 @@ class DistillFamilyConfig(TeacherArguments, GRPOFamilyConfig):
 
     def _check_fields(self) -> None:
         super()._check_fields()
-        owner = type(self).__name__
-        check_choice(owner, "reward_advantage_fn", self.reward_advantage_fn, _REWARD_ADVANTAGE_FNS)
-        check_number(owner, "reward_weight", self.reward_weight, ge=0)
-        check_text(owner, "teacher_model_name_or_path", self.teacher_model_name_or_path)
-        # parsed here (not by TrainingArguments) so that bad JSON is reported with the field's name
-        self.teacher_model_init_kwargs = check_kwargs(
-            owner, "teacher_model_init_kwargs", self.teacher_model_init_kwargs
-        )
-        if self.teacher_device is not None:
-            check_device(owner, "teacher_device", self.teacher_device)
-        check_number(owner, "teacher_top_k", self.teacher_top_k, ge=-1, integer=True)
-        check_number(owner, "jsd_beta", self.jsd_beta, ge=0, le=1)
+        check_teacher_fields(self)
 
     @property
     def dense_distillation(self) -> bool:
@@ -92,3 +81,20 @@ class DistillFamilyConfig(TeacherArguments, GRPOFamilyConfig):
     def build_reward_advantage_fn(self):
         """The advantage of the task-reward term (scaled by `reward_weight` in the trainer)."""
         return get_advantage_fn(self.reward_advantage_fn)
+
+
+def check_teacher_fields(config: TeacherArguments) -> None:
+    """The teacher's and the task-reward term's fields (`TeacherArguments`), each against its rule, naming it: shared
+    by the synchronous and the asynchronous distillation configs."""
+    owner = type(config).__name__
+    check_choice(owner, "reward_advantage_fn", config.reward_advantage_fn, _REWARD_ADVANTAGE_FNS)
+    check_number(owner, "reward_weight", config.reward_weight, ge=0)
+    check_text(owner, "teacher_model_name_or_path", config.teacher_model_name_or_path)
+    # parsed here (not by TrainingArguments) so that bad JSON is reported with the field's name
+    config.teacher_model_init_kwargs = check_kwargs(
+        owner, "teacher_model_init_kwargs", config.teacher_model_init_kwargs
+    )
+    if config.teacher_device is not None:
+        check_device(owner, "teacher_device", config.teacher_device)
+    check_number(owner, "teacher_top_k", config.teacher_top_k, ge=-1, integer=True)
+    check_number(owner, "jsd_beta", config.jsd_beta, ge=0, le=1)

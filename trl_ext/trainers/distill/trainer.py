@@ -117,7 +117,7 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
         """
         owner = type(self).__name__
         args = self._resolve_args(model, args)
-        teacher = _teacher_argument(owner, model, teacher_model, args)
+        teacher = teacher_argument(owner, model, teacher_model, args)
         funcs = reward_funcs if isinstance(reward_funcs, list) else [] if reward_funcs is None else [reward_funcs]
         if not funcs:
             if args.reward_weight > 0:
@@ -196,12 +196,12 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
                 owner,
             )
             return
-        _compare_vocabularies(owner, self._student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab(), source)
+        compare_vocabularies(owner, self._student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab(), source)
 
     def _check_teacher_output_layer(self, teacher: torch.nn.Module) -> None:
         """The teacher's output layer must cover the student's tokenizer. Ids the student can emit beyond it (padding
         rows of a larger student embedding, as between Qwen2.5 sizes) are masked out of the distillation term."""
-        teacher_rows, student_rows = _output_rows(teacher), _output_rows(self.model)
+        teacher_rows, student_rows = output_rows(teacher), output_rows(self.model)
         tokens = len(self._student_tokenizer)
         if teacher_rows < tokens:
             raise ValueError(
@@ -228,10 +228,10 @@ class DistillFamilyTrainer(GRPOFamilyTrainer):
                 f"{owner}: teacher_top_k={k} is larger than the teacher's vocabulary ({self._teacher_vocab_size} "
                 f"tokens); use at most {self._teacher_vocab_size}, or -1 for the whole vocabulary"
             )
-        if k == -1 and _output_rows(self.model) != self._teacher_vocab_size:
+        if k == -1 and output_rows(self.model) != self._teacher_vocab_size:
             raise ValueError(
                 f"{owner}: teacher_top_k=-1 compares the whole vocabularies, but the student's output layer has "
-                f"{_output_rows(self.model)} rows and the teacher's {self._teacher_vocab_size}; use a teacher of the "
+                f"{output_rows(self.model)} rows and the teacher's {self._teacher_vocab_size}; use a teacher of the "
                 "student's vocabulary size, or teacher_top_k > 0 (the rows beyond the teacher's fall in the tail)"
             )
         if self.aux_loss_enabled:
@@ -504,18 +504,18 @@ def _output_layer(model: torch.nn.Module) -> OutputLayer:
         1.0 if scale is None else float(scale),
         getattr(config, "final_logit_softcapping", None),
         gathered=lambda: maybe_gather_lm_head_ctx(head.weight, head.bias),
-        rows=_output_rows(_causal_lm(model)),
+        rows=output_rows(_causal_lm(model)),
     )
 
 
-def _output_rows(model: torch.nn.Module) -> int:
+def output_rows(model: torch.nn.Module) -> int:
     """Rows of the model's output layer (its vocabulary), also when DeepSpeed ZeRO-3 has partitioned the weight (its
     local shape is then empty and `ds_shape` holds the full one)."""
     weight = model.get_output_embeddings().weight
     return int(getattr(weight, "ds_shape", weight.shape)[0])
 
 
-def _teacher_argument(owner: str, model: Any, teacher_model: Any, args: DistillFamilyConfig) -> Any:
+def teacher_argument(owner: str, model: Any, teacher_model: Any, args: DistillFamilyConfig) -> Any:
     """The teacher to load: the trainer's `teacher_model`, else the config's `teacher_model_name_or_path`."""
     configured = args.teacher_model_name_or_path
     if teacher_model is None and configured is None:
@@ -544,7 +544,7 @@ def _teacher_argument(owner: str, model: Any, teacher_model: Any, args: DistillF
     return os.fspath(teacher) if isinstance(teacher, os.PathLike) else teacher
 
 
-def _compare_vocabularies(owner: str, student: dict[str, int], teacher: dict[str, int], source: str) -> None:
+def compare_vocabularies(owner: str, student: dict[str, int], teacher: dict[str, int], source: str) -> None:
     if student == teacher:
         return
     differing = sorted(token for token in student.keys() | teacher.keys() if student.get(token) != teacher.get(token))
