@@ -4,6 +4,10 @@
 batches, generates whole groups with transformers, computes the sampling log-probs with one forward pass of the same
 weights, scores each group (`GroupScorer`) and puts the samples on the shared queue, ticking the heartbeat and naming
 its stage as it goes (see `worker.py` for the whole protocol). What the parent and the child share is `Channels`.
+
+The groups are the dataset's rows in per-epoch orders (`dataset_order`), from `start_group_id` on (0, or a resumed
+run's position); each batch's sampling is seeded from the seed and its first group id (`batch_seed`), so a resumed
+child draws what an uninterrupted one draws for the same weights and groups.
 """
 
 from __future__ import annotations
@@ -49,6 +53,21 @@ class Channels:
 
     def get_stage(self) -> str:
         return self.stage.value.decode("utf-8", "replace")
+
+
+def dataset_order(seed: int, epoch: int, size: int) -> np.ndarray:
+    """The dataset's row order in `epoch` (a permutation seeded from `seed` and the epoch)."""
+    return np.random.default_rng([seed, epoch]).permutation(size)
+
+
+def batch_seed(seed: int, first_group_id: int) -> int:
+    """The torch seed of the `generate` call whose first group is `first_group_id`: a batch's draws depend on the
+    run's seed and its groups, not on how many batches the process generated before it."""
+    state = np.random.SeedSequence([seed & 0xFFFFFFFF, int(first_group_id), _SAMPLING_STREAM]).generate_state(2)
+    return int(state[0]) << 31 ^ int(state[1])
+
+
+_SAMPLING_STREAM = 0x5A3D  # keeps the sampling seeds apart from the other streams seeded from (seed, an id)
 
 
 def _is_conversational(prompt: Any) -> bool:
@@ -129,13 +148,16 @@ class RolloutLoop:
         channels.ready_event.set()
 
     def _iter_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """`(group_id, row)` from `start_group_id` on: group `g` is row `g mod len(dataset)` of epoch
+        `g // len(dataset)`'s order."""
         dataset, seed = self.config["dataset"], self.config["seed"]
-        group_id, epoch = 0, 0
+        group_id = self.config.get("start_group_id", 0)
+        epoch, offset = divmod(group_id, len(dataset))
         while True:
-            for index in np.random.default_rng([seed, epoch]).permutation(len(dataset)):
+            for index in dataset_order(seed, epoch, len(dataset))[offset:]:
                 yield group_id, dataset[int(index)]
                 group_id += 1
-            epoch += 1
+            epoch, offset = epoch + 1, 0
 
     def _stopped(self) -> bool:
         return self.channels.stop_event.is_set()
@@ -219,6 +241,7 @@ class RolloutLoop:
         self.channels.set_stage(f"generating {label}")
         prompt_ids = [self._prompt_ids(row["prompt"]) for _, row in groups]
         repeated = [ids for ids in prompt_ids for _ in range(self.num_generations)]
+        torch.manual_seed(batch_seed(self.config["seed"], first))  # the child is its own process: nothing else draws
         completions, log_probs = self._sample(repeated, label)
         lengths = [len(c) for c in completions]
         eos = set(self.eos_ids.tolist())

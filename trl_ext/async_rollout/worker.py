@@ -7,9 +7,11 @@ with transformers and loops
 
 1. apply the newest weights the trainer sent (`LocalWeightTransfer`, between batches only), or wait while paused;
 2. draw `generation_batch_size / num_generations` prompts (the dataset cycled, shuffled per epoch with `seed`; one
-   group id per prompt, 0, 1, 2, ...) and generate `num_generations` completions of each with HF `generate`
-   (sampling with `temperature`, `top_p`, `top_k`, `min_p`, `repetition_penalty`; `max_completion_length` new tokens;
-   eos from the tokenizer and the generation config);
+   group id per prompt, 0, 1, 2, ..., group `g` being prompt `g mod len(dataset)` of epoch `g // len(dataset)`'s
+   order) and generate `num_generations` completions of each with HF `generate` (sampling with `temperature`,
+   `top_p`, `top_k`, `min_p`, `repetition_penalty`; `max_completion_length` new tokens; eos from the tokenizer and
+   the generation config), torch's RNG seeded before each call from `seed` and the batch's first group id, so that
+   a batch's completions depend on its weights and its groups only, not on how much was generated before;
 3. compute the sampling log-probs with one forward pass of the same weights:
    `old_log_probs_t = log_softmax(logits_{t-1} / temperature)[token_t]` on the completion tokens, 0 on the prompt
    (the quantity TRL's fused head trains on, so the two agree when the weights are equal);
@@ -21,6 +23,11 @@ with transformers and loops
 
 The trainer's order is respected: `weight_transfer.init_weight_transfer()`, a first sync (pause, send, resume,
 `update_model_version(1)`), then `start()`; the child generates only after it applied the first weights.
+
+Resuming: `start_at(group_id)` before `start()` makes the child begin at that group id (the first one a checkpoint's
+run had not trained, `trainer.asynchronous.resume`), and `update_model_version(v)` before the first sync numbers the
+sent weights on from `v`; the child's draws then are those an uninterrupted worker makes for the same weights and
+groups.
 
 Liveness: the child ticks a heartbeat (wall clock) at every stage and at least every `heartbeat_interval_s` while it
 waits, and names its current stage; on an exception it reports the stage, the exception and its traceback before it
@@ -64,7 +71,8 @@ class TransformersRolloutWorker:
         generation_batch_size: Completions per `generate` call, a multiple of `num_generations` (default
             `num_generations`: one prompt per call).
         queue_maxsize: Maximum samples waiting in `rollout_buffer` (generation blocks while it is full); 0: unbounded.
-        seed: Seeds the child's torch RNG, the dataset order and the scorer's per-group generators' base.
+        seed: Seeds the dataset order, the child's torch RNG before each `generate` call (with the batch's first
+            group id) and the scorer's per-group generators' base.
         num_threads: torch threads in the child.
         dtype: The child model's dtype: one of `DTYPES`.
         device: Where the child runs the model (default CPU, with `CUDA_VISIBLE_DEVICES=""`); `"cuda:N"` keeps the
@@ -179,6 +187,7 @@ class TransformersRolloutWorker:
             device=device,
             heartbeat_interval_s=float(heartbeat_interval_s),
             chat_template_kwargs=dict(chat_template_kwargs or {}),
+            start_group_id=0,
         )
         self.weight_transfer = LocalWeightTransfer(
             model_path=str(model_path),
@@ -216,6 +225,27 @@ class TransformersRolloutWorker:
         generated them (numbered by `weight_transfer`), not with this one; the next send is numbered after it."""
         self._model_version = int(model_version)
         self.weight_transfer.note_model_version(self._model_version)
+
+    @property
+    def start_group_id(self) -> int:
+        """The group id the child begins at (0, or what `start_at` set)."""
+        return self._config["start_group_id"]
+
+    def start_at(self, group_id: int) -> None:
+        """Begin the child's dataset iteration at `group_id` (a resumed run's position: the group its checkpoint's
+        run would have trained next) instead of 0; the group ids, the epochs' orders and the per-batch seeds are the
+        ones an uninterrupted worker has there. Only before `start()`.
+
+        Raises:
+            ValueError: `group_id` is not an integer >= 0.
+            RuntimeError: The child has started already.
+        """
+        check_number(type(self).__name__, "group_id", group_id, ge=0, integer=True)
+        if self._process is not None or self._stopped:
+            raise RuntimeError(
+                f"{self._label()}: start_at({group_id}) after start() or stop(); the child's position is fixed"
+            )
+        self._config["start_group_id"] = int(group_id)
 
     def start(self) -> None:
         """Spawn the child and wait until it has loaded the model (it then waits for the first weights).

@@ -20,7 +20,9 @@ This subclass changes what is trained and nothing of how samples flow:
   gradients over the window before its first micro-batch (`_prepare_window`), so that their batch statistics, and the
   token count that normalizes the loss, are the window's;
 * **the generator**: `rollout_backend="transformers"` builds trl_ext's offline `TransformersRolloutWorker`; attention
-  on the packed rows runs without flash-attention where its kernel is missing (`tree_attention`).
+  on the packed rows runs without flash-attention where its kernel is missing (`tree_attention`);
+* **resuming** with that worker (`train`, `resume`): a checkpoint also holds the worker's position (one past the last
+  group `training_step` trained) and the policy version, and `train(resume_from_checkpoint=...)` restores both.
 
 Bad input stops early: a non-path model, a reward function that cannot be pickled into the worker's process, an
 estimator the worker cannot run, a malformed sample (`RolloutSampleCheck`), a failed weight sync (named, with the
@@ -49,6 +51,7 @@ from ..distill.trainer import no_task_reward, teacher_argument
 from .config import AsyncGRPOConfig
 from .distill import PackedTeacher
 from .packed_rows import PackedRow
+from .resume import RolloutPosition, RolloutStateSaver, read_rollout_state
 from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
 from .tree_attention import use_tree_attention
 from .window_pass import WindowGather, window_advantages
@@ -214,6 +217,10 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 owner, teacher, args, self.processing_class, self.accelerator.device, self.temperature
             )
         self.correction = args.build_rollout_correction()
+        self.rollout_position = RolloutPosition()  # the groups trained: the worker's position a checkpoint saves
+        if self.accelerator.is_main_process and hasattr(self.rollout_worker, "start_at"):  # the offline worker
+            size = len(train_dataset)
+            self.add_callback(RolloutStateSaver(self.rollout_position, lambda: self.model_version, args.seed, size))
 
     # ---- the pieces around TRL's loop -------------------------------------------------------------------------
 
@@ -237,12 +244,37 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             return
         super().add_callback(callback)
 
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """HF's `train`; resuming with the offline worker also restores the rollout (`resume`): the policy version
+        the checkpoint's weights were published as (the first sync sends the next one) and the worker's dataset
+        position (the group after the last one trained)."""
+        worker = self.rollout_worker if self.accelerator.is_main_process else None
+        if resume_from_checkpoint and hasattr(worker, "start_at"):
+            state = read_rollout_state(
+                resume_from_checkpoint, self.args.output_dir, self.args.seed, len(self.train_dataset)
+            )
+            if state is not None:
+                self.model_version = state["model_version"]
+                worker.update_model_version(self.model_version)
+                worker.start_at(state["next_group_id"])
+                self.rollout_position.restart(state["next_group_id"], state["groups_trained"])
+                self._groups_before_resume = state["groups_trained"]  # TRL's epoch-driven stop counts on
+        return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's step on one micro-batch, whose groups then count as trained (`rollout_position`)."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self.rollout_position.trained()
+        return loss
+
     def get_train_dataloader(self):
-        """TRL's dataloader; its collator also packs each sample's policy version (`behave_version`), and its queue
-        dataset asks the worker's health every second while it waits (`async_samples`)."""
+        """TRL's dataloader; its collator also packs each sample's policy version (`behave_version`) and records
+        each micro-batch's groups (`rollout_position`), and its queue dataset asks the worker's health every second
+        while it waits (`async_samples`)."""
         loader = super().get_train_dataloader()
         torch_loader = getattr(loader, "base_dataloader", loader)  # accelerate's dispatcher wraps a torch DataLoader
-        torch_loader.collate_fn = VersionedCollator.from_trl(torch_loader.collate_fn)
+        collator = VersionedCollator.from_trl(torch_loader.collate_fn)
+        torch_loader.collate_fn = self.rollout_position.recording(collator)
         queue = getattr(self, "_rollout_dataset", None)  # the main process's
         if queue is not None:
             queue.poll_interval_s = HEALTH_POLL_S

@@ -14,6 +14,7 @@ TRL_PRIVATE_NAMES: dict[str, str] = {
     "_get_num_items_in_batch": "transformers.trainer.Trainer",
     "_get_output_dir": "transformers.trainer.Trainer",
     "_get_per_token_logps_and_entropies": "trl.trainer.grpo_trainer.GRPOTrainer",
+    "_groups_before_resume": "trl.experimental.async_grpo.async_grpo_trainer.AsyncGRPOTrainer",
     "_get_train_sampler": "trl.trainer.grpo_trainer.GRPOTrainer",
     "_is_vlm": "trl.trainer.grpo_trainer.GRPOTrainer",
     "_last_forward_time_s": "trl.experimental.async_grpo.async_grpo_trainer.AsyncGRPOTrainer",
