@@ -290,15 +290,40 @@ def _config(kind: str, steps: int, seed: int, out: str, overrides: dict[str, Any
 def train(name: str, steps: int, seed: int, every: int, out: str, eval_model, tokenizer) -> dict[str, Any]:
     """One run (see the module docstring): its per-step curves, held-out evaluations and timings."""
     import trl_ext
-    from trl_ext import toy
 
     kind, overrides = RUNS[name]
     config = _config(kind, steps, seed, out, overrides)
-    torch.set_num_threads(SYNC_THREADS if kind == "sync" else TRAINER_THREADS)
     trainer_class = trl_ext.GRPOTrainer if kind == "sync" else trl_ext.AsyncGRPOTrainer
+    threads = SYNC_THREADS if kind == "sync" else TRAINER_THREADS
+    return {
+        "kind": kind,
+        "overrides": overrides,
+        **run_trainer(trainer_class, config, every, eval_model, tokenizer, threads),
+    }
+
+
+def run_trainer(
+    trainer_class: type,
+    config,
+    every: int,
+    eval_model,
+    tokenizer,
+    threads: int,
+    model_path: str | None = None,
+    extra_metrics: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Train `trainer_class` with `config` on the toy task (`model_path`, default the toy model) on `threads` torch
+    threads: the per-step curves, the held-out evaluations every `every` steps (`held_out_reward` of `eval_model`,
+    `config.max_completion_length` new tokens) and the timings, as the module docstring describes; plus, per step,
+    each logged metric of `extra_metrics` under its own name (None where a step did not log it)."""
+    from trl_ext import toy
+
+    steps = config.max_steps
+    torch.set_num_threads(threads)
     trainer = trainer_class(
-        model=toy.tiny_model_path(), reward_funcs=toy.toy_reward, args=config, train_dataset=toy.toy_splits()["train"]
-    )
+        model=model_path or toy.tiny_model_path(), reward_funcs=toy.toy_reward, args=config,
+        train_dataset=toy.toy_splits()["train"],
+    )  # fmt: skip
     trainer.remove_callback(transformers.PrinterCallback)
     evaluations = eval_steps(steps, every)
     snapshots = PolicySnapshots(set(evaluations))
@@ -320,10 +345,10 @@ def train(name: str, steps: int, seed: int, every: int, out: str, eval_model, to
         copy_weights(snapshots.snapshots[step], eval_model)
         held_out["steps"].append(step)
         held_out["seconds"].append(0.0 if step == 0 else snapshots.seconds[step])
-        held_out["reward"].append(held_out_reward(eval_model, tokenizer, prompts, targets, EVAL_SAMPLES))
+        held_out["reward"].append(
+            held_out_reward(eval_model, tokenizer, prompts, targets, EVAL_SAMPLES, config.max_completion_length)
+        )
     return {
-        "kind": kind,
-        "overrides": overrides,
         "steps": done,
         "seconds": [snapshots.seconds[s] for s in done],
         "reward": [logs.get(s, {}).get("reward") for s in done],
@@ -339,6 +364,7 @@ def train(name: str, steps: int, seed: int, every: int, out: str, eval_model, to
         "startup_s": snapshots.began_at - called,
         "other_processes_cpu_s": others,
         "other_processes_cores": others / wall,  # 0: the machine was ours; 1: one core busy elsewhere throughout
+        **{key: [logs.get(s, {}).get(key) for s in done] for key in extra_metrics},
     }
 
 

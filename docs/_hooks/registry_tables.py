@@ -22,6 +22,8 @@ Directives (ARGs are `key=value`):
 * `trl-private-names`: the private names of TRL's trainers that trl_ext touches (the upgrade inventory).
 * `verl-losses`: the names `trl_ext.compat.verl.get_policy_loss_fn` takes.
 * `modules PACKAGE`: one API block per module of `trl_ext.PACKAGE` (`losses`, `advantages`).
+* `async-families [path=docs/async_families.json]`: the measurements `benchmarks/async_families.py` wrote (its plot
+  and a table, sync against async per algorithm), or a line saying they are absent.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import json
 import os
 import re
 import sys
@@ -338,8 +341,75 @@ def async_forms() -> str:
     return count + _table(["algorithm", "asynchronous config (trained by `AsyncGRPOTrainer`)"], rows)
 
 
+ASYNC_FAMILIES = "docs/async_families.json"
+"""Where `benchmarks/async_families.py` writes its measurements (its plot beside it, `.png`), from the root."""
+
+
+def _number(value: object, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def async_families_table(data: dict, image: str | None = None) -> str:
+    """`benchmarks/async_families.py`'s JSON as Markdown: the settings it was measured with, the plot (`image`, a
+    link) when given, a row per (scenario, algorithm, run) and the algorithms not run, with their reason."""
+    settings = data["settings"]
+    commit = (settings.get("commit") or "unknown")[:10]
+    threshold = settings["threshold"]
+    busy = [run["other_processes_cores"] for by in data["runs"].values() for m in by.values() for run in m.values()]
+    text = (
+        f"Measured at commit `{commit}` (torch {settings['torch']}, {settings['cpu_count']} CPUs): "
+        f"{settings['steps']} optimizer steps, seed {settings['seed']}, asynchronous runs at `max_staleness` "
+        f"{settings['max_staleness']}; the machine's other processes used at most "
+        f"{_number(max(busy, default=None), 2)} cores meanwhile (0: idle).\n\n"
+    )
+    if image is not None:
+        text += f"![held-out reward against the step and the seconds, each algorithm sync and async]({image})\n\n"
+    header = ["scenario", "algorithm", "run", "held-out reward at the end", f"steps to {threshold}"]
+    header += [f"seconds to {threshold}", "trained samples / s", "async / sync samples / s", "trained staleness"]
+    header += ["generating / training, s per step"]
+    rows = []
+    for scenario, by_algorithm in data["summary"].items():
+        length = settings["scenarios"][scenario]["max_completion_length"]
+        for algorithm, modes in by_algorithm.items():
+            for mode, s in modes.items():
+                sync = modes.get("sync")
+                ratio = s["samples_per_s"] / sync["samples_per_s"] if mode != "sync" and sync else None
+                generating, training = s.get("median_generate_s"), s.get("median_fwd_bwd_s")
+                split = "—" if generating is None or training is None else f"{generating:.2f} / {training:.2f}"
+                rows.append([
+                    f"{scenario} ({length} tokens)", f"`{algorithm}`", mode, _number(s["final_held_out_reward"], 3),
+                    _number(s["steps_to_threshold"], 0), _number(s["seconds_to_threshold"], 1),
+                    _number(s["samples_per_s"], 0), _number(ratio, 2), _number(s["mean_staleness"], 2), split,
+                ])  # fmt: skip
+    text += _table(header, rows)
+    refused = {name: record["refused"] for name, record in data["algorithms"].items() if record["refused"]}
+    if refused:
+        text += "\n\nNot run (no asynchronous form): " + "; ".join(f"`{n}`: {why}" for n, why in refused.items()) + "."
+    if data.get("failed"):
+        text += "\n\nFailed runs: " + "; ".join(f"{run}: {_cell(why)}" for run, why in data["failed"].items()) + "."
+    return text
+
+
+def async_families(path: str = ASYNC_FAMILIES, base: str = "") -> str:
+    """The `async-families` directive: `async_families_table` of the JSON at `path` (from the repository root) with
+    its plot (the `.png` beside it, linked from the page's `base`), or a line saying it is absent."""
+    full = os.path.join(ROOT, path)
+    if not os.path.isfile(full):
+        return (
+            f"*No measurements yet: `{path}` is absent. `python benchmarks/async_families.py` writes it and its plot.*"
+        )
+    with open(full, encoding="utf-8") as f:
+        data = json.load(f)
+    png = os.path.splitext(full)[0] + ".png"
+    docs = os.path.join(ROOT, "docs")
+    inside = os.path.commonpath([docs, os.path.abspath(png)]) == docs and os.path.isfile(png)
+    image = base + os.path.relpath(png, docs).replace(os.sep, "/") if inside else None
+    return async_families_table(data, image)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {
     "async-forms": async_forms,
+    "async-families": async_families,
     "algorithms": algorithms,
     "algorithms-short": algorithms_short,
     "policy-losses": policy_losses,
@@ -368,7 +438,7 @@ def render(name: str, args: str = "", base: str = "") -> str:
         raise ValueError(f"unknown registry directive {name!r}{hint}; known: {', '.join(RENDERERS)}")
     positional = [a for a in args.split() if "=" not in a]
     keywords = dict(a.split("=", 1) for a in args.split() if "=" in a)
-    if name == "algorithms":
+    if name in ("algorithms", "async-families"):
         keywords["base"] = base
     return RENDERERS[name](*positional, **keywords)
 
