@@ -224,9 +224,21 @@ def make_config(algorithm: str, mode: str, scenario: str, steps: int, seed: int,
         activation_checkpointing=False, **settings,
     )  # fmt: skip
     if mode == "sync":
-        return config_class(**common), trainer_class
+        return _toy_parts(config_class(**common)), trainer_class
     worker = dict(rollout_backend="transformers", token_budget=0, rollout_num_threads=WORKER_THREADS)
-    return config_class(max_staleness=max_staleness, **worker, **common), trainer_class
+    if getattr(config_class, "has_experts", False):  # the synchronous batch's rollouts; the demonstrations join them
+        ratio = common.get("expert_data_ratio", config_class.__dataclass_fields__["expert_data_ratio"].default)
+        common["per_device_train_batch_size"] = round(common["per_device_train_batch_size"] * (1 - ratio))
+    return _toy_parts(config_class(max_staleness=max_staleness, **worker, **common)), trainer_class
+
+
+def _toy_parts(config):
+    """`config` with the toy task's teacher (distillation), as `trl-ext train` sets it on the toy task."""
+    from trl_ext import toy
+
+    if getattr(config, "teacher_model_name_or_path", "") is None:
+        config.teacher_model_name_or_path = toy.tiny_teacher_path()
+    return config
 
 
 def train(algorithm, mode, scenario, args, out, eval_model, tokenizer) -> dict[str, Any]:
@@ -234,7 +246,12 @@ def train(algorithm, mode, scenario, args, out, eval_model, tokenizer) -> dict[s
     config, trainer_class = make_config(algorithm, mode, scenario, args.steps, args.seed, out, args.max_staleness)
     model_path = long_model_path() if scenario == "long" else None
     threads = SYNC_THREADS if mode == "sync" else TRAINER_THREADS
-    run = run_trainer(trainer_class, config, args.eval_every, eval_model, tokenizer, threads, model_path, EXTRA_METRICS)
+    from trl_ext import toy
+
+    experts = {"expert_dataset": toy.toy_expert_dataset()} if hasattr(config, "expert_data_ratio") else {}
+    run = run_trainer(
+        trainer_class, config, args.eval_every, eval_model, tokenizer, threads, model_path, EXTRA_METRICS, experts
+    )
     length = config.max_completion_length
     classes = [type(config).__name__, trainer_class.__name__]
     return {

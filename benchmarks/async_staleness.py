@@ -311,18 +311,20 @@ def run_trainer(
     threads: int,
     model_path: str | None = None,
     extra_metrics: Sequence[str] = (),
+    trainer_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train `trainer_class` with `config` on the toy task (`model_path`, default the toy model) on `threads` torch
     threads: the per-step curves, the held-out evaluations every `every` steps (`held_out_reward` of `eval_model`,
     `config.max_completion_length` new tokens) and the timings, as the module docstring describes; plus, per step,
-    each logged metric of `extra_metrics` under its own name (None where a step did not log it)."""
+    each logged metric of `extra_metrics` under its own name (None where a step did not log it). `trainer_kwargs`:
+    the trainer's further arguments (MIX's `expert_dataset`)."""
     from trl_ext import toy
 
     steps = config.max_steps
     torch.set_num_threads(threads)
     trainer = trainer_class(
         model=model_path or toy.tiny_model_path(), reward_funcs=toy.toy_reward, args=config,
-        train_dataset=toy.toy_splits()["train"],
+        train_dataset=toy.toy_splits()["train"], **(trainer_kwargs or {}),
     )  # fmt: skip
     trainer.remove_callback(transformers.PrinterCallback)
     evaluations = eval_steps(steps, every)

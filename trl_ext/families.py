@@ -200,15 +200,16 @@ INPUT_SOURCES: dict[str, str] = {
     "old_logprob": "the sampling policy's per-token log-probs at advantage time, which only the on-policy "
     "distillation trainer hands an advantage function (OnPolicyDistillConfig)",
     "ref_logprob": "per-token reference log-probs of paired rows (a preference loss: train it with DPOConfig)",
-    "reward_baselines": "the rewards of greedy completions (ReMax), which only the grpo family's trainer generates "
-    "(GRPOConfig, ...: the MIX trainer's batches also hold expert rows)",
+    "reward_baselines": "the rewards of greedy completions (ReMax), which only the grpo family's trainer and the "
+    "asynchronous trainer's transformers worker generate (GRPOConfig, ..., AsyncGRPOConfig: the MIX trainer's "
+    "batches also hold expert rows)",
     "reward_components": "each reward function's rewards, which the synchronous rollout trainers' scoring hands an "
     "advantage function (GRPOConfig, MIXConfig, PPOConfig, ...)",
     "reward_weights": "the reward functions' weights, which the synchronous rollout trainers' scoring hands an "
     "advantage function (GRPOConfig, MIXConfig, PPOConfig, ...)",
     "sum_pi_squared": "the sampling policy's Σπ² per token, which the synchronous rollout trainers compute "
     "(GRPOConfig, MIXConfig, PPOConfig, ...)",
-    "values": "the critic's per-token values, which only the critic PPO trainer computes (PPOConfig)",
+    "values": "the critic's per-token values, which only the critic PPO trainers compute (PPOConfig, AsyncPPOConfig)",
     "run_ids": "the run each step of a multi-turn episode belongs to, which only the grpo family's trainer records "
     "(the model turns of TRL's multi-turn rollouts: GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)",
     "state_ids": "the environment state each step of a multi-turn episode starts from, which only the grpo family's "
@@ -238,7 +239,7 @@ register_family(TrainerFamily(
     group_size_field="num_generations", sample_strategy="mix",
     loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "expert_mask", "expert_valid_toks", "expert_valid_seqs"),
     advantage_inputs=(*(key for key in _ROLLOUT_ADVANTAGE_INPUTS if key != "reward_baselines"), *_SCORING_INPUTS),
-    synchronous_only="the asynchronous trainer does not yet join expert rows to its optimizer windows",
+    async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "distill", "Rollouts scored token by token by a frozen teacher (on-policy distillation).",
@@ -251,17 +252,17 @@ register_family(TrainerFamily(
     "critic", "Rollouts with a value model trained beside the policy (critic PPO): GAE advantages from its values.",
     class_names=("CriticFamilyConfig", "CriticFamilyTrainer"), components=COMPONENT_KINDS, schema="experience",
     group_size_field="num_generations", uses_critic=True, loss_inputs=_ROLLOUT_LOSS_INPUTS,
-    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_SCORING_INPUTS, "values"),
-    synchronous_only="the asynchronous trainer does not yet train a critic beside the policy (GAE from its values)",
+    advantage_inputs=(*_ROLLOUT_ADVANTAGE_INPUTS, *_SCORING_INPUTS, "values"), async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(
     "async", "`AsyncGRPOTrainer`: a rollout worker generates and scores groups while the trainer trains on them, "
     "up to `max_staleness` policy versions old (TRL's experimental async GRPO).",
     class_names=("AsyncGRPOConfig", "AsyncGRPOTrainer"), components=COMPONENT_KINDS, schema="experience",
     per_algorithm_classes=False, group_size_field="num_generations",
-    loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob", "window_selected"),
+    loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob", "window_selected", "expert_mask", "expert_valid_toks",
+                 "expert_valid_seqs"),
     advantage_inputs=("response_mask", "completion_mask", "generator", "old_logprob", "teacher_logprob",
-                      "teacher_valid_mask"),
+                      "teacher_valid_mask", "reward_baselines", "values"),
     geometry=_async_geometry, async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(

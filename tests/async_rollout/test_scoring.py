@@ -12,7 +12,7 @@ import pytest
 
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.async_rollout import GroupScorer, check_async_estimator
-from trl_ext.async_rollout.scoring import IN_GROUP, IN_WINDOW, WINDOW_REWARD_KEY
+from trl_ext.async_rollout.scoring import IN_GROUP, IN_WINDOW, WINDOW_BASELINE_KEY, WINDOW_REWARD_KEY
 from trl_ext.toy import repeat_letter_reward
 
 PROMPT = "Repeat the letter c:"
@@ -180,7 +180,6 @@ def test_rec_drop_uses_a_generator_seeded_by_the_group():
     [
         ("ppo", {}, "values"),
         ("gigpo", {}, "multi-turn"),
-        ("remax", {}, "reward_baselines"),
         ("jsd", {}, "teacher_logprob"),
         ("clipb", {}, "optimizer window does not provide: logprobs, entropy"),
         ("grpo", {"rank_penalty": 0.5}, "logprobs"),
@@ -201,10 +200,12 @@ def test_check_async_estimator_accepts_group_estimators(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["reinforceplusplus", "reinforce_plus_plus_baseline", "grpo_verl", "opmd_verl", "asymre_verl", "gpg"]
+    "name",
+    ["reinforceplusplus", "reinforce_plus_plus_baseline", "grpo_verl", "opmd_verl", "asymre_verl", "gpg", "remax"],
 )
 def test_token_level_estimators_run_over_the_trainers_window(name):
     assert check_async_estimator(get_advantage_fn(name)) == IN_WINDOW
+    assert GroupScorer(repeat_letter_reward, advantage_fn=name).needs_greedy_baseline == (name == "remax")
 
 
 def test_a_window_estimator_is_not_run_in_the_worker_which_stamps_the_shaped_reward():
@@ -279,7 +280,7 @@ def test_group_advantages_of_given_rewards():
 # ---- DAPO in the worker: dynamic sampling and overlong shaping ------------------------------------------------------
 
 
-def _score_ids(scorer: GroupScorer, completions, lengths, group_id: int = 3):
+def _score_ids(scorer: GroupScorer, completions, lengths, group_id: int = 3, baseline=None):
     n = len(completions)
     return scorer.score(
         prompts=[PROMPT] * n,
@@ -287,6 +288,7 @@ def _score_ids(scorer: GroupScorer, completions, lengths, group_id: int = 3):
         completion_ids=[[7] * length for length in lengths],
         group_id=group_id,
         reward_kwargs={"target": ["c"] * n},
+        baseline=baseline,
     )
 
 
@@ -346,3 +348,46 @@ def test_dynamic_sampling_judges_the_task_rewards_before_the_length_penalty():
 def test_dapo_arguments_are_checked_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GroupScorer(repeat_letter_reward, **kwargs)
+
+
+def test_remaxs_greedy_baseline_is_scored_like_the_samples_and_stamped_on_the_group():
+    """ReMax: three greedy completions (three prompts, each its own `target`) scored in one call per reward function,
+    weighted (1, 0.5) and NaN-summed, then shaped by DAPO's overlong penalty (max 8, buffer 4: lengths 8, 2, 6 give
+    -1, 0, -0.5); a greedy completion no function scores gets baseline 0, never NaN. `score(baseline=b)` stamps b on
+    every sample of the group, beside the shaped reward; the advantages stay 0 (the window's estimator makes them)."""
+    scorer = GroupScorer(
+        [repeat_letter_reward, none_for_short], reward_weights=[1.0, 0.5], advantage_fn="remax",
+        overlong_buffer=4, overlong_penalty_factor=1.0, max_completion_length=8,
+    )  # fmt: skip
+    assert scorer.needs_greedy_baseline and scorer.estimates_in_window
+    baselines, unscorable = scorer.baseline_rewards(
+        prompts=["p1", "p2", "p3"],
+        completions=[" c c", " d", " e e"],  # letter rewards 1, 1, 0; none_for_short 2, None, 2
+        completion_ids=[[7] * 8, [7] * 2, [7] * 6],
+        reward_kwargs={"target": ["c", "d", "c"]},
+    )
+    np.testing.assert_allclose(baselines, [1.0 + 1.0 - 1.0, 1.0 + 0.0, 0.0 + 1.0 - 0.5], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(unscorable, [False, False, False])
+    only_none = GroupScorer(none_for_short, advantage_fn="remax", overlong_buffer=4, max_completion_length=8)
+    baselines, unscorable = only_none.baseline_rewards(
+        prompts=["p1", "p2"], completions=["ab", "abcd"], completion_ids=[[7] * 8, [7] * 2]
+    )
+    np.testing.assert_array_equal(baselines, [0.0, 2.0])  # unscorable: 0 (no penalty either), not NaN
+    np.testing.assert_array_equal(unscorable, [True, False])
+
+    score = _score_ids(scorer, [" c c c", " c", " d"], [8, 2, 6], baseline=0.25)
+    assert score.window_baseline == 0.25
+    np.testing.assert_array_equal(score.advantages, [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(score.window_rewards, [1.0 + 1.0 - 1.0, 1.0 + 0.0, 0.0 + 0.0 - 0.5])  # target c
+    for i in range(3):
+        assert score.sample_metrics(i)[WINDOW_BASELINE_KEY] == 0.25
+        assert score.sample_metrics(i)[WINDOW_REWARD_KEY] == pytest.approx(score.window_rewards[i])
+    with pytest.raises(ValueError, match=r"'remax' needs the group's greedy baseline \(baseline=...\)"):
+        _score_ids(scorer, [" c"], [2])
+    with pytest.raises(ValueError, match=r"baseline=nan is not valid; must be finite"):
+        _score_ids(scorer, [" c"], [2], baseline=math.nan)
+    with pytest.raises(ValueError, match=r"'grpo' reads no baseline"):
+        _score_ids(GroupScorer(repeat_letter_reward), [" c"], [2], baseline=0.0)
+    assert WINDOW_BASELINE_KEY not in _score_ids(GroupScorer(repeat_letter_reward), [" c"], [2]).sample_metrics(0)
+    with pytest.raises(ValueError, match=r"baseline_rewards: prompts \(1\), completions \(2\)"):
+        scorer.baseline_rewards(prompts=["p"], completions=["a", "b"], completion_ids=[[7], [7]])

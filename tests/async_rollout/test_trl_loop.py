@@ -11,7 +11,12 @@ import pytest
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, RolloutSample, _AsyncRolloutLoop
 
 from trl_ext.async_rollout import GroupScorer
-from trl_ext.async_rollout.trl_loop import TRLExtRolloutLoop, rescore_samples, use_trl_ext_scoring
+from trl_ext.async_rollout.trl_loop import (
+    TRLExtRolloutLoop,
+    refuse_greedy_baseline,
+    rescore_samples,
+    use_trl_ext_scoring,
+)
 from trl_ext.toy import toy_reward
 
 
@@ -92,3 +97,16 @@ def test_trls_worker_is_pointed_at_the_loop_and_others_are_left_alone():
     other = SimpleNamespace()
     use_trl_ext_scoring(other, scorer)
     assert vars(other) == {}
+
+
+def test_remax_is_refused_where_trls_worker_would_score_it():
+    """TRL's vLLM worker makes no greedy completion: ReMax is refused with it (the default worker of
+    rollout_backend='vllm', or one passed in), accepted with trl_ext's worker or a custom one."""
+    remax = GroupScorer(toy_reward, advantage_fn="remax")
+    trl_worker = object.__new__(AsyncRolloutWorker)
+    for worker, backend in ((None, "vllm"), (trl_worker, "transformers")):
+        with pytest.raises(ValueError, match=r"Owner: advantage_fn='remax' .* TRL's vLLM rollout worker does not"):
+            refuse_greedy_baseline("Owner", remax, worker, backend)
+    refuse_greedy_baseline("Owner", remax, None, "transformers")
+    refuse_greedy_baseline("Owner", remax, SimpleNamespace(), "vllm")  # a custom worker: its own business
+    refuse_greedy_baseline("Owner", GroupScorer(toy_reward, advantage_fn="reinforceplusplus"), None, "vllm")

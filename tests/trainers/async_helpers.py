@@ -113,19 +113,22 @@ def make_samples(tokenizer, model, groups: int = 2, size: int = 4, seed: int = 0
 
 
 def packed_batch(
-    samples: list[dict], advantages, pad_token_id: int, versions=None, rewards=None
+    samples: list[dict], advantages, pad_token_id: int, versions=None, rewards=None, baselines=None
 ) -> dict[str, torch.Tensor]:
     """The samples as TRL packs one micro-batch for one process (a `TreeRow`, trl_ext's collator); `rewards`: each
-    sample's reward as the worker stamps it for an estimator that runs over the optimizer window."""
+    sample's reward as the worker stamps it for an estimator that runs over the optimizer window; `baselines`: each
+    sample's greedy baseline (ReMax) as the worker stamps it."""
     from trl.experimental.async_grpo.packing import TreeRow
 
-    from trl_ext.async_rollout.scoring import WINDOW_REWARD_KEY
+    from trl_ext.async_rollout.scoring import WINDOW_BASELINE_KEY, WINDOW_REWARD_KEY
     from trl_ext.trainers.asynchronous.samples import VERSION_KEY, VersionedCollator
 
     row = TreeRow()
     for i, sample in enumerate(samples):
         version = 1 if versions is None else int(versions[i])
         metrics = {VERSION_KEY: version} if rewards is None else {VERSION_KEY: version, WINDOW_REWARD_KEY: rewards[i]}
+        if baselines is not None:
+            metrics[WINDOW_BASELINE_KEY] = baselines[i]
         row.add(
             {
                 "input_ids": torch.tensor(sample["input_ids"]),

@@ -14,15 +14,24 @@ from trl_ext.families import get_family
 from trl_ext.losses import POLICY_LOSSES
 from trl_ext.toy import build_tokenizer
 
+MIXING = sorted(name for name in POLICY_LOSSES if "expert_mask" in POLICY_LOSSES[name].inputs())
+"""The mixing losses: fed by the MIX forms, whose trainer joins expert rows (tests/trainers/test_async_mix.py)."""
 FED = sorted(
-    name for name in POLICY_LOSSES if set(POLICY_LOSSES[name].inputs()) <= set(get_family("async").loss_inputs)
-)
-REFUSED = sorted(set(POLICY_LOSSES) - set(FED))
+    name for name in POLICY_LOSSES
+    if set(POLICY_LOSSES[name].inputs()) <= set(get_family("async").loss_inputs) and name not in MIXING
+)  # fmt: skip
+REFUSED = sorted(set(POLICY_LOSSES) - set(FED) - set(MIXING))
 
 
 def test_the_losses_split_as_expected():
     assert {"ppo", "sapo", "gspo", "cispo", "m2po", "decoupled_ppo", "sft", "topr", "opmd"} <= set(FED)
-    assert set(REFUSED) == {"dpo", "mix", "mix_chord"}
+    assert set(REFUSED) == {"dpo"} and set(MIXING) == {"mix", "mix_chord"}
+
+
+@pytest.mark.parametrize("name", MIXING)
+def test_a_mixing_loss_needs_a_mix_form(name, tmp_path):
+    with pytest.raises(ValueError, match=f"policy_loss_fn='{name}' mixes expert demonstrations.*AsyncMIXConfig"):
+        async_config(str(tmp_path), policy_loss_fn=name)
 
 
 @pytest.fixture(scope="module")

@@ -220,6 +220,47 @@ def test_a_token_level_estimator_runs_over_the_optimizer_window(algorithm, rando
     assert float(loss_async.detach()) == pytest.approx(loss_sync, rel=1e-4, abs=1e-6)
 
 
+def test_remax_runs_over_the_window_against_the_workers_greedy_baselines(random_tiny_model, tmp_path):
+    """ReMax: the worker stamps each sample's reward and its group's greedy baseline; over a window of two
+    micro-batches the trainer's advantages are `remax`'s on the same rewards, baselines and masks, i.e. (R − b) on
+    every trained token (the reward sits on the last one, γ = 1); the unscorable sample gets 0."""
+    config = async_config(str(tmp_path), advantage_fn="remax")
+    trainer = stub_trainer(random_tiny_model, config)
+    assert trainer.group_scorer.needs_greedy_baseline and trainer.window_estimator is not None
+    tokenizer = build_tokenizer()
+    samples = make_samples(tokenizer, AutoModelForCausalLM.from_pretrained(random_tiny_model), seed=3)
+    mask = _completion_mask(samples)
+    rewards = REWARDS.clone()
+    rewards[5] = float("nan")
+    baselines = torch.tensor([0.25 if g == 0 else 0.75 for g in GROUPS], dtype=torch.float64)
+    scored = torch.isfinite(rewards)
+    expected = torch.zeros(mask.shape)
+    estimate = get_advantage_fn("remax").compute(
+        rewards[scored], [GROUPS[i] for i in range(8) if scored[i]], response_mask=mask[scored],
+        completion_mask=mask[scored], reward_baselines=baselines[scored],
+    )  # fmt: skip
+    expected[scored] = estimate.advantages.float()
+    closed = (rewards[scored] - baselines[scored].float())[:, None] * mask[scored]
+    torch.testing.assert_close(expected[scored], closed, rtol=0, atol=1e-6)
+
+    halves = [
+        packed_batch(samples[i : i + 4], [0.0] * 4, tokenizer.pad_token_id, rewards=rewards[i : i + 4].tolist(),
+                     baselines=baselines[i : i + 4].tolist())
+        for i in (0, 4)
+    ]  # fmt: skip
+    torch.testing.assert_close(halves[0]["sample_baseline"].reshape(-1)[:4], baselines[:4])
+    trainer.model_version = 1
+    trainer._get_num_items_in_batch(halves, trainer.accelerator.device)
+    for half, rows in zip(halves, (slice(0, 4), slice(4, 8)), strict=True):
+        grid = PackedRow.from_inputs(half).grid()
+        got = grid.scatter(half["window_advantages"][half["token_index"] >= 0])
+        torch.testing.assert_close(got, expected[rows, : got.size(1)], rtol=1e-5, atol=1e-6)
+    assert not halves[1]["window_advantages"][halves[1]["segment_id"] == 1].any()  # sample 5: unscorable
+    unstamped = [packed_batch(samples[:4], [0.0] * 4, tokenizer.pad_token_id, rewards=rewards[:4].tolist())]
+    with pytest.raises(RuntimeError, match=r"has no 'sample_baseline'.*ReMax its greedy baseline"):
+        trainer._get_num_items_in_batch(unstamped, trainer.accelerator.device)
+
+
 @pytest.mark.parametrize("algorithm", ["on_policy_distill", "jsd"])
 def test_distillation_scores_the_packed_rows_with_the_teacher(algorithm, random_tiny_model, random_teacher, tmp_path):
     """The teacher (another model) forwarded on the packed rows gives, over a window of two micro-batches, the

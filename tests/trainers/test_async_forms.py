@@ -20,10 +20,6 @@ SYNCHRONOUS_ONLY = {
     # multi-turn estimators: the worker does not run TRL's tool loop's turns
     "multi_step_grpo": "run_ids",
     "gigpo": "run_ids",
-    # families whose parts the asynchronous trainer does not feed yet
-    "ppo": "critic",
-    "mix": "expert rows",
-    "mix_chord": "expert rows",
 }
 """The algorithms that generate but train synchronously only for now, each with a word of its reason."""
 
@@ -35,7 +31,7 @@ def test_which_algorithms_have_an_asynchronous_form_and_why_the_others_do_not():
     assert {name for name, reason in status.items() if reason is not None} == set(SYNCHRONOUS_ONLY)
     for name, word in SYNCHRONOUS_ONLY.items():
         assert word in status[name], (name, status[name])
-    assert len(FORMS) == 24 and "sapo" in FORMS and "grpo" in FORMS and "async_grpo" not in status
+    assert len(FORMS) == 27 and "sapo" in FORMS and "grpo" in FORMS and "async_grpo" not in status
 
 
 OPTIONS = {"output_dir": "out", **CPU, "max_steps": 1}
@@ -75,7 +71,7 @@ def test_a_record_field_reaches_the_loss_and_a_bad_one_is_refused_by_name():
 def test_no_form_is_an_error_naming_why():
     with pytest.raises(AttributeError, match=r"AsyncGiGPOConfig.*run_ids"):
         trl_ext.AsyncGiGPOConfig  # noqa: B018
-    assert not hasattr(trl_ext, "AsyncMIXConfig")
+    assert not hasattr(trl_ext, "AsyncMultiStepGRPOConfig")
     with pytest.raises(ValueError, match="dpo has no asynchronous form: it trains on a fixed dataset"):
         async_config_class("dpo")
 
@@ -84,7 +80,7 @@ def test_no_form_is_an_error_naming_why():
     ("argv", "message"),
     [
         (["--algorithm", "gigpo", "--asynchronous", "true"], "--asynchronous true: gigpo has no asynchronous form yet"),
-        (["--algorithm", "mix", "--asynchronous"], "does not yet join expert rows"),
+        (["--algorithm", "multi_step_grpo", "--asynchronous"], "run_ids"),
         (["--algorithm", "dpo", "--asynchronous", "true"], "dpo has no asynchronous form: it trains on a fixed"),
         (["--algorithm", "sapo", "--asynchronous", "maybe"], "--asynchronous: 'maybe' is not a boolean"),
         (["--algorithm", "sapo", "--asynchronous=sometimes"], "--asynchronous: 'sometimes' is not a boolean"),
@@ -174,7 +170,7 @@ def test_every_asynchronous_form_learns_the_toy(algorithm, settings, tiny_model,
     """60 steps of 64 completions on the transformers worker (`ASYNC_RUN`), samples up to one version stale (none for
     `ON_POLICY_ONLY`): the reward rises from the toy model's ~0.1 by the synchronous learning tests' margin. With
     DAPO's dynamic sampling the worker drops uniform groups (counted) and training goes on."""
-    from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
+    from trl_ext.toy import build_tokenizer, toy_dataset, toy_expert_dataset, toy_reward
 
     run = {**ASYNC_RUN, **settings, **({"max_steps": 100} if algorithm in (*ON_POLICY_ONLY, *SLOWER) else {})}
     config = async_config_class(algorithm)(
@@ -184,6 +180,7 @@ def test_every_asynchronous_form_learns_the_toy(algorithm, settings, tiny_model,
     trainer = trl_ext.AsyncGRPOTrainer(
         model=tiny_model, reward_funcs=toy_reward, args=config, train_dataset=toy_dataset(256),
         processing_class=build_tokenizer(), teacher_model=tiny_teacher if config.has_teacher else None,
+        **({"expert_dataset": toy_expert_dataset()} if config.has_experts else {}),
     )  # fmt: skip
     trainer.train()
     # the generated samples' reward (`rollout/reward_mean`: every scored sample; TRL's `reward` is the trained

@@ -24,11 +24,10 @@ from trl_ext.trainers.asynchronous.samples import check_sample
         ({"epsilon_high": 0.3}, r"epsilon_high=0.3 .* clip_range_high"),
         ({"kl_penalty_fn": "k1"}, r"kl_penalty_fn='k1' .* the rollout worker, which has no reference model"),
         ({"advantage_fn": "clipb"}, r"advantage_fn='clipb'.*logprobs"),
-        ({"advantage_fn": "remax"}, r"advantage_fn='remax'.*reward_baselines"),
         ({"advantage_fn": "gigpo"}, r"advantage_fn='gigpo'"),
         (
             {"policy_loss_fn": "mix"},
-            r"policy_loss_fn='mix' cannot train in the async family's trainer: it needs `expert",
+            r"policy_loss_fn='mix' mixes expert demonstrations into the batch, which AsyncGRPOConfig has none of",
         ),
         (
             {"policy_loss_fn": "dpo"},
@@ -79,6 +78,14 @@ def test_a_reward_that_cannot_reach_the_worker_is_refused_before_the_model_loads
             args=async_config(str(tmp_path), rollout_backend="transformers"),
             train_dataset=toy_dataset(8),
         )
+
+
+def test_remax_with_trls_vllm_worker_is_refused_before_the_model_loads(tmp_path):
+    """ReMax's config is valid (trl_ext's worker makes the greedy baselines); TRL's vLLM worker makes none."""
+    config = async_config(str(tmp_path), advantage_fn="remax")
+    assert config.rollout_backend == "vllm"
+    with pytest.raises(ValueError, match=r"AsyncGRPOTrainer: advantage_fn='remax' .* rollout_backend='transformers'"):
+        AsyncGRPOTrainer(model="unused/path", reward_funcs=toy_reward, args=config, train_dataset=toy_dataset(8))
 
 
 def test_the_model_is_a_path(random_tiny_model, tmp_path):

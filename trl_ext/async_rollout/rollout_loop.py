@@ -5,6 +5,11 @@ batches, generates whole groups with transformers, computes the sampling log-pro
 weights, scores each group (`GroupScorer`) and puts the samples on the shared queue, ticking the heartbeat and naming
 its stage as it goes (see `worker.py` for the whole protocol). What the parent and the child share is `Channels`.
 
+With ReMax (`GroupScorer.needs_greedy_baseline`) each batch also takes one greedy `generate` call (`do_sample=False`;
+the same weights, `max_completion_length`, eos and `repetition_penalty`) for its prompts, one completion each; the
+scorer scores those (`GroupScorer.baseline_rewards`) and stamps each group's samples with its prompt's (`score`'s
+`baseline`).
+
 The groups are the dataset's rows in per-epoch orders (`dataset_order`), from `start_group_id` on (0, or a resumed
 run's position); each batch's sampling is seeded from the seed and its first group id (`batch_seed`), so a resumed
 child draws what an uninterrupted one draws for the same weights and groups.
@@ -70,8 +75,29 @@ def batch_seed(seed: int, first_group_id: int) -> int:
 _SAMPLING_STREAM = 0x5A3D  # keeps the sampling seeds apart from the other streams seeded from (seed, an id)
 
 
+def prompt_token_ids(tokenizer: Any, prompt: Any, chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """The token ids the worker generates after: a text prompt tokenized as is, a conversation (a list of messages)
+    through the chat template with the generation prompt."""
+    if isinstance(prompt, str):
+        return list(tokenizer(text=prompt)["input_ids"])
+    if _is_conversational(prompt):
+        ids = tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=True, return_dict=True, **(chat_template_kwargs or {})
+        )["input_ids"]
+        return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+    raise ValueError(
+        f"TransformersRolloutWorker: a dataset prompt must be a string or a list of messages, got {prompt!r}"
+    )
+
+
 def _is_conversational(prompt: Any) -> bool:
     return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)
+
+
+def _reward_columns(rows: list[dict[str, Any]], repeat: int) -> dict[str, list[Any]]:
+    """The dataset's other columns of `rows`, each row's value `repeat` times, as the reward functions take them."""
+    names = [k for k in rows[0] if k not in ("prompt", "completion", "completion_ids")]
+    return {k: [row[k] for row in rows for _ in range(repeat)] for k in names}
 
 
 def child_main(config: dict[str, Any], channels: Channels, receiver: WeightReceiver) -> None:
@@ -132,12 +158,19 @@ class RolloutLoop:
         self.eos_ids = torch.tensor(eos, device=self.device)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos[0]
         # The model's own sampling defaults (e.g. a checkpoint's top_k=20) must not leak in: this config replaces it.
-        self.model.generation_config = GenerationConfig(
+        self.model.generation_config = self.sampling_config = GenerationConfig(
             do_sample=True,
             temperature=config["temperature"],
             top_p=config["top_p"],
             top_k=config["top_k"],
             min_p=config["min_p"],
+            repetition_penalty=config["repetition_penalty"],
+            max_new_tokens=config["max_completion_length"],
+            eos_token_id=eos,
+            pad_token_id=self.pad_id,
+        )
+        self.greedy_config = GenerationConfig(  # ReMax's baseline: the same one without sampling
+            do_sample=False,
             repetition_penalty=config["repetition_penalty"],
             max_new_tokens=config["max_completion_length"],
             eos_token_id=eos,
@@ -184,25 +217,14 @@ class RolloutLoop:
             self._rollout_batch(applied)
 
     def _prompt_ids(self, prompt: Any) -> list[int]:
-        if isinstance(prompt, str):
-            return list(self.tokenizer(text=prompt)["input_ids"])
-        if _is_conversational(prompt):
-            ids = self.tokenizer.apply_chat_template(
-                prompt,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-                **(self.config["chat_template_kwargs"] or {}),
-            )["input_ids"]
-            return list(ids[0] if ids and isinstance(ids[0], list) else ids)
-        raise ValueError(
-            f"TransformersRolloutWorker: a dataset prompt must be a string or a list of messages, got {prompt!r}"
-        )
+        return prompt_token_ids(self.tokenizer, prompt, self.config["chat_template_kwargs"])
 
     @torch.no_grad()
-    def _sample(self, prompt_ids: list[list[int]], label: str) -> tuple[list[list[int]], list[list[float]]]:
-        """Sample one completion per prompt (left-padded batch); return the completions (up to and including their
-        eos) and their tokens' log_softmax(logits / temperature) under the same weights."""
+    def _generate_batch(
+        self, prompt_ids: list[list[int]], config: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One completion per prompt (left-padded batch) with generation config `config`: `(sequences, attention of
+        the prompts, completion tokens, completion lengths up to and including their first eos)`."""
         batch, width = len(prompt_ids), max(map(len, prompt_ids))
         input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((batch, width), dtype=torch.long)
@@ -210,13 +232,32 @@ class RolloutLoop:
             input_ids[b, width - len(ids) :] = torch.tensor(ids)
             attention[b, width - len(ids) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        t0 = time.perf_counter()
-        sequences = self.model.generate(input_ids=input_ids, attention_mask=attention)
-        self.pending["rollout/generate_s"] = time.perf_counter() - t0
+        self.model.generation_config = config  # the model's config is the base that generate() completes
+        try:
+            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention)
+        finally:
+            self.model.generation_config = self.sampling_config
         completion = sequences[:, width:]
-        steps = completion.shape[1]
         is_eos = torch.isin(completion, self.eos_ids)
-        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, steps)
+        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, completion.shape[1])
+        return sequences, attention, completion, first_eos
+
+    def _greedy(self, prompt_ids: list[list[int]]) -> list[list[int]]:
+        """ReMax's greedy completion of each prompt, with the weights the batch was sampled with."""
+        t0 = time.perf_counter()
+        _, _, completion, lengths = self._generate_batch(prompt_ids, self.greedy_config)
+        self.pending["rollout/greedy_generate_s"] = time.perf_counter() - t0
+        return [completion[b, :length].tolist() for b, length in enumerate(lengths.tolist())]
+
+    @torch.no_grad()
+    def _sample(self, prompt_ids: list[list[int]], label: str) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample one completion per prompt (left-padded batch); return the completions (up to and including their
+        eos) and their tokens' log_softmax(logits / temperature) under the same weights."""
+        batch = len(prompt_ids)
+        t0 = time.perf_counter()
+        sequences, attention, completion, first_eos = self._generate_batch(prompt_ids, self.sampling_config)
+        self.pending["rollout/generate_s"] = time.perf_counter() - t0
+        steps = completion.shape[1]
         completion_mask = (torch.arange(steps, device=self.device) < first_eos[:, None]).long()
 
         self.channels.set_stage(f"computing the log-probs of {label}")
@@ -243,6 +284,11 @@ class RolloutLoop:
         repeated = [ids for ids in prompt_ids for _ in range(self.num_generations)]
         torch.manual_seed(batch_seed(self.config["seed"], first))  # the child is its own process: nothing else draws
         completions, log_probs = self._sample(repeated, label)
+        baselines = (
+            self._baselines([row for _, row in groups], prompt_ids, label)
+            if self.scorer.needs_greedy_baseline
+            else None
+        )
         lengths = [len(c) for c in completions]
         eos = set(self.eos_ids.tolist())
         clipped = sum(1 for c in completions if c[-1] not in eos)
@@ -260,11 +306,8 @@ class RolloutLoop:
                 completions=[[{"role": "assistant", "content": t}] for t in texts] if conversational else texts,
                 completion_ids=[completions[i] for i in span],
                 group_id=group_id,
-                reward_kwargs={
-                    k: [v] * self.num_generations
-                    for k, v in row.items()
-                    if k not in ("prompt", "completion", "completion_ids")
-                },
+                reward_kwargs=_reward_columns([row], self.num_generations),
+                baseline=None if baselines is None else float(baselines[g]),
             )
             t_score += time.perf_counter() - t0
             unscorable += int(score.metrics["unscorable"])
@@ -317,6 +360,25 @@ class RolloutLoop:
             self.channels.metrics_queue.put_nowait(metrics)
         except queue.Full:
             pass  # never block generation on metrics
+
+    def _baselines(self, rows: list[dict[str, Any]], prompt_ids: list[list[int]], label: str) -> np.ndarray:
+        """ReMax's baseline of each group `[G]`: the reward of its prompt's greedy completion (module docstring)."""
+        self.channels.set_stage(f"generating the greedy completions of {label}")
+        greedy = self._greedy(prompt_ids)
+        self.channels.set_stage(f"scoring the greedy completions of {label}")
+        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in greedy]
+        baselines, unscorable = self.scorer.baseline_rewards(
+            prompts=[row["prompt"] for row in rows],
+            completions=[
+                [{"role": "assistant", "content": text}] if _is_conversational(row["prompt"]) else text
+                for row, text in zip(rows, texts, strict=True)
+            ],
+            completion_ids=greedy,
+            reward_kwargs=_reward_columns(rows, 1),
+        )
+        self.pending["rollout/greedy_baseline_mean"] = (float(baselines.sum()), float(baselines.size))
+        self.pending["rollout/greedy_unscorable_total"] = float(unscorable.sum())
+        return baselines
 
     def _put(self, sample: RolloutSample) -> bool:
         """Put `sample` on the rollout buffer, waiting while it is full (ticking the heartbeat, acknowledging a

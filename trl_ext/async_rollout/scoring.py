@@ -29,11 +29,16 @@ rewards) runs here, per group (`IN_GROUP`). A token-level estimator that needs o
 `grpo_verl`, GPG, ...) runs in the trainer over each optimizer window (`IN_WINDOW`: its batch statistics, e.g.
 REINFORCE++'s whitening, are the window's, as the synchronous trainers' are the generation batch's): the scorer then
 stamps each sample's advantage 0 and its reward, shaped, under `WINDOW_REWARD_KEY` in the sample's metrics, and the
-trainer computes the advantages (`trl_ext.trainers.asynchronous.window_estimator`). Refused: multi-turn estimators
-(`step_rewards`), those needing inputs neither has (log-probs, entropy, values, teacher log-probs, reward
-baselines, run ids) and GRPO's `duplicate_experiences` (it copies rows between groups: a result with `source`). The
-rollout worker runs in a spawned process, so the scorer must pickle: `check_picklable` (called at construction) names
-the reward function that does not (lambdas, closures).
+trainer computes the advantages (`trl_ext.trainers.asynchronous.window_pass`). ReMax (Li et al. 2023, arXiv
+2310.10505) also runs there; its baseline, the reward of the prompt's greedy completion (`reward_baselines`), is made
+in the worker (`needs_greedy_baseline`: the transformers worker generates one greedy completion per prompt with the
+batch's weights, `baseline_rewards` scores it like the samples, overlong penalty included, and `score(baseline=...)`
+stamps it on every sample of the group under `WINDOW_BASELINE_KEY`); a greedy completion that no reward function
+scores gets baseline 0, as in the synchronous trainer (its NaN-sum). Refused: multi-turn estimators (`step_rewards`),
+those needing inputs neither has (log-probs, entropy, values, teacher log-probs, run ids) and GRPO's
+`duplicate_experiences` (it copies rows between groups: a result with `source`). The rollout worker runs in a
+spawned process, so the scorer must pickle: `check_picklable` (called at construction) names the reward function
+that does not (lambdas, closures).
 """
 
 from __future__ import annotations
@@ -57,11 +62,14 @@ from ..advantages import AdvantageFn, get_advantage_fn
 from ..advantages.overlong import overlong_penalty
 
 __all__ = [
+    "CRITIC_INPUTS",
     "IN_GROUP",
     "IN_WINDOW",
     "TEACHER_INPUTS",
+    "WINDOW_BASELINE_KEY",
     "WINDOW_INPUTS",
     "WINDOW_REWARD_KEY",
+    "WORKER_BASELINE_INPUTS",
     "WORKER_INPUTS",
     "GroupScore",
     "GroupScorer",
@@ -74,13 +82,20 @@ WORKER_INPUTS = ("response_mask", "completion_mask", "generator")
 WINDOW_INPUTS = ("response_mask", "completion_mask", "old_logprob")
 """The inputs of a token-level estimator the trainer provides over an optimizer window (the trained tokens, the
 sampler's log-probs μ)."""
+WORKER_BASELINE_INPUTS = ("reward_baselines",)
+"""What the rollout worker makes for a token-level estimator besides the rewards: ReMax's baseline, the reward of one
+greedy completion per prompt (trl_ext's transformers worker; TRL's vLLM worker makes none: the trainer refuses it)."""
 TEACHER_INPUTS = ("teacher_logprob", "teacher_valid_mask")
 """What the window adds when the trainer has a teacher (on-policy distillation): its log-probs of the sampled tokens
 and the tokens it can score."""
+CRITIC_INPUTS = ("values",)
+"""What the window adds when the trainer has a critic (critic PPO): its values of the states tokens are chosen in."""
 IN_GROUP, IN_WINDOW = "group", "window"
 """Where an estimator runs: per group in the rollout worker, or over the optimizer window in the trainer."""
 WINDOW_REWARD_KEY = "__estimator_reward__"
 """Where a sample's (shaped) reward rides in its `metrics`, from the worker to the trainer's window estimator."""
+WINDOW_BASELINE_KEY = "__estimator_baseline__"
+"""Where a sample's greedy baseline (ReMax's `reward_baselines`, shaped) rides in its `metrics`, likewise."""
 
 _RESERVED_KWARGS = ("prompts", "completions", "completion_ids")
 
@@ -100,21 +115,24 @@ def _is_async(func: Callable) -> bool:
     return inspect.iscoroutinefunction(func) or (call is not None and inspect.iscoroutinefunction(call))
 
 
-def check_async_estimator(fn: AdvantageFn, teacher: bool = False) -> str:
+def check_async_estimator(fn: AdvantageFn, teacher: bool = False, critic: bool = False) -> str:
     """Where the advantage estimator `fn` runs in an asynchronous run: `IN_GROUP` (a group estimator, in the rollout
     worker) or `IN_WINDOW` (a token-level one, in the trainer over the optimizer window; see the module docstring).
-    `teacher`: whether the trainer has a teacher (the window then also provides `TEACHER_INPUTS`).
+    `teacher`: whether the trainer has a teacher (the window then also provides `TEACHER_INPUTS`); `critic`: whether
+    it has a critic (`CRITIC_INPUTS`).
 
     Raises:
         ValueError: `fn` cannot run in either place, with every reason: it is multi-turn (`step_rewards`), it needs
-            inputs neither provides (the worker provides `WORKER_INPUTS`, the window `WINDOW_INPUTS`; e.g.
-            `logprobs`, `entropy`, `values`, `teacher_logprob`, `reward_baselines`), or it copies rows between groups
-            (GRPO's `duplicate_experiences`, a result with `source`).
+            inputs neither provides (the worker provides `WORKER_INPUTS`, the window `WINDOW_INPUTS` and the worker's
+            `WORKER_BASELINE_INPUTS`; e.g. `logprobs`, `entropy`, `values`, `teacher_logprob`), or it copies rows
+            between groups (GRPO's `duplicate_experiences`, a result with `source`).
     """
     if not isinstance(fn, AdvantageFn):
         raise TypeError(f"check_async_estimator: expected an AdvantageFn, got {type(fn).__name__}")
     token_level = type(fn).token_level
-    provided = (*WINDOW_INPUTS, *(TEACHER_INPUTS if teacher else ())) if token_level else WORKER_INPUTS
+    window = (*WINDOW_INPUTS, *WORKER_BASELINE_INPUTS, *(TEACHER_INPUTS if teacher else ()))
+    window += CRITIC_INPUTS if critic else ()
+    provided = window if token_level else WORKER_INPUTS
     where = "the trainer's optimizer window" if token_level else "the rollout worker"
     reasons = []
     if type(fn).step_rewards:
@@ -159,6 +177,7 @@ class GroupScore:
             metrics as `advantages/<name>`.
         window_rewards: `[n]` float64 with an estimator that runs over the trainer's optimizer window (`IN_WINDOW`):
             the rewards it receives (shaped: with DAPO's overlong penalty; NaN for an unscorable sample); else None.
+        window_baseline: The group's greedy baseline with an estimator that reads one (ReMax); else None.
     """
 
     rewards: np.ndarray
@@ -168,11 +187,12 @@ class GroupScore:
     func_names: tuple[str, ...]
     metrics: dict[str, float] = field(default_factory=dict)
     window_rewards: np.ndarray | None = None
+    window_baseline: float | None = None
 
     def sample_metrics(self, i: int) -> dict[str, float]:
         """The per-sample metrics TRL stamps on `RolloutSample.metrics`: `reward`, `reward_std`, `rewards/<func>`;
-        with a window estimator also the reward it receives (`WINDOW_REWARD_KEY`, removed by the trainer's
-        collator)."""
+        with a window estimator also the reward it receives (`WINDOW_REWARD_KEY`) and, with ReMax, the group's greedy
+        baseline (`WINDOW_BASELINE_KEY`), both removed by the trainer's collator."""
         metrics = {
             "reward": float(self.rewards[i]),
             "reward_std": float(self.metrics["reward_std"]),
@@ -180,6 +200,8 @@ class GroupScore:
         }
         if self.window_rewards is not None:
             metrics[WINDOW_REWARD_KEY] = float(self.window_rewards[i])
+        if self.window_baseline is not None:
+            metrics[WINDOW_BASELINE_KEY] = self.window_baseline
         return metrics
 
 
@@ -208,6 +230,7 @@ class GroupScorer:
             advantage is w·Â, Â the group estimator `reward_advantage_fn` of the group's rewards, which the trainer
             adds to the window estimator's on each token (on-policy distillation's reward term); 0: advantage 0.
         reward_advantage_fn: That group estimator (default `grpo`).
+        critic: Whether the trainer has a critic, whose values a window estimator may read (critic PPO's GAE).
     """
 
     def __init__(
@@ -224,6 +247,7 @@ class GroupScorer:
         max_completion_length: int | None = None,
         teacher: bool = False,
         reward_weight: float = 0.0,
+        critic: bool = False,
         reward_advantage_fn: str = "grpo",
     ):
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
@@ -259,7 +283,7 @@ class GroupScorer:
         self.advantage_fn_name = advantage_fn
         self.advantage_fn_args = dict(advantage_fn_args or {})
         self.estimator = get_advantage_fn(advantage_fn, **self.advantage_fn_args)
-        self.placement = check_async_estimator(self.estimator, teacher=teacher)
+        self.placement = check_async_estimator(self.estimator, teacher=teacher, critic=critic)
         check_number("GroupScorer", "reward_weight", reward_weight, ge=0)
         self.reward_weight = float(reward_weight)
         self.reward_estimator = None
@@ -295,6 +319,12 @@ class GroupScorer:
     def estimates_in_window(self) -> bool:
         """Whether the estimator runs over the trainer's optimizer window rather than here (module docstring)."""
         return self.placement == IN_WINDOW
+
+    @property
+    def needs_greedy_baseline(self) -> bool:
+        """Whether the estimator reads ReMax's `reward_baselines`: the worker then generates one greedy completion per
+        prompt, scores it (`baseline_rewards`) and passes it to `score` (module docstring)."""
+        return "reward_baselines" in self.estimator.needed_inputs()
 
     def check_picklable(self) -> None:
         """Raise `TypeError` naming the reward function (or the estimator) that cannot be pickled: the rollout worker
@@ -369,6 +399,7 @@ class GroupScorer:
         completion_ids: list[list[int]],
         group_id: int,
         reward_kwargs: dict[str, list[Any]] | None = None,
+        baseline: float | None = None,
     ) -> GroupScore:
         """Score one complete group of `n = len(completions)` samples (all generated for the same prompt).
 
@@ -377,6 +408,8 @@ class GroupScorer:
                 messages for conversational prompts) and completion token ids, as the reward functions receive them.
             group_id: The group's id (the estimator's group id; seeds the group's `generator`).
             reward_kwargs: The dataset's other columns, one list of `n` values each, passed to the reward functions.
+            baseline: The group's greedy baseline (`baseline_rewards`), required when `needs_greedy_baseline` and
+                refused otherwise; stamped on every sample (`GroupScore.window_baseline`).
         """
         n = len(completions)
         if len(prompts) != n or len(completion_ids) != n:
@@ -386,22 +419,62 @@ class GroupScorer:
             )
         if n == 0:
             raise ValueError("GroupScorer.score: the group is empty")
+        if (baseline is None) == self.needs_greedy_baseline:
+            raise ValueError(
+                f"GroupScorer.score: advantage estimator {self.advantage_fn_name!r} "
+                + ("needs the group's greedy baseline (baseline=...)" if baseline is None else "reads no baseline")
+            )
+        if baseline is not None and not math.isfinite(baseline):
+            raise ValueError(f"GroupScorer.score: baseline={baseline!r} is not valid; must be finite")
+        per_func, rewards = self._rewards("score", prompts, completions, completion_ids, reward_kwargs)
+        advantages, keep, metrics, shaped = self._group_advantages(rewards, completion_ids, group_id)
+        window_rewards = shaped if self.estimates_in_window else None
+        baseline = None if baseline is None else float(baseline)
+        return GroupScore(rewards, advantages, keep, per_func, self.func_names, metrics, window_rewards, baseline)
+
+    def baseline_rewards(
+        self,
+        *,
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids: list[list[int]],
+        reward_kwargs: dict[str, list[Any]] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """ReMax's baselines: the rewards of `m` greedy completions, one per prompt (different prompts: one call of
+        each reward function, with each prompt's own dataset columns), weighted and NaN-summed as in `score`, then
+        shaped as the samples' rewards are (DAPO's overlong penalty from their lengths). Returns `(baselines [m],
+        unscorable [m])`: a greedy completion that no reward function scored gets baseline 0 (the synchronous
+        trainer's NaN-sum gives it 0 too), never NaN."""
+        n = len(completions)
+        if len(prompts) != n or len(completion_ids) != n or n == 0:
+            raise ValueError(
+                f"GroupScorer.baseline_rewards: prompts ({len(prompts)}), completions ({n}) and completion_ids "
+                f"({len(completion_ids)}) must have the same length, at least 1"
+            )
+        _, rewards = self._rewards("baseline_rewards", prompts, completions, completion_ids, reward_kwargs)
+        unscorable = np.isnan(rewards)
+        shaped = self.shaped_rewards(rewards, completion_ids)[0]
+        return np.where(unscorable, 0.0, shaped), unscorable
+
+    def _rewards(
+        self, owner: str, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], reward_kwargs
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`(per_func [F, n], rewards [n])`: every reward function's rewards, and their weighted NaN-sum (NaN where no
+        function scored)."""
         if not self.reward_funcs:
-            raise ValueError("GroupScorer.score: the scorer has no reward functions (reward_funcs is empty)")
+            raise ValueError(f"GroupScorer.{owner}: the scorer has no reward functions (reward_funcs is empty)")
         extra = dict(reward_kwargs or {})
         clash = [k for k in extra if k in _RESERVED_KWARGS]
         if clash:
-            raise ValueError(f"GroupScorer.score: reward_kwargs may not contain {', '.join(clash)}")
+            raise ValueError(f"GroupScorer.{owner}: reward_kwargs may not contain {', '.join(clash)}")
         kwargs = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **extra)
         raw = self._call_reward_funcs(kwargs)
+        n = len(completions)
         per_func = np.array([self._check_rewards(f, values, n) for f, values in enumerate(raw)], dtype=np.float64)
         unscorable = np.all(np.isnan(per_func), axis=0)
         rewards = np.nansum(per_func * self.reward_weights[:, None], axis=0)
         rewards[unscorable] = np.nan
-
-        advantages, keep, metrics, shaped = self._group_advantages(rewards, completion_ids, group_id)
-        window_rewards = shaped if self.estimates_in_window else None
-        return GroupScore(rewards, advantages, keep, per_func, self.func_names, metrics, window_rewards)
+        return per_func, rewards
 
     def group_advantages(
         self, rewards: Any, completion_ids: list[list[int]], group_id: int

@@ -7,6 +7,10 @@ several). `TRLExtRolloutLoop` keeps TRL's scoring of the rewards and replaces th
 estimator on the same group (`GroupScorer.group_advantages`); a conversation the estimator drops (`keep` False) leaves
 the queue with its rows. The worker class itself stays TRL's: `use_trl_ext_scoring` points its `_loop_cls` hook at
 this loop and hands it the scorer.
+
+ReMax is refused on this path (`refuse_greedy_baseline`, at the trainer's construction): its baseline is the reward of
+a greedy completion of each prompt, which TRL's loop never generates (it samples each completion, through its tool
+loop, at the worker's temperature), while trl_ext's transformers worker makes it.
 """
 
 from __future__ import annotations
@@ -57,6 +61,18 @@ class TRLExtRolloutLoop(_AsyncRolloutLoop):
         samples = await super()._score_group(group)
         rows = [len(sequences) for sequences in group.completions_sequences]
         return rescore_samples(samples, rows, group.completions_ids, group.group_id, self.group_scorer)
+
+
+def refuse_greedy_baseline(owner: str, scorer: GroupScorer, worker: Any, backend: str) -> None:
+    """Raise ValueError when `scorer`'s estimator needs a greedy baseline (ReMax) and the samples would come from TRL's
+    vLLM worker (`worker` None with `backend` 'vllm', or TRL's `AsyncRolloutWorker`), which makes none."""
+    trl_worker = isinstance(worker, AsyncRolloutWorker) or (worker is None and backend == "vllm")
+    if trl_worker and scorer.needs_greedy_baseline:
+        raise ValueError(
+            f"{owner}: advantage_fn={scorer.advantage_fn_name!r} compares each reward with the reward of a greedy "
+            "completion of the prompt, which TRL's vLLM rollout worker does not generate; use "
+            "rollout_backend='transformers' (trl_ext's worker makes it) or another advantage function"
+        )
 
 
 def use_trl_ext_scoring(worker: Any, scorer: GroupScorer) -> None:

@@ -15,9 +15,10 @@ with transformers and loops
 3. compute the sampling log-probs with one forward pass of the same weights:
    `old_log_probs_t = log_softmax(logits_{t-1} / temperature)[token_t]` on the completion tokens, 0 on the prompt
    (the quantity TRL's fused head trains on, so the two agree when the weights are equal);
-4. score each group (`GroupScorer`: rewards, then a trl_ext advantage estimator), and put the kept samples on
-   `rollout_buffer` (blocking while it is full: backpressure), each stamped with the version of the weights that
-   generated it (`model_version`, the number `LocalWeightTransfer` gave the weights it applied);
+4. score each group (`GroupScorer`: rewards, then a trl_ext advantage estimator; with ReMax also one greedy
+   completion per prompt, generated with the same weights, whose reward is the group's baseline), and put the kept
+   samples on `rollout_buffer` (blocking while it is full: backpressure), each stamped with the version of the
+   weights that generated it (`model_version`, the number `LocalWeightTransfer` gave the weights it applied);
 5. push one metrics dict per batch on `metrics_queue` (keys reduced by TRL's `_reduce_metric`: `*_total` summed,
    `*_max` / `*_min` extrema, `(num, den)` pairs rates, the rest averaged).
 

@@ -12,8 +12,8 @@ resolved once, by the same code as the synchronous configs (`composition.Compose
 What an asynchronous run cannot do is refused here, each naming its field: TRL's own loss fields (`epsilon`,
 `epsilon_high`: use `clip_range_low` / `clip_range_high`), a KL penalty in the reward (the worker has no reference
 model), an advantage that needs what neither the worker (group estimators) nor the trainer's optimizer window
-(token-level ones) computes (multi-turn, values, greedy baselines: `trl_ext.async_rollout.check_async_estimator`),
-`max_staleness` < 0.
+(token-level ones) computes (multi-turn, values: `trl_ext.async_rollout.check_async_estimator`), `max_staleness` < 0.
+ReMax's greedy baselines are made by trl_ext's transformers worker; with TRL's vLLM worker the trainer refuses it.
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ class AsyncGRPOConfig(
     algorithm: ClassVar[str] = ALGORITHM
     trainer_family: ClassVar[str] = "async"
     has_teacher: ClassVar[bool] = False  # `AsyncDistillConfig`'s: a teacher scores the samples in the trainer
+    has_critic: ClassVar[bool] = False  # `AsyncCriticConfig`'s: a value model trains beside the policy
+    has_experts: ClassVar[bool] = False  # `AsyncMIXFamilyConfig`'s: expert demonstrations join the micro-batches
+    entropy_choices: ClassVar[tuple[str, ...]] = ("default", "none")
     uses_trl_loss: ClassVar[bool] = False  # TRL's own loss fields are refused (`epsilon`, `epsilon_high`)
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [
         *_TRLAsyncGRPOConfig._VALID_DICT_FIELDS,
@@ -201,7 +204,7 @@ class AsyncGRPOConfig(
         if self.rollout_batch_size is not None:
             check_number(owner, "rollout_batch_size", self.rollout_batch_size, ge=1, integer=True)
         check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))  # read only with beta > 0, checked always
-        check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, ("default", "none"))
+        check_choice(owner, "entropy_loss_fn", self.entropy_loss_fn, self.entropy_choices)
         check_number(owner, "entropy_coef", self.entropy_coef)
         self._check_composition_fields()
         if self.kl_penalty_fn != "none":
@@ -220,10 +223,20 @@ class AsyncGRPOConfig(
         super().__post_init__()
         self._check_pairing()
         try:
-            check_async_estimator(self.components.advantage_fn, teacher=self.has_teacher)
+            check_async_estimator(self.components.advantage_fn, teacher=self.has_teacher, critic=self.has_critic)
         except ValueError as error:
             raise ValueError(f"{owner}: advantage_fn={self.advantage_fn_name!r}: {error}") from None
+        if not self.has_experts and "expert_mask" in self.components.policy_loss.inputs():
+            raise ValueError(
+                f"{owner}: policy_loss_fn={self.policy_loss_fn!r} mixes expert demonstrations into the batch, which "
+                f"{owner} has none of; use a MIX algorithm's asynchronous config (AsyncMIXConfig, "
+                "AsyncMIXCHORDConfig), whose trainer joins them to each micro-batch"
+            )
         check_rules(self, rules_for(self, COMPONENTS))
+
+    def _check_greedy_baselines(self) -> None:
+        """ReMax: the rollout worker makes each group's greedy baseline itself (`GroupScorer.needs_greedy_baseline`),
+        so the synchronous trainers' batch layout rule does not apply, and the rewards are always summed first."""
 
     def advantage_kwargs(self) -> dict[str, Any]:
         """The advantage function's arguments (`scale_rewards` is a synchronous option: the group std always)."""

@@ -24,9 +24,12 @@ import dataclasses
 from functools import cache
 
 from ...algorithms import ALGORITHMS, get_algorithm
-from ..core.arguments import TeacherArguments, algorithm_fields
+from ..core.arguments import CriticArguments, TeacherArguments, algorithm_fields
+from ..mix.config import MIXComposition
 from .config import AsyncGRPOConfig
+from .critic import AsyncCriticConfig
 from .distill import AsyncDistillConfig
+from .mix import AsyncMIXFamilyConfig
 
 GRPO_ASYNC_FORM = "async_grpo"
 """The record whose config (`AsyncGRPOConfig`, TRL's asynchronous objective) is GRPO's asynchronous form."""
@@ -93,8 +96,15 @@ def _form(algorithm: str) -> type[AsyncGRPOConfig] | str:
         "other field is `AsyncGRPOConfig`'s (and the teacher's, `AsyncDistillConfig`, for a distillation algorithm)."
     )
     namespace = {"__module__": __name__, "__qualname__": name, "__doc__": doc, "algorithm": algorithm}
-    # the synchronous config's teacher comes along (on-policy distillation: `AsyncDistillConfig`)
-    base = AsyncDistillConfig if issubclass(spec.config_class, TeacherArguments) else AsyncGRPOConfig
+    # what the synchronous config adds to the GRPO family's comes along: the teacher (on-policy distillation,
+    # `AsyncDistillConfig`), the expert demonstrations and the mixing loss (MIX, `AsyncMIXFamilyConfig`)
+    # and the critic (critic PPO, `AsyncCriticConfig`)
+    base = (
+        AsyncDistillConfig if issubclass(spec.config_class, TeacherArguments)
+        else AsyncMIXFamilyConfig if issubclass(spec.config_class, MIXComposition)
+        else AsyncCriticConfig if issubclass(spec.config_class, CriticArguments)
+        else AsyncGRPOConfig
+    )  # fmt: skip
     config = dataclasses.make_dataclass(name, fields, bases=(base,), namespace=namespace)
     try:  # the parts the worker and the trainer cannot feed are refused by the config itself
         config(output_dir="async-form-check", rollout_backend="transformers", token_budget=0, use_cpu=True)

@@ -7,7 +7,10 @@
 * `VersionedCollator`: TRL's `DataCollatorForRollout`, which also packs each sample's version (`behave_version`,
   `[S]` per row, `-1` padding: the loss reads it for the staleness metric and AReaL's log-linear proximal policy), its
   group (`sample_group`, `-1` padding) and, when the worker stamped it for an estimator that runs over the optimizer
-  window, its reward (`sample_reward`, float64, NaN for an unscorable sample and for padding).
+  window, its reward (`sample_reward`, float64, NaN for an unscorable sample and for padding) and, for ReMax, its
+  greedy baseline (`sample_baseline`, float64, NaN padding); with MIX's `expert_rows` it first adds the micro-batch's
+  expert demonstrations to each row, flagged in `sample_expert`.
+* `sample_values`, `expert_flags`: what the collator packed per sample, read back for one row.
 * `HEALTH_POLL_S`: how often the trainer asks the worker's health while the queue is empty (TRL: every 5 s), so that
   a worker that died is reported within a second.
 """
@@ -23,10 +26,14 @@ import numpy as np
 import torch
 from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
 
-from ...async_rollout.scoring import WINDOW_REWARD_KEY
+from ...async_rollout.scoring import WINDOW_BASELINE_KEY, WINDOW_REWARD_KEY
 
 VERSION_KEY = "__model_version__"
 """Where a sample's policy version rides in its `metrics` dict, from the queue to the collator (which removes it)."""
+EXPERT_KEY = "__expert__"
+"""Where an expert demonstration's flag rides in its `metrics` (MIX, `asynchronous/mix.py`), into the collator."""
+EXPERT_GROUP = -1
+"""The group id of every expert demonstration (no prompt group of the worker's)."""
 
 
 def check_sample(sample: Any, worker: str, current_version: int) -> None:
@@ -101,7 +108,10 @@ def checked_rollout_queue(queue: Any, worker: Any, version: Callable[[], int]) -
 
 class VersionedCollator(DataCollatorForRollout):
     """TRL's collator; also packs each sample's policy version as `behave_version` and its group as `sample_group`
-    (`[S]` per row, `-1` padding), and its reward for the window estimator as `sample_reward` when it has one."""
+    (`[S]` per row, `-1` padding), and its reward for the window estimator as `sample_reward` (ReMax's greedy
+    baseline as `sample_baseline`) when it has one."""
+
+    expert_rows: Any = None  # MIX's `ExpertRows`, joined to each micro-batch (set by the trainer)
 
     @classmethod
     def from_trl(cls, collator: DataCollatorForRollout) -> VersionedCollator:
@@ -110,8 +120,14 @@ class VersionedCollator(DataCollatorForRollout):
 
     def torch_call(self, examples: list[Any]) -> dict[str, Any]:
         (rows,) = examples
+        if self.expert_rows is not None:
+            self.expert_rows.add_to(rows)
+        experts = [[bool(sample["metrics"].pop(EXPERT_KEY, 0.0)) for sample in row.samples] for row in rows]
         versions = [[sample["metrics"].pop(VERSION_KEY, -1) for sample in row.samples] for row in rows]
-        rewards = [[sample["metrics"].pop(WINDOW_REWARD_KEY, None) for sample in row.samples] for row in rows]
+        stamped = {  # what the worker stamped for the window estimator: each sample's reward, ReMax's baseline
+            name: [[sample["metrics"].pop(key, None) for sample in row.samples] for row in rows]
+            for name, key in (("sample_reward", WINDOW_REWARD_KEY), ("sample_baseline", WINDOW_BASELINE_KEY))
+        }
         groups = [[int(sample["group_id"]) for sample in row.samples] for row in rows]
         batch = super().torch_call(examples)
         width = max(len(v) for v in versions)
@@ -121,11 +137,35 @@ class VersionedCollator(DataCollatorForRollout):
 
         batch["behave_version"] = padded(versions, -1, torch.long)
         batch["sample_group"] = padded(groups, -1, torch.long)
-        if any(r is not None for row in rewards for r in row):
-            nan = float("nan")
-            rewards = [[nan if r is None else r for r in row] for row in rewards]
-            batch["sample_reward"] = padded(rewards, nan, torch.float64)
+        if self.expert_rows is not None:
+            batch["sample_expert"] = padded(experts, False, torch.bool)
+            self.groups_trained.discard(EXPERT_GROUP)  # TRL's count of the prompt groups trained
+        nan = float("nan")
+        for name, values in stamped.items():
+            if any(v is not None for row in values for v in row):
+                batch[name] = padded([[nan if v is None else v for v in row] for row in values], nan, torch.float64)
         return batch
+
+
+def expert_flags(batch: dict[str, Any], num_samples: int) -> torch.Tensor:
+    """`[S]` bool: which of the row's `num_samples` samples are MIX's expert demonstrations (`sample_expert`)."""
+    flags = batch.get("sample_expert")
+    if flags is None:
+        return torch.zeros(num_samples, dtype=torch.bool, device=batch["token_index"].device)
+    return flags.reshape(-1)[:num_samples].bool()
+
+
+def sample_values(batch: dict[str, Any], name: str, grid) -> torch.Tensor:
+    """The row's per-sample `name` (`sample_reward`, `sample_group`, `sample_baseline`: `[S]` with padding) for its
+    `grid.num_samples` samples, as float64."""
+    if name not in batch:
+        raise RuntimeError(
+            f"AsyncGRPOTrainer: the collated micro-batch has no {name!r}: the advantage estimator runs over the "
+            "optimizer window and needs each sample's reward (and ReMax its greedy baseline), which trl_ext's rollout "
+            "workers stamp (GroupScorer.sample_metrics); a custom rollout worker must score with trl_ext's "
+            "GroupScorer"
+        )
+    return batch[name].reshape(-1)[: grid.num_samples].to(torch.float64)
 
 
 HEALTH_POLL_S = 1.0

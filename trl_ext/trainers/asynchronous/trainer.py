@@ -42,19 +42,22 @@ from trl.experimental.async_grpo import async_grpo_trainer as _trl_async
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path
 
 from ...async_rollout import GroupScorer, TransformersRolloutWorker
-from ...async_rollout.trl_loop import use_trl_ext_scoring
+from ...async_rollout.trl_loop import refuse_greedy_baseline, use_trl_ext_scoring
 from ...components import MAX, MEAN
 from ...losses.decoupled_ppo import loglinear_proximal_logprob
+from ...losses.value import VALUE_LOSS_METRICS
 from ..core.loss_step import LossStep, StepBatch, step_part
 from ..core.trl_adapter import CountWindowInLoop
 from ..distill.trainer import no_task_reward, teacher_argument
 from .config import AsyncGRPOConfig
+from .critic import CRITIC_WINDOW_KEYS, build_critic
 from .distill import PackedTeacher
+from .mix import ExpertRows
 from .packed_rows import PackedRow
 from .resume import RolloutPosition, RolloutStateSaver, read_rollout_state
-from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue
+from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue, expert_flags, sample_values
 from .tree_attention import use_tree_attention
-from .window_pass import WindowGather, window_advantages
+from .window_pass import WindowGather, window_estimate
 
 
 class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
@@ -81,6 +84,10 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         teacher_model: With a distillation config (`AsyncDistillConfig`): the teacher's path or Hub id (default: the
             config's `teacher_model_name_or_path`), forwarded on the packed rows (`asynchronous/distill.py`);
             `reward_funcs` is then optional (pure distillation), as in the synchronous distillation trainer.
+        expert_dataset: With a MIX config (`AsyncMIXFamilyConfig`): the demonstrations joined to each micro-batch
+            (`asynchronous/mix.py`), in the synchronous MIX trainer's formats; required when `expert_data_ratio` > 0.
+        value_model: With critic PPO's config (`AsyncPPOConfig`): the value model's path or Hub id (default: the
+            config's `value_model_name_or_path`, else the policy's checkpoint with a new scalar head; `critic.py`).
     """
 
     config_class: ClassVar[type] = AsyncGRPOConfig
@@ -95,6 +102,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         **CountWindowInLoop.trainer_metrics,
         "trained_staleness_mean": MEAN,
         "trained_staleness_max": MAX,
+        **VALUE_LOSS_METRICS,  # critic PPO's value loss (`asynchronous/critic.py`)
     }
 
     def __init__(
@@ -114,6 +122,8 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         weight_transfer=None,
         quantization_config=None,
         teacher_model=None,
+        expert_dataset=None,
+        value_model=None,
     ):
         owner = type(self).__name__
         if eval_dataset is not None:
@@ -153,6 +163,16 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 f"{owner}: teacher_model is given, but {type(args).__name__} does not distill; use a distillation "
                 "algorithm's asynchronous config (AsyncOnPolicyDistillConfig, AsyncJSDConfig)"
             )
+        if args.has_experts and args.expert_data_ratio > 0 and expert_dataset is None:
+            raise ValueError(
+                f"{owner}: expert_dataset is required: expert_data_ratio={args.expert_data_ratio} joins expert "
+                "demonstrations to every micro-batch (pass expert_dataset=..., or set expert_data_ratio=0)"
+            )
+        if expert_dataset is not None and not args.has_experts:
+            raise ValueError(
+                f"{owner}: expert_dataset is given, but {type(args).__name__} does not mix demonstrations in; use a "
+                "MIX algorithm's asynchronous config (AsyncMIXConfig, AsyncMIXCHORDConfig)"
+            )
         scorer = GroupScorer(
             reward_funcs,
             advantage_fn=args.advantage_fn_name,
@@ -163,10 +183,12 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             overlong_penalty_factor=args.overlong_penalty_factor,
             max_completion_length=args.max_completion_length,
             teacher=args.has_teacher,
+            critic=args.has_critic,
             reward_weight=getattr(args, "reward_weight", 0.0),
             reward_advantage_fn=getattr(args, "reward_advantage_fn", "grpo"),
         )
         scorer.check_picklable()  # before anything loads: TRL's worker and ours pickle them into a child process
+        refuse_greedy_baseline(owner, scorer, rollout_worker, args.rollout_backend)  # ReMax: TRL's worker makes none
         self.group_scorer = scorer  # what the worker scores with (rewards, DAPO's shaping, the estimator)
         if rollout_worker is None and args.rollout_backend == "transformers":
             if tools or environment_factory is not None:
@@ -211,11 +233,18 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 self.rollout_queue, self.rollout_worker, lambda: self.model_version
             )
         self.ref_model = self._reference_model(model) if self.beta != 0 else None
+        self.expert_rows = None
+        if args.has_experts and args.expert_data_ratio > 0:
+            self.expert_rows = ExpertRows(
+                owner, expert_dataset, self.processing_class, args.max_completion_length, args.seed,
+                args.expert_rows_per_device, lambda: self.model_version, args.chat_template_kwargs,
+            )  # fmt: skip
         self.teacher = None
         if teacher is not None:  # after TRL's init: the tokenizer and the device are known
             self.teacher = PackedTeacher.load(
                 owner, teacher, args, self.processing_class, self.accelerator.device, self.temperature
             )
+        self.critic = build_critic(owner, self, model, value_model)  # critic PPO's value model (`critic.py`)
         self.correction = args.build_rollout_correction()
         self.rollout_position = RolloutPosition()  # the groups trained: the worker's position a checkpoint saves
         if self.accelerator.is_main_process and hasattr(self.rollout_worker, "start_at"):  # the offline worker
@@ -259,6 +288,8 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 worker.start_at(state["next_group_id"])
                 self.rollout_position.restart(state["next_group_id"], state["groups_trained"])
                 self._groups_before_resume = state["groups_trained"]  # TRL's epoch-driven stop counts on
+        if self.critic is not None:  # critic PPO: its weights, optimizer and scheduler
+            self.critic.resume(resume_from_checkpoint, self.args.output_dir)
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -274,6 +305,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         loader = super().get_train_dataloader()
         torch_loader = getattr(loader, "base_dataloader", loader)  # accelerate's dispatcher wraps a torch DataLoader
         collator = VersionedCollator.from_trl(torch_loader.collate_fn)
+        collator.expert_rows = self.expert_rows  # MIX: the demonstrations join each micro-batch
         torch_loader.collate_fn = self.rollout_position.recording(collator)
         queue = getattr(self, "_rollout_dataset", None)  # the main process's
         if queue is not None:
@@ -282,7 +314,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        for name in ("behave_version", "sample_group", "sample_reward"):  # `VersionedCollator`'s
+        for name in ("behave_version", "sample_group", "sample_reward", "sample_baseline", "sample_expert"):
             if name not in self._signature_columns:
                 self._signature_columns.append(name)
 
@@ -316,7 +348,12 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         tokens = keep[selected].sum() if keep is not None else selected.sum()
         segments = batch["segment_id"][selected]
         samples = segments.max() + 1 if segments.numel() else torch.zeros((), device=segments.device)
-        return {"global_valid_toks": tokens.float(), "global_valid_seqs": samples.float().reshape(())}
+        counts = {"global_valid_toks": tokens.float(), "global_valid_seqs": samples.float().reshape(())}
+        if self.args.has_experts:  # MIX: each part is normalized over its own rows of the window
+            expert = expert_flags(batch, int(samples))
+            counts["expert_valid_toks"] = expert[segments].sum().float()
+            counts["expert_valid_seqs"] = expert.sum().float()
+        return counts
 
     def _prepare_window(self, batches: list[dict[str, Any]]) -> None:
         """Decide over the whole window (all micro-batches, all processes; `window_pass`) what needs it: a token-level
@@ -332,13 +369,26 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         window = WindowGather(self.accelerator, [row.grid() for row in rows])
         grids = window.grids
         mask = window.tokens([grid.mask.float() for grid in grids]).bool()
+        experts = None
+        if self.args.has_experts:  # MIX's demonstrations: no part in the estimates, corrections and selections
+            flags = [expert_flags(b, g.num_samples)[g.row].float() for b, g in zip(batches, grids, strict=True)]
+            experts = window.terms(flags).bool()
+            mask = mask & ~experts
         metrics: dict[str, float] = {}
         if self.window_estimator is not None:
-            per_sample = [torch.stack([_sample_values(b, "sample_reward", g), _sample_values(b, "sample_group", g)], 1)
+            names = ["sample_reward", "sample_group"] + (
+                ["sample_baseline"] if self.group_scorer.needs_greedy_baseline else []
+            )
+            per_sample = [torch.stack([sample_values(b, name, g) for name in names], 1)
                           for b, g in zip(batches, grids, strict=True)]  # fmt: skip
-            rewards, groups = window.samples(per_sample).unbind(1)
+            rewards, groups, *baselines = window.samples(per_sample).unbind(1)
             inputs, base = self._window_estimator_inputs(window, rows, metrics)
-            advantages, stats = window_advantages(self.window_estimator, rewards, groups.long(), mask, inputs, base)
+            if baselines:  # ReMax: each sample's greedy baseline `[N]`, made in the worker
+                inputs["reward_baselines"] = baselines[0]
+            estimate = window_estimate(self.window_estimator, rewards, groups.long(), mask, inputs, base)
+            advantages, returns, stats = estimate
+            if self.critic is not None:  # critic PPO: V_old and the returns, the value loss's (`critic.py`)
+                self.critic.put_targets(window, batches, inputs["values"], returns, mask, rewards, metrics)
             metrics.update(stats)
             window.put(batches, "window_advantages", advantages)
         elif self._selects_over_window:
@@ -356,10 +406,12 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 weights, kept, stats = self.correction(old, sampler, mask)
                 metrics.update(stats)
                 if weights is not None:
-                    window.put(batches, "window_weights", weights)
+                    window.put(
+                        batches, "window_weights", weights if experts is None else weights.masked_fill(experts, 1)
+                    )
                 if self.correction.rs_bounds:
                     keep = mask & kept
-                    window.put(batches, "window_keep", keep)
+                    window.put(batches, "window_keep", keep if experts is None else keep | experts)
             if self._selects_over_window:  # M2PO's log-ratio is π against the sampler μ, over the kept tokens
                 selected, stats = self.policy_loss_fn.select_over_window(old - sampler, advantages, keep)
                 metrics.update(stats)
@@ -386,6 +438,8 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             inputs["teacher_valid_mask"] = valid
             kl = torch.where(valid, inputs["old_logprob"] - inputs["teacher_logprob"], 0.0)
             metrics["kl/mean"] = kl.sum() / valid.sum().clamp(min=1)
+        if self.critic is not None:  # critic PPO: the current critic's values on the packed rows
+            inputs["values"] = self.critic.window_values(window, rows)
         base = None
         if self.group_scorer.reward_weight > 0:
             base = window.terms([row.advantages.float() for row in rows])
@@ -432,8 +486,9 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             loss_inputs={
                 "prox_logprob": self._proximal(logps, old, row) if "prox_logprob" in reads else None,
                 "window_selected": extras.get("window_selected"),
+                "expert_mask": expert_flags(inputs, grid.num_samples) if self.args.has_experts else None,
             },
-            source={"behave_version": row.behave_version},
+            source={"behave_version": row.behave_version, "row": row, **extras},
         )
         loss = self.loss_step(batch, self.loss_counts(inputs, mode), mode)
         self.beta = self.loss_step.beta
@@ -443,10 +498,13 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
     def _staleness(self, mode, batch, window, loss, metrics) -> torch.Tensor:
         """The samples' staleness at the step (the trainer's own metrics; no loss term)."""
         versions = batch.source["behave_version"]
+        expert = batch.loss_inputs.get("expert_mask")
+        if versions is not None and expert is not None:  # MIX's demonstrations are no samples of the policy's
+            versions = versions[~expert]
         if versions is not None and versions.numel():
             staleness = self.model_version - versions.float()
             metrics["trained_staleness_mean"], metrics["trained_staleness_max"] = staleness.mean(), staleness.max()
-        return loss
+        return loss if self.critic is None else self.critic.value_term(mode, batch, window, loss, metrics)
 
     def _proximal(self, logps: torch.Tensor, old: torch.Tensor, row: PackedRow) -> torch.Tensor | None:
         """π_prox of a decoupled loss: the step's weights (`recompute`: the loss's default, sg(π)), or AReaL's
@@ -470,19 +528,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         self._step_forward_s += self._last_forward_time_s
 
 
-_WINDOW_KEYS = ("window_keep", "window_weights", "window_selected", "window_advantages")
-
-
-def _sample_values(batch: dict[str, Any], name: str, grid) -> torch.Tensor:
-    """The row's per-sample `name` (`sample_reward`, `sample_group`: `[S]` with padding) for its `grid.num_samples`
-    samples, as float64."""
-    if name not in batch:
-        raise RuntimeError(
-            f"AsyncGRPOTrainer: the collated micro-batch has no {name!r}: the advantage estimator runs over the "
-            "optimizer window and needs each sample's reward, which trl_ext's rollout workers stamp "
-            "(GroupScorer.sample_metrics); a custom rollout worker must score with trl_ext's GroupScorer"
-        )
-    return batch[name].reshape(-1)[: grid.num_samples].to(torch.float64)
+_WINDOW_KEYS = ("window_keep", "window_weights", "window_selected", "window_advantages", *CRITIC_WINDOW_KEYS)
 
 
 def _worker_settings(args: AsyncGRPOConfig) -> dict[str, Any]:

@@ -17,7 +17,8 @@ on its samples' rewards, groups and trained-token masks, as the synchronous trai
 (one optimizer step's samples, `steps_per_generation` = `gradient_accumulation_steps`): REINFORCE++'s whitening and
 GPG's α are the window's statistics. A group the queue split between two windows is estimated from its samples in
 each. A sample no reward function scored (reward NaN) takes no part and gets advantage 0, as in the worker's group
-estimators.
+estimators. ReMax (Li et al. 2023, arXiv 2310.10505) runs here too: its `reward_baselines` `[N]`, each sample's
+prompt's greedy reward, are made in the worker and stamped on the samples (`trl_ext.async_rollout.scoring`).
 """
 
 from __future__ import annotations
@@ -87,15 +88,32 @@ def window_advantages(
     inputs: dict[str, torch.Tensor] | None = None,
     base: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """A token-level estimator's advantages `[N, T]` over the window (module docstring) and its metrics.
+    """A token-level estimator's advantages `[N, T]` over the window (module docstring) and its metrics
+    (`window_estimate`'s, without the returns)."""
+    advantages, _, metrics = window_estimate(estimator, rewards, groups, mask, inputs, base)
+    return advantages, metrics
+
+
+def window_estimate(
+    estimator: AdvantageFn,
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    mask: torch.Tensor,
+    inputs: dict[str, torch.Tensor] | None = None,
+    base: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+    """A token-level estimator's advantages `[N, T]` over the window (module docstring), its returns `[N, T]`
+    (`AdvantageResult.returns`, GAE's value targets: 0 on the samples it did not score; None when it has none) and
+    its metrics.
 
     Args:
         estimator: The config's advantage estimator (token-level; its inputs among the window's).
         rewards: `[N]` float, each sample's shaped reward; NaN for an unscorable sample.
         groups: `[N]` long, each sample's group id.
         mask: `[N, T]` bool, the trained tokens; a row without any is padding.
-        inputs: The window's other `[N, T]` inputs, by the estimator's names (`old_logprob`: μ; with a teacher
-            `teacher_logprob` and `teacher_valid_mask`); the estimator gets those it declares. Without a declared
+        inputs: The window's other inputs, by the estimator's names: `[N, T]` ones (`old_logprob`: μ; with a teacher
+            `teacher_logprob` and `teacher_valid_mask`) and `[N]` ones (ReMax's `reward_baselines`); the estimator
+            gets those it declares. Without a declared
             `teacher_valid_mask`, the tokens the teacher cannot score leave its `response_mask`, as in the synchronous
             distillation trainer.
         base: `[N, T]` advantages the worker stamped (distillation's task term w·Â), added on the trained tokens.
@@ -107,16 +125,20 @@ def window_advantages(
     reads_teacher = "teacher_logprob" in declared  # distillation: the rewards enter through `base`
     used = mask.any(dim=1) & (torch.ones_like(mask[:, 0]) if reads_teacher else torch.isfinite(rewards))
     advantages = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    returns = None
     metrics: dict[str, float] = {}
     if bool(used.any()):
         chosen = {name: value[used] for name, value in available.items() if name in declared}
         result = estimator.compute(rewards[used].to(torch.float32), groups[used].tolist(), **chosen)
         kept = mask[used] & result.keep.to(mask.device).unsqueeze(1)
         advantages[used] = torch.where(kept, result.advantages.to(device=mask.device, dtype=torch.float32), 0.0)
+        if result.returns is not None:
+            returns = torch.zeros_like(advantages)
+            returns[used] = torch.where(kept, result.returns.to(device=mask.device, dtype=torch.float32), 0.0)
         metrics = {f"advantages/{k}": float(v) for k, v in (result.metrics or {}).items()}
     if base is not None:
         advantages = advantages + torch.where(mask, base.to(advantages.dtype), 0.0)
-    return advantages, metrics
+    return advantages, returns, metrics
 
 
-__all__ = ["WindowGather", "window_advantages"]
+__all__ = ["WindowGather", "window_advantages", "window_estimate"]

@@ -137,20 +137,25 @@ class ComposedComponents(ResolvedComponents):
                     f"needs `{missing[0]}`, {input_source(missing[0])}"
                 )
         if advantage is not None and "reward_baselines" in advantage.needed_inputs():  # ReMax
-            rows = self.per_device_train_batch_size * (self.steps_per_generation or self.gradient_accumulation_steps)
-            if rows % self.num_generations:
-                raise ValueError(
-                    f"{type(self).__name__}: advantage_fn={self.advantage_fn_name!r} generates one greedy completion "
-                    f"per prompt group on the process that holds the group, so each process's {rows} rows "
-                    f"(per_device_train_batch_size × steps_per_generation) must be whole groups of "
-                    f"num_generations={self.num_generations}; make it a multiple"
-                )
-            if self.multi_objective_aggregation == "normalize_then_sum":
-                raise ValueError(
-                    f"{type(self).__name__}: advantage_fn={self.advantage_fn_name!r} compares each reward with a "
-                    "greedy completion's, which multi_objective_aggregation='normalize_then_sum' (rewards normalized "
-                    "within their group) gives no value; use 'sum_then_normalize'"
-                )
+            self._check_greedy_baselines()
+
+    def _check_greedy_baselines(self) -> None:
+        """ReMax's greedy baselines can be made for this config's batches (the synchronous trainers generate one per
+        prompt group on the process that holds it, and compare it with the summed rewards)."""
+        rows = self.per_device_train_batch_size * (self.steps_per_generation or self.gradient_accumulation_steps)
+        if rows % self.num_generations:
+            raise ValueError(
+                f"{type(self).__name__}: advantage_fn={self.advantage_fn_name!r} generates one greedy completion "
+                f"per prompt group on the process that holds the group, so each process's {rows} rows "
+                f"(per_device_train_batch_size × steps_per_generation) must be whole groups of "
+                f"num_generations={self.num_generations}; make it a multiple"
+            )
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            raise ValueError(
+                f"{type(self).__name__}: advantage_fn={self.advantage_fn_name!r} compares each reward with a "
+                "greedy completion's, which multi_objective_aggregation='normalize_then_sum' (rewards normalized "
+                "within their group) gives no value; use 'sum_then_normalize'"
+            )
 
     @property
     def policy_loss_name(self) -> str:

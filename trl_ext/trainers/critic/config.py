@@ -37,16 +37,7 @@ class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
 
     def _check_fields(self) -> None:
         super()._check_fields()
-        owner = type(self).__name__
-        check_cliprange_value(owner, self.cliprange_value)
-        check_number(owner, "critic_learning_rate", self.critic_learning_rate, ge=0, allow_none=True)
-        check_number(owner, "critic_warmup_steps", self.critic_warmup_steps, ge=0, integer=True)
-        check_text(owner, "value_model_name_or_path", self.value_model_name_or_path)
-        self.value_model_init_kwargs = check_kwargs(owner, "value_model_init_kwargs", self.value_model_init_kwargs)
-        check_bool(owner, "shared_backbone", self.shared_backbone)
-        check_number(owner, "vf_coef", self.vf_coef, ge=0, allow_none=True)
-        if self.shared_backbone and self.vf_coef is None:  # (with a separate value model vf_coef stays unset)
-            self.vf_coef = SHARED_BACKBONE_VF_COEF
+        check_critic_fields(self)
 
     def _check_group_size(self) -> None:
         advantage = self.components.advantage_fn
@@ -75,3 +66,18 @@ class CriticFamilyConfig(CriticArguments, GRPOFamilyConfig):
             f"{critic}, cliprange_value {self.cliprange_value:g}, warm-up {self.critic_warmup_steps} steps"
         )
         return parts
+
+
+def check_critic_fields(config: CriticArguments) -> None:
+    """Check the critic's fields (`CriticArguments`) of a config, naming the config and the field; a shared
+    backbone's `vf_coef` defaults to `SHARED_BACKBONE_VF_COEF` (the synchronous and asynchronous configs' check)."""
+    owner = type(config).__name__
+    check_cliprange_value(owner, config.cliprange_value)
+    check_number(owner, "critic_learning_rate", config.critic_learning_rate, ge=0, allow_none=True)
+    check_number(owner, "critic_warmup_steps", config.critic_warmup_steps, ge=0, integer=True)
+    check_text(owner, "value_model_name_or_path", config.value_model_name_or_path)
+    config.value_model_init_kwargs = check_kwargs(owner, "value_model_init_kwargs", config.value_model_init_kwargs)
+    check_bool(owner, "shared_backbone", config.shared_backbone)
+    check_number(owner, "vf_coef", config.vf_coef, ge=0, allow_none=True)
+    if config.shared_backbone and config.vf_coef is None:  # (with a separate value model vf_coef stays unset)
+        config.vf_coef = SHARED_BACKBONE_VF_COEF

@@ -16,20 +16,9 @@ from ..core.config_fields import build_named
 from ..grpo.config import GRPOFamilyConfig
 
 
-@dataclass
-class MIXFamilyConfig(ExpertDataArguments, GRPOFamilyConfig):
-    """Base of the MIX / MIX-CHORD configs: the share of expert demonstrations in each generation batch (and the
-    batch and entropy defaults that go with it, `ExpertDataArguments`)."""
-
-    def _check_fields(self) -> None:
-        super()._check_fields()
-        ratio = self.expert_data_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
-            raise ValueError(
-                f"{type(self).__name__}: expert_data_ratio={ratio!r} is not valid; must be a number in [0, 1] (the "
-                "share of each generation batch's rows that are expert demonstrations; 0 = only rollouts, 1 = only "
-                "expert rows)"
-            )
+class MIXComposition:
+    """The mixing loss's composition, shared by the synchronous MIX configs and their asynchronous forms: a
+    `policy_loss_fn` that is not a mixing loss is the loss of the rollout rows inside the algorithm's mixing loss."""
 
     @property
     def rollout_loss_name(self) -> str | None:
@@ -66,14 +55,30 @@ class MIXFamilyConfig(ExpertDataArguments, GRPOFamilyConfig):
         return parts
 
     @property
-    def expert_rows_per_generation(self) -> int:
-        """Expert rows in each generation batch, over all processes: ceil(ratio × generation_batch_size), as the
-        reference's mix sampler takes ceil(ratio × train_batch_size)."""
-        return math.ceil(self.expert_data_ratio * self.generation_batch_size - 1e-9)
-
-    @property
     def reference_weighting(self) -> bool:
         """True when a batch-geometry argument is set: the reference's per-micro-batch weighting instead of the
         window normalization of each part (the loss arguments a config leaves unset by default, `config_unset`)."""
         loss = POLICY_LOSSES[self.policy_loss_name]
         return any(getattr(self, spec.field_name) is not None for spec in loss.arguments if spec.config_unset)
+
+
+@dataclass
+class MIXFamilyConfig(ExpertDataArguments, MIXComposition, GRPOFamilyConfig):
+    """Base of the MIX / MIX-CHORD configs: the share of expert demonstrations in each generation batch (and the
+    batch and entropy defaults that go with it, `ExpertDataArguments`)."""
+
+    def _check_fields(self) -> None:
+        super()._check_fields()
+        ratio = self.expert_data_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ValueError(
+                f"{type(self).__name__}: expert_data_ratio={ratio!r} is not valid; must be a number in [0, 1] (the "
+                "share of each generation batch's rows that are expert demonstrations; 0 = only rollouts, 1 = only "
+                "expert rows)"
+            )
+
+    @property
+    def expert_rows_per_generation(self) -> int:
+        """Expert rows in each generation batch, over all processes: ceil(ratio × generation_batch_size), as the
+        reference's mix sampler takes ceil(ratio × train_batch_size)."""
+        return math.ceil(self.expert_data_ratio * self.generation_batch_size - 1e-9)
