@@ -120,3 +120,37 @@ def test_a_mix_config_refuses_what_an_asynchronous_run_cannot_do():
         form(output_dir="out", use_cpu=True, token_budget=0, expert_data_ratio=1)
     with pytest.raises(ValueError, match="ppo_mini_batch_size=4 asks for the reference's per-micro-batch weighting"):
         form(output_dir="out", use_cpu=True, token_budget=0, ppo_mini_batch_size=4)
+
+
+def test_a_checkpoint_saves_the_demonstration_streams_position_at_the_last_micro_batch_trained(
+    random_tiny_model, tmp_path
+):
+    """The collator draws a micro-batch ahead: the saved position leaves out what the untrained one drew, and a
+    resume sets the stream there."""
+    import json
+
+    from trl_ext.trainers.asynchronous.resume import ROLLOUT_STATE_FILE, RolloutStateSaver
+
+    class ResumableWorker(StubWorker):  # a worker that can start at a group: the offline worker's protocol
+        def start_at(self, group_id: int) -> None:
+            self.start = group_id
+
+    config = cpu_config(async_config_class("mix"), str(tmp_path), token_budget=0, per_device_train_batch_size=2)
+    trainer = AsyncGRPOTrainer(
+        model=random_tiny_model, reward_funcs=toy_reward, args=config, train_dataset=toy_dataset(16),
+        processing_class=build_tokenizer(), rollout_worker=ResumableWorker(), weight_transfer=StubTransfer(),
+        expert_dataset=toy_expert_dataset(16),
+    )  # fmt: skip
+    collate = trainer.rollout_position.recording(lambda examples: None)
+    for _ in range(3):  # three micro-batches collated, each drawing 2 demonstrations, two of them trained
+        collate([[_rollout_row([], [])]])
+        trainer.expert_rows.stream.take(2)
+    trainer.rollout_position.trained()
+    trainer.rollout_position.trained()
+    assert trainer._expert_position() == {"expert_rows_drawn": 4}
+    saver = next(c for c in trainer.callback_handler.callbacks if isinstance(c, RolloutStateSaver))
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    state = type("State", (), {"is_world_process_zero": True, "global_step": 2})()
+    saver.on_save(config, state, None)
+    assert json.loads((folder / ROLLOUT_STATE_FILE).read_text())["expert_rows_drawn"] == 4

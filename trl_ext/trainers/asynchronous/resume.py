@@ -17,7 +17,9 @@ checkpoint:
   staleness metrics continue;
 * `groups_trained`, distinct groups trained so far (TRL's epoch-driven stop counts on from it);
 * `seed` and `dataset_size`, which fix what a group id means (the per-epoch orders): a resume with other values is
-  refused.
+  refused;
+* with MIX's demonstrations, `expert_rows_drawn`: the position of their stream at the last micro-batch trained (the
+  ones drawn for micro-batches collated but not trained are drawn again).
 
 `RolloutPosition` follows the trained groups on the main process: the dataloader's collator records each
 micro-batch's group ids (`recording`), `training_step` marks the oldest one trained (`trained`). `RolloutStateSaver`
@@ -68,6 +70,11 @@ class RolloutPosition:
 
         return collate_and_record
 
+    @property
+    def pending(self) -> int:
+        """Micro-batches collated and not yet trained (accelerate collates one ahead)."""
+        return len(self._collated)
+
     def trained(self) -> None:
         """The oldest micro-batch collated and not yet trained has been trained (nothing on the other processes,
         which collate nothing)."""
@@ -84,9 +91,17 @@ class RolloutStateSaver(TrainerCallback):
     """Writes `ROLLOUT_STATE_FILE` into each checkpoint, on the main process (`on_save`: after HF wrote the
     checkpoint's folder)."""
 
-    def __init__(self, position: RolloutPosition, model_version: Callable[[], int], seed: int, dataset_size: int):
+    def __init__(
+        self,
+        position: RolloutPosition,
+        model_version: Callable[[], int],
+        seed: int,
+        dataset_size: int,
+        extra: Callable[[], dict[str, int]] | None = None,
+    ):
         self.position, self.model_version = position, model_version
         self.seed, self.dataset_size = seed, dataset_size
+        self.extra = extra  # further integer positions (MIX's `expert_rows_drawn`)
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -106,6 +121,7 @@ class RolloutStateSaver(TrainerCallback):
             "seed": self.seed,
             "dataset_size": self.dataset_size,
             "global_step": state.global_step,
+            **(self.extra() if self.extra is not None else {}),
         }
         with open(os.path.join(folder, ROLLOUT_STATE_FILE), "w") as f:
             json.dump(rollout_state, f, indent=1)

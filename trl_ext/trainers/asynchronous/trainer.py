@@ -249,7 +249,9 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         self.rollout_position = RolloutPosition()  # the groups trained: the worker's position a checkpoint saves
         if self.accelerator.is_main_process and hasattr(self.rollout_worker, "start_at"):  # the offline worker
             size = len(train_dataset)
-            self.add_callback(RolloutStateSaver(self.rollout_position, lambda: self.model_version, args.seed, size))
+            extra = self._expert_position if self.expert_rows is not None else None
+            saver = RolloutStateSaver(self.rollout_position, lambda: self.model_version, args.seed, size, extra)
+            self.add_callback(saver)
 
     # ---- the pieces around TRL's loop -------------------------------------------------------------------------
 
@@ -288,9 +290,16 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 worker.start_at(state["next_group_id"])
                 self.rollout_position.restart(state["next_group_id"], state["groups_trained"])
                 self._groups_before_resume = state["groups_trained"]  # TRL's epoch-driven stop counts on
+                if self.expert_rows is not None and "expert_rows_drawn" in state:
+                    self.expert_rows.stream.position = int(state["expert_rows_drawn"])
         if self.critic is not None:  # critic PPO: its weights, optimizer and scheduler
             self.critic.resume(resume_from_checkpoint, self.args.output_dir)
         return super().train(resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def _expert_position(self) -> dict[str, int]:
+        """MIX's demonstration stream at the last micro-batch trained (one collated ahead drew its own)."""
+        ahead = self.rollout_position.pending * self.expert_rows.per_row * self.accelerator.num_processes
+        return {"expert_rows_drawn": self.expert_rows.stream.position - ahead}
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step on one micro-batch, whose groups then count as trained (`rollout_position`)."""
