@@ -47,14 +47,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from transformers import AutoConfig, AutoModelForTokenClassification, TrainerCallback, get_scheduler
+from transformers import TrainerCallback, get_scheduler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from trl.experimental.async_grpo.async_grpo_trainer import TREE_ATTENTION
 
 from ...losses.value import clipped_value_loss, explained_variance
 from ..core.arguments import CriticArguments
 from ..critic.config import check_critic_fields
-from ..critic.new_head import from_pretrained_with_new_head
+from ..critic.value_model import check_value_vocabulary, load_value_model
 from .config import AsyncGRPOConfig
 from .packed_rows import PackedRow
 
@@ -145,24 +145,8 @@ class PackedCritic:
         init = dict(args.value_model_init_kwargs or {})
         init.setdefault("dtype", args.dtype)
         init.setdefault("trust_remote_code", args.trust_remote_code)
-        try:
-            config = AutoConfig.from_pretrained(source, num_labels=1, trust_remote_code=init["trust_remote_code"])
-            config.classifier_dropout = 0.0  # values, not a classifier: no dropout on the head
-            model = from_pretrained_with_new_head(
-                AutoModelForTokenClassification, source, config=config, attn_implementation=TREE_ATTENTION, **init
-            )
-        except (ValueError, KeyError, AttributeError) as error:
-            raise ValueError(
-                f"{owner}: cannot build a value model from {source!r} (a token classifier with one output: its "
-                f"backbone and a scalar head over its hidden size): {error}"
-            ) from error
-        vocabulary = getattr(model.config, "vocab_size", None)
-        policy_vocabulary = trainer.model.config.get_text_config().vocab_size
-        if vocabulary is not None and vocabulary != policy_vocabulary:
-            raise ValueError(
-                f"{owner}: the value model's vocabulary has {vocabulary} tokens but the policy's {policy_vocabulary}; "
-                "the critic reads the policy's token ids, so it needs the policy's tokenizer"
-            )
+        model = load_value_model(owner, source, {**init, "attn_implementation": TREE_ATTENTION})
+        check_value_vocabulary(owner, model, trainer.model)
         if args.activation_checkpointing:  # as the policy: recompute the critic's activations in the backward pass
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
         model.train()

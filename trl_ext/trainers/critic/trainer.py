@@ -37,12 +37,12 @@ import os
 from typing import Any, ClassVar
 
 import torch
-from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel, get_scheduler
+from transformers import PreTrainedModel, get_scheduler
 
 from ...losses.value import VALUE_LOSS_METRICS, clipped_value_loss, explained_variance
 from ..grpo.scoring import _loss_mask
 from ..grpo.trainer import GRPOFamilyTrainer
-from .new_head import from_pretrained_with_new_head
+from .value_model import check_value_vocabulary, load_value_model
 
 VALUE_MODEL_DIR = "value_model"  # the separate critic's weights (or its LoRA adapter), in checkpoints and the output
 CRITIC_OPTIMIZER_FILE = "critic_optimizer.pt"
@@ -155,25 +155,10 @@ class CriticFamilyTrainer(GRPOFamilyTrainer):
             init = dict(self.args.value_model_init_kwargs or {})
             init.setdefault("dtype", self.model.dtype)
             init.setdefault("trust_remote_code", self.args.trust_remote_code)
-            try:
-                config = AutoConfig.from_pretrained(source, num_labels=1, trust_remote_code=init["trust_remote_code"])
-                config.classifier_dropout = 0.0  # values, not a classifier: no dropout on the head
-                # the policy's checkpoint under a new scalar head: transformers' load report only if more differs
-                critic = from_pretrained_with_new_head(AutoModelForTokenClassification, source, config=config, **init)
-            except (ValueError, KeyError, AttributeError) as error:
-                raise ValueError(
-                    f"{owner}: cannot build a value model from {source!r} (a token classifier with one output: its "
-                    f"backbone and a scalar head over its hidden size): {error}"
-                ) from error
+            critic = load_value_model(owner, source, init)
         else:
             critic = source
-        vocabulary = getattr(critic.config, "vocab_size", None)
-        policy_vocabulary = self.model.config.get_text_config().vocab_size
-        if vocabulary is not None and vocabulary != policy_vocabulary:
-            raise ValueError(
-                f"{owner}: the value model's vocabulary has {vocabulary} tokens but the policy's {policy_vocabulary}; "
-                "the critic reads the policy's token ids, so it needs the policy's tokenizer"
-            )
+        check_value_vocabulary(owner, critic, self.model)
         critic.train()
         return critic
 
