@@ -10,7 +10,7 @@ the same advantage is made in two places: the worker computes the task term rewa
 with `reward_weight`, Â from `reward_advantage_fn`) and stamps it as the sample's advantage; the trainer forwards
 the teacher on each micro-batch's packed row once per optimizer window (`PackedTeacher`, tree attention and TRL's
 fused log-prob head at the sampling temperature, no gradients) and runs the distillation estimator over the window
-(`window_pass.window_advantages`) on the teacher's log-probs, the sampler's μ and the trained tokens, adding the
+(`window_pass.window_estimate`) on the teacher's log-probs, the sampler's μ and the trained tokens, adding the
 stamped task term. μ is the sampler's log-prob, as in the synchronous trainer (its `old_per_token_logps`).
 
 `AsyncDistillConfig` is the base of the distillation records' asynchronous forms (`AsyncOnPolicyDistillConfig`,

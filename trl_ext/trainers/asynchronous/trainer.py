@@ -366,7 +366,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
 
     def _prepare_window(self, batches: list[dict[str, Any]]) -> None:
         """Decide over the whole window (all micro-batches, all processes; `window_pass`) what needs it: a token-level
-        estimator's advantages (`window_advantages`), then, from π at the start of the optimizer step, verl's rollout
+        estimator's advantages (`window_estimate`), then, from π at the start of the optimizer step, verl's rollout
         correction against μ (its weights, `window_weights`, and kept tokens, `window_keep`: batch normalization and
         rejection see the whole batch, as verl's) and M2PO's second-moment selection (`window_selected`). Each is
         stored on its micro-batch, aligned with its `token_index`. The correction and the selection take one forward

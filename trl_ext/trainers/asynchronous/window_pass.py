@@ -2,7 +2,7 @@
 
 What needs the whole optimizer window before its first micro-batch is trained lives here: verl's rollout correction
 and M2PO's selection (batch statistics over the window, from π at the start of the step; the trainer's
-`_prepare_window` runs them) and the token-level advantage estimators (`window_advantages`).
+`_prepare_window` runs them) and the token-level advantage estimators (`window_estimate`).
 
 `WindowGather` lays the window's samples out in one order on every process: process 0's micro-batches in order, then
 process 1's, ..., each micro-batch's samples in its row's order, each block padded to the largest process's (padding
@@ -12,7 +12,7 @@ result back onto each micro-batch, aligned with its flat loss terms (`token_inde
 
 Token-level estimators in an asynchronous run (REINFORCE++, Hu 2025, arXiv 2501.03262; `grpo_verl`; GPG, Chu et al.
 2025, arXiv 2504.02546; ...): the rollout worker stamps each sample's (shaped) reward and advantage 0
-(`trl_ext.async_rollout.scoring`, `IN_WINDOW`), and `window_advantages` runs the estimator once per optimizer window
+(`trl_ext.async_rollout.scoring`, `IN_WINDOW`), and `window_estimate` runs the estimator once per optimizer window
 on its samples' rewards, groups and trained-token masks, as the synchronous trainers run it once per generation batch
 (one optimizer step's samples, `steps_per_generation` = `gradient_accumulation_steps`): REINFORCE++'s whitening and
 GPG's α are the window's statistics. A group the queue split between two windows is estimated from its samples in
@@ -80,20 +80,6 @@ class WindowGather:
             batch[name] = full
 
 
-def window_advantages(
-    estimator: AdvantageFn,
-    rewards: torch.Tensor,
-    groups: torch.Tensor,
-    mask: torch.Tensor,
-    inputs: dict[str, torch.Tensor] | None = None,
-    base: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """A token-level estimator's advantages `[N, T]` over the window (module docstring) and its metrics
-    (`window_estimate`'s, without the returns)."""
-    advantages, _, metrics = window_estimate(estimator, rewards, groups, mask, inputs, base)
-    return advantages, metrics
-
-
 def window_estimate(
     estimator: AdvantageFn,
     rewards: torch.Tensor,
@@ -112,10 +98,9 @@ def window_estimate(
         groups: `[N]` long, each sample's group id.
         mask: `[N, T]` bool, the trained tokens; a row without any is padding.
         inputs: The window's other inputs, by the estimator's names: `[N, T]` ones (`old_logprob`: μ; with a teacher
-            `teacher_logprob` and `teacher_valid_mask`) and `[N]` ones (ReMax's `reward_baselines`); the estimator
-            gets those it declares. Without a declared
-            `teacher_valid_mask`, the tokens the teacher cannot score leave its `response_mask`, as in the synchronous
-            distillation trainer.
+            `teacher_logprob` and `teacher_valid_mask`; with a critic `values`) and `[N]` ones (ReMax's
+            `reward_baselines`); the estimator gets those it declares. Without a declared `teacher_valid_mask`, the
+            tokens the teacher cannot score leave its `response_mask`, as in the synchronous distillation trainer.
         base: `[N, T]` advantages the worker stamped (distillation's task term w·Â), added on the trained tokens.
     """
     available = {"response_mask": mask, "completion_mask": mask, **(inputs or {})}
@@ -141,4 +126,4 @@ def window_estimate(
     return advantages, returns, metrics
 
 
-__all__ = ["WindowGather", "window_advantages", "window_estimate"]
+__all__ = ["WindowGather", "window_estimate"]
