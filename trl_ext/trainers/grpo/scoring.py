@@ -398,8 +398,10 @@ class GRPOScoring:
 
     def _greedy_baselines(self, group_ids: torch.Tensor) -> torch.Tensor:
         """ReMax's baselines `[N]`: the reward of one greedy completion of each prompt, generated through TRL's
-        generation path (vLLM when it is on) and scored by the reward functions; every sample of the prompt's group
-        gets it. Each process generates for the groups of its own rows (whole groups: the config checks it)."""
+        generation path (vLLM when it is on) and scored by the reward functions (with DAPO's overlong penalty from its
+        length when `overlong_buffer` > 0, as the samples' rewards are: verl's reward manager scores its baseline
+        batch alike, and the asynchronous worker does the same); every sample of the prompt's group gets it. Each
+        process generates for the groups of its own rows (whole groups: the config checks it)."""
         inputs = self._generation_inputs
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
@@ -416,6 +418,9 @@ class GRPOScoring:
         per_func = self.calculate_rewards(firsts, prompts, completions, completion_ids)  # non-finite: an error
         self._gathered_rewards = None
         baselines = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+        penalty, self._gathered_overlong = self._gathered_overlong, None
+        if penalty is not None:  # DAPO's length penalty: the baseline is the greedy completion's reward, shaped alike
+            baselines = baselines + penalty.to(baselines)
         self.metric_log(mode)["advantage/greedy_reward"].append(baselines.mean().item())
         return baselines.repeat_interleave(group)[: group_ids.numel()]
 
