@@ -9,7 +9,10 @@ averages gradients), so with SGD at learning rate 1 the update is −∇ of the 
 token-mean, seq-mean-token-mean and seq-mean-token-sum; 1 process × 1 micro-batch of 8 against 2 × 1 of 4, and
 1 × 2 of 4 against 2 × 2 of 2 (`/ga2`); M2PO's second-moment selection and verl's truncated, batch-normalized
 importance weights (`rollout_is="token"`), both computed over the whole window (all processes) before its first
-micro-batch; and groups of 5 and 3 samples (`/uneven`: the processes hold different numbers of samples).
+micro-batch; and groups of 5 and 3 samples (`/uneven`: the processes hold different numbers of samples). A
+token-level estimator (REINFORCE++, whitened over the window's tokens) and critic PPO (GAE from the critic's values
+over the window, and the critic's own optimizer step, its gradient averaged over the processes) run over the whole
+window too: their updates, the critic's included, are the same on 1 and 2 processes.
 
 The comparison can fail: a control that normalizes over each process's own window (its counts not all-reduced)
 gives another update on 2 processes, and the three aggregations give three different updates.
@@ -36,6 +39,7 @@ SCRIPT = os.path.join(HERE, "scripts", "async_run.py")
 MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 SAME = [*MODES, "token-mean/ga2", "seq-mean-token-sum/ga2", "m2po", "m2po/ga2", "rollout_is", "rollout_is/ga2"]
 SAME += ["token-mean/uneven", "m2po/uneven", "rollout_is/uneven", "decoupled_ppo/loglinear"]
+SAME += ["reinforceplusplus", "reinforceplusplus/uneven", "critic", "critic/ga2"]
 CONFIGS = [*SAME, "token-mean/local"]
 
 
@@ -94,6 +98,10 @@ def test_two_processes_give_the_one_process_update(runs, key):
     if key.startswith("m2po"):  # the selection acts, over the window: the same fraction on both splits
         assert 0 < one["logs"]["m2po/masked_fraction"] < 1
         assert two["logs"]["m2po/masked_fraction"] == pytest.approx(one["logs"]["m2po/masked_fraction"])
+    if key.startswith("critic"):  # the critic's own step: its gradient averaged over the processes by hand
+        assert flat(one["critic_update"]).norm() > 0 and flat(one["critic_gradient"]).norm() > 0
+        for name, reference in one["critic_gradient"].items():
+            torch.testing.assert_close(two["critic_gradient"][name], reference, rtol=1e-4, atol=1e-6)
     if key.startswith("rollout_is"):  # weights truncated at 2 and normalized by their mean over the window
         logs = one["logs"]
         assert logs["rollout_corr/rollout_is_ratio_fraction_high"] > 0

@@ -56,12 +56,12 @@ class StubTransfer:
         pass
 
 
-def async_config(output_dir: str, **overrides: Any):
-    """`trainer_helpers.cpu_config` for `AsyncGRPOConfig`, batching a fixed number of samples (no vLLM server to ask
-    for a token budget)."""
+def async_config(output_dir: str, config_class=None, **overrides: Any):
+    """`trainer_helpers.cpu_config` for `AsyncGRPOConfig` (or an algorithm's asynchronous `config_class`), batching a
+    fixed number of samples (no vLLM server to ask for a token budget)."""
     from trl_ext import AsyncGRPOConfig
 
-    return cpu_config(AsyncGRPOConfig, output_dir, **{"token_budget": 0, **overrides})
+    return cpu_config(config_class or AsyncGRPOConfig, output_dir, **{"token_budget": 0, **overrides})
 
 
 def stub_trainer(model_path: str, config, worker=None, transfer=None, trainer_class=None):

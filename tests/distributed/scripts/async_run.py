@@ -37,11 +37,16 @@ import torch  # noqa: E402
 from async_helpers import StubTransfer, StubWorker, async_config, make_samples, stub_trainer  # noqa: E402
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample  # noqa: E402
 
+from trl_ext.trainers.asynchronous.forms import async_config_class  # noqa: E402
+
 WINDOW = 8  # samples per optimizer step
 ADVANTAGES = [1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 0.25, -0.75]  # uneven, so that the samples weigh differently
 M2PO = {"policy_loss_fn": "m2po", "policy_loss_fn_args": {"m2_threshold": 0.01}}
 ROLLOUT_IS = {"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": True}
 LOGLINEAR = {"policy_loss_fn": "decoupled_ppo", "prox_logp_method": "loglinear"}
+REINFORCE_PP = {"advantage_fn": "reinforceplusplus"}
+REWARDS = [1.0, 0.0, 0.5, 0.0, 1.0, 1.0, 0.25, 0.0]  # what the worker stamps for a window estimator
+CRITIC = "ppo"  # the algorithm whose asynchronous form these configurations train (its config class)
 # name: (config overrides, gradient accumulation steps, group sizes)
 CONFIGS = {
     "token-mean": ({"loss_agg_mode": "token-mean"}, 1, (4, 4)),
@@ -58,14 +63,24 @@ CONFIGS = {
     "rollout_is/uneven": (ROLLOUT_IS, 1, (5, 3)),
     "decoupled_ppo/loglinear": (LOGLINEAR, 1, (4, 4)),
     "token-mean/local": ({"loss_agg_mode": "token-mean"}, 1, (4, 4)),
+    "reinforceplusplus": (REINFORCE_PP, 1, (4, 4)),
+    "reinforceplusplus/uneven": (REINFORCE_PP, 1, (5, 3)),
+    "critic": ({}, 1, (4, 4)),
+    "critic/ga2": ({}, 2, (4, 4)),
 }
+WINDOW_ESTIMATED = ("reinforceplusplus", "critic")  # the worker stamps rewards; the trainer estimates over the window
 STALE = ("decoupled_ppo/loglinear",)  # samples of version 0, one step old when trained
 
 
-def rollout_samples(model_path: str, group_sizes: tuple[int, ...], version: int = 1) -> list[RolloutSample]:
-    """The window's samples (`make_samples` on a plain forward of the model: μ = π + noise), then the filler."""
+def rollout_samples(
+    model_path: str, group_sizes: tuple[int, ...], version: int = 1, stamped: bool = False
+) -> list[RolloutSample]:
+    """The window's samples (`make_samples` on a plain forward of the model: μ = π + noise), then the filler;
+    `stamped`: each carries its reward for the trainer's window estimator (advantage 0), as trl_ext's worker stamps
+    it."""
     from transformers import AutoModelForCausalLM
 
+    from trl_ext.async_rollout.scoring import WINDOW_REWARD_KEY
     from trl_ext.toy import build_tokenizer
 
     tokenizer, model = build_tokenizer(), AutoModelForCausalLM.from_pretrained(model_path).eval()
@@ -75,6 +90,7 @@ def rollout_samples(model_path: str, group_sizes: tuple[int, ...], version: int 
     for sample in filler:
         sample["group_id"] += len(group_sizes)
     advantages = ADVANTAGES + [0.0] * len(filler)
+    rewards = REWARDS + [0.0] * len(filler)
     return [
         RolloutSample(
             prompt="",
@@ -82,12 +98,12 @@ def rollout_samples(model_path: str, group_sizes: tuple[int, ...], version: int 
             input_ids=sample["input_ids"],
             completion_mask=sample["completion_mask"],
             old_log_probs=sample["old_log_probs"],
-            advantage=advantage,
+            advantage=0.0 if stamped else advantage,
             model_version=version,
             group_id=sample["group_id"],
-            metrics={},
+            metrics={WINDOW_REWARD_KEY: reward} if stamped else {},
         )
-        for sample, advantage in zip(window + filler, advantages, strict=True)
+        for sample, advantage, reward in zip(window + filler, advantages, rewards, strict=True)
     ]
 
 
@@ -111,6 +127,20 @@ def record_rows(trainer) -> list[int]:
     return rows
 
 
+def record_critic_gradient(critic) -> dict:
+    """Wrap the critic's optimizer step to record its gradient after the average over processes (Adam's first step is
+    about the gradient's sign: the gradient itself is the sharp comparison)."""
+    grads: dict = {}
+    step = critic.optimizer.step
+
+    def recording(*args, **kwargs):
+        grads.update({n: p.grad.detach().clone() for n, p in critic.model.named_parameters() if p.grad is not None})
+        return step(*args, **kwargs)
+
+    critic.optimizer.step = recording
+    return grads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -122,8 +152,10 @@ def main() -> None:
     results = {}
     for name in args.configs.split(","):
         overrides, accumulation, group_sizes = CONFIGS[name]
+        config_class = async_config_class(CRITIC) if name.startswith("critic") else None
         config = async_config(
             os.path.join(os.path.dirname(args.out), "run"),
+            config_class=config_class,
             per_device_train_batch_size=WINDOW // (processes * accumulation),
             gradient_accumulation_steps=accumulation,
             max_steps=1,
@@ -138,15 +170,20 @@ def main() -> None:
         )
         worker = StubWorker()
         if main_process:  # TRL's main process alone pulls from the worker's queue
-            for sample in rollout_samples(args.model, group_sizes, 0 if name in STALE else 1):
+            stamped = name.startswith(WINDOW_ESTIMATED)
+            for sample in rollout_samples(args.model, group_sizes, 0 if name in STALE else 1, stamped):
                 worker.rollout_buffer.put(sample)
         trainer = stub_trainer(args.model, config, worker=worker, transfer=StubTransfer())
         if name.endswith("/local"):
             trainer.count_window = types.MethodType(count_window_locally, trainer)
         rows = record_rows(trainer)
+        critic = trainer.critic.model if trainer.critic is not None else torch.nn.Module()
+        critic_grads = record_critic_gradient(trainer.critic) if trainer.critic is not None else {}
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        critic_before = {n: p.detach().clone() for n, p in critic.named_parameters()}
         trainer.train()
         update = {n: p.detach() - before[n] for n, p in trainer.model.named_parameters()}
+        critic_update = {n: p.detach() - critic_before[n] for n, p in critic.named_parameters()}
         if torch.distributed.is_initialized():
             every = [None] * processes
             torch.distributed.all_gather_object(every, rows)
@@ -154,6 +191,8 @@ def main() -> None:
         else:
             rows = [rows]
         results[name] = {"update": update, "logs": trainer.state.log_history[0], "rows": rows}
+        results[name]["critic_update"] = critic_update
+        results[name]["critic_gradient"] = critic_grads
     if main_process:
         torch.save(results, args.out)
     if torch.distributed.is_initialized():  # every rank reaches the teardown together (see window_run.py)
