@@ -12,7 +12,9 @@ importance weights (`rollout_is="token"`), both computed over the whole window (
 micro-batch; and groups of 5 and 3 samples (`/uneven`: the processes hold different numbers of samples). A
 token-level estimator (REINFORCE++, whitened over the window's tokens) and critic PPO (GAE from the critic's values
 over the window, and the critic's own optimizer step, its gradient averaged over the processes) run over the whole
-window too: their updates, the critic's included, are the same on 1 and 2 processes.
+window too: their updates, the critic's included, are the same on 1 and 2 processes. So is MIX's: each process's
+row gets its share of the window's demonstrations (the same 8 drawn either way) and each part of the mixing loss is
+normalized over its rows of the whole window.
 
 The comparison can fail: a control that normalizes over each process's own window (its counts not all-reduced)
 gives another update on 2 processes, and the three aggregations give three different updates.
@@ -39,7 +41,7 @@ SCRIPT = os.path.join(HERE, "scripts", "async_run.py")
 MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 SAME = [*MODES, "token-mean/ga2", "seq-mean-token-sum/ga2", "m2po", "m2po/ga2", "rollout_is", "rollout_is/ga2"]
 SAME += ["token-mean/uneven", "m2po/uneven", "rollout_is/uneven", "decoupled_ppo/loglinear"]
-SAME += ["reinforceplusplus", "reinforceplusplus/uneven", "critic", "critic/ga2"]
+SAME += ["reinforceplusplus", "reinforceplusplus/uneven", "critic", "critic/ga2", "mix", "mix/ga2"]
 CONFIGS = [*SAME, "token-mean/local"]
 
 

@@ -64,9 +64,9 @@ def async_config(output_dir: str, config_class=None, **overrides: Any):
     return cpu_config(config_class or AsyncGRPOConfig, output_dir, **{"token_budget": 0, **overrides})
 
 
-def stub_trainer(model_path: str, config, worker=None, transfer=None, trainer_class=None):
+def stub_trainer(model_path: str, config, worker=None, transfer=None, trainer_class=None, **kwargs: Any):
     """An `AsyncGRPOTrainer` (trl_ext's, or `trainer_class`: TRL's) fed by the test (a `StubWorker`), on the toy
-    task's prompts."""
+    task's prompts; `kwargs`: the trainer's further arguments (MIX's `expert_dataset`, ...)."""
     from trl_ext import AsyncGRPOTrainer
     from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
 
@@ -78,6 +78,7 @@ def stub_trainer(model_path: str, config, worker=None, transfer=None, trainer_cl
         processing_class=build_tokenizer(),
         rollout_worker=worker or StubWorker(),
         weight_transfer=transfer or StubTransfer(),
+        **kwargs,
     )
 
 

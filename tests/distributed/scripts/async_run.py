@@ -37,6 +37,7 @@ import torch  # noqa: E402
 from async_helpers import StubTransfer, StubWorker, async_config, make_samples, stub_trainer  # noqa: E402
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample  # noqa: E402
 
+from trl_ext.toy import toy_expert_dataset  # noqa: E402
 from trl_ext.trainers.asynchronous.forms import async_config_class  # noqa: E402
 
 WINDOW = 8  # samples per optimizer step
@@ -46,7 +47,7 @@ ROLLOUT_IS = {"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_is_ba
 LOGLINEAR = {"policy_loss_fn": "decoupled_ppo", "prox_logp_method": "loglinear"}
 REINFORCE_PP = {"advantage_fn": "reinforceplusplus"}
 REWARDS = [1.0, 0.0, 0.5, 0.0, 1.0, 1.0, 0.25, 0.0]  # what the worker stamps for a window estimator
-CRITIC = "ppo"  # the algorithm whose asynchronous form these configurations train (its config class)
+
 # name: (config overrides, gradient accumulation steps, group sizes)
 CONFIGS = {
     "token-mean": ({"loss_agg_mode": "token-mean"}, 1, (4, 4)),
@@ -67,7 +68,10 @@ CONFIGS = {
     "reinforceplusplus/uneven": (REINFORCE_PP, 1, (5, 3)),
     "critic": ({}, 1, (4, 4)),
     "critic/ga2": ({}, 2, (4, 4)),
+    "mix": ({}, 1, (4, 4)),
+    "mix/ga2": ({}, 2, (4, 4)),
 }
+FORMS = {"critic": "ppo", "mix": "mix"}  # configurations of an algorithm's asynchronous form, by name prefix
 WINDOW_ESTIMATED = ("reinforceplusplus", "critic")  # the worker stamps rewards; the trainer estimates over the window
 STALE = ("decoupled_ppo/loglinear",)  # samples of version 0, one step old when trained
 
@@ -120,7 +124,8 @@ def record_rows(trainer) -> list[int]:
     compute_loss = trainer.compute_loss
 
     def recording(model, inputs, *args, **kwargs):
-        rows.append(int((inputs["behave_version"] >= 0).sum()))
+        experts = int(inputs["sample_expert"].sum()) if "sample_expert" in inputs else 0  # MIX's demonstrations
+        rows.append(int((inputs["behave_version"] >= 0).sum()) - experts)
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer.compute_loss = recording
@@ -152,7 +157,8 @@ def main() -> None:
     results = {}
     for name in args.configs.split(","):
         overrides, accumulation, group_sizes = CONFIGS[name]
-        config_class = async_config_class(CRITIC) if name.startswith("critic") else None
+        form = FORMS.get(name.split("/")[0])
+        config_class = async_config_class(form) if form else None
         config = async_config(
             os.path.join(os.path.dirname(args.out), "run"),
             config_class=config_class,
@@ -173,7 +179,8 @@ def main() -> None:
             stamped = name.startswith(WINDOW_ESTIMATED)
             for sample in rollout_samples(args.model, group_sizes, 0 if name in STALE else 1, stamped):
                 worker.rollout_buffer.put(sample)
-        trainer = stub_trainer(args.model, config, worker=worker, transfer=StubTransfer())
+        experts = {"expert_dataset": toy_expert_dataset(16)} if form == "mix" else {}
+        trainer = stub_trainer(args.model, config, worker=worker, transfer=StubTransfer(), **experts)
         if name.endswith("/local"):
             trainer.count_window = types.MethodType(count_window_locally, trainer)
         rows = record_rows(trainer)
