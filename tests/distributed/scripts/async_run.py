@@ -70,9 +70,13 @@ CONFIGS = {
     "critic/ga2": ({}, 2, (4, 4)),
     "mix": ({}, 1, (4, 4)),
     "mix/ga2": ({}, 2, (4, 4)),
+    "distill": ({}, 1, (4, 4)),
+    "distill/uneven": ({}, 1, (5, 3)),
 }
-FORMS = {"critic": "ppo", "mix": "mix"}  # configurations of an algorithm's asynchronous form, by name prefix
-WINDOW_ESTIMATED = ("reinforceplusplus", "critic")  # the worker stamps rewards; the trainer estimates over the window
+FORMS = {"critic": "ppo", "mix": "mix", "distill": "on_policy_distill"}
+"""The configurations that train an algorithm's asynchronous form, by name prefix."""
+WINDOW_ESTIMATED = ("reinforceplusplus", "critic", "distill")
+"""The configurations whose estimator runs over the window: the worker stamps rewards, the trainer estimates."""
 STALE = ("decoupled_ppo/loglinear",)  # samples of version 0, one step old when trained
 
 
@@ -179,8 +183,10 @@ def main() -> None:
             stamped = name.startswith(WINDOW_ESTIMATED)
             for sample in rollout_samples(args.model, group_sizes, 0 if name in STALE else 1, stamped):
                 worker.rollout_buffer.put(sample)
-        experts = {"expert_dataset": toy_expert_dataset(16)} if form == "mix" else {}
-        trainer = stub_trainer(args.model, config, worker=worker, transfer=StubTransfer(), **experts)
+        extra = {"expert_dataset": toy_expert_dataset(16)} if form == "mix" else {}
+        if form == "on_policy_distill":  # the teacher: the initial weights (μ is π plus noise: the advantages move)
+            extra["teacher_model"] = args.model
+        trainer = stub_trainer(args.model, config, worker=worker, transfer=StubTransfer(), **extra)
         if name.endswith("/local"):
             trainer.count_window = types.MethodType(count_window_locally, trainer)
         rows = record_rows(trainer)
