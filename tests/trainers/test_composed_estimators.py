@@ -176,3 +176,31 @@ def test_optimal_token_baseline_gets_the_sampling_policys_sum_of_squared_probabi
     torch.testing.assert_close(got, expected[0], rtol=1e-5, atol=1e-6)
     assert (got[inputs["response_mask"]] > 0).all() and (got <= 1).all()
     assert result.advantages.shape == inputs["response_mask"].shape
+
+
+def test_remax_baseline_gets_the_overlong_penalty_as_the_samples_rewards_do(tiny_model, tmp_path):
+    """With DAPO's overlong shaping the greedy completion's reward is shaped like the samples' (as verl's reward
+    manager and the asynchronous worker shape it): baseline = its reward + min(−(L − (max − buffer))/buffer, 0)·f."""
+    from trl_ext.advantages.overlong import overlong_penalty
+
+    config = cpu_config(trl_ext.GRPOConfig, str(tmp_path), advantage_fn="remax", max_steps=1, overlong_buffer=6,
+                        overlong_penalty_factor=1.0)  # fmt: skip
+    trainer = toy_trainer(_RecordingGRPOTrainer, config, tiny_model)
+    trainer.calls, trainer.baselines = [], []
+    seen = []
+    original = trainer.calculate_rewards
+
+    def recording(inputs, prompts, completions, completion_ids):  # each call's rewards and completion lengths
+        rewards = original(inputs, prompts, completions, completion_ids)
+        seen.append((rewards.clone(), [len(ids) for ids in completion_ids]))
+        return rewards
+
+    trainer.calculate_rewards = recording
+    train_update(trainer)
+    (baselines,) = trainer.baselines
+    rewards, lengths = seen[-1]  # the last call is the greedy one: 2 prompts
+    assert len(lengths) == 2
+    penalty = overlong_penalty(torch.tensor(lengths), config.max_completion_length, 6, 1.0)
+    expected = (rewards.nansum(dim=1) + penalty).repeat_interleave(4)
+    torch.testing.assert_close(baselines, expected.to(baselines), rtol=1e-6, atol=1e-6)
+    assert penalty.abs().sum() > 0  # the greedy answers reach the buffer: the penalty acts
