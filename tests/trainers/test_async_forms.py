@@ -148,12 +148,14 @@ ASYNC_RUN = {
 GSPO's sequence clip (3e-4) and DRO's and KL-Cov's penalties learn more slowly from stale samples (measured alone,
 2026-11-29, max_staleness 1: 40 steps gained +0.15 to +0.29 for these three, 60 steps +0.58 to +0.76)."""
 
-ON_POLICY_ONLY = ("opmd",)
+ON_POLICY_ONLY = ("opmd", "sppo")
 """Learns the toy asynchronously only at max_staleness=0, and slowly: OPMD's loss, −A·log π/(1 + τ), has no importance
 ratio to correct a stale sample (measured alone, 2026-11-29: 60 steps at max_staleness 1 gave 0.10 -> 0.07 and 0.10 ->
 0.13; at max_staleness 0, 0.12 -> 0.54 alone but 0.12 -> 0.30 beside the slow tier's other runs, and 100 steps
 0.12 -> 0.78; AsymRE, the same loss with its own baseline, 0.11 -> 0.77 in 60 steps at max_staleness 1). Trained
-100 steps here."""
+100 steps here. SPPO, whose loss regresses the log-ratio against the sampler μ, learned at max_staleness 1 when run
+alone (2026-11-29: 0.15 -> 0.54 in 60 steps) but not beside other runs (0.13 -> 0.125 in the slow tier, 0.13 -> 0.05
+beside OPMD): at max_staleness 0 (100 steps) it learned in both settings."""
 
 SLOWER = ("gpg", "on_policy_distill", "jsd")
 """Learn the toy asynchronously more slowly, trained 100 steps (measured alone, 2026-11-29, max_staleness 1: GPG 0.13
