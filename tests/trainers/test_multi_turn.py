@@ -431,7 +431,7 @@ def test_bad_environment_protocol_is_refused_naming_the_sample(environment, mess
 
 
 def test_turns_that_do_not_follow_rounds_of_tool_calls_are_refused():
-    from trl_ext.trainers.grpo.multi_turn import TurnRecorder
+    from trl_ext.turn_records import TurnRecorder
 
     environment = LineEnvironment()
     environment.reset()

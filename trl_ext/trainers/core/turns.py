@@ -16,9 +16,12 @@ Pure torch.
 from __future__ import annotations
 
 import hashlib
-from typing import NamedTuple
+from collections.abc import Hashable
+from typing import Any, NamedTuple
 
 import torch
+
+from ...advantages.base import AdvantageFn
 
 
 class Turns(NamedTuple):
@@ -68,15 +71,87 @@ def on_turn_tokens(values: torch.Tensor, turns: Turns) -> torch.Tensor:
     return padded[rows]
 
 
-def turn_samples(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def turns_from_lengths(lengths: torch.Tensor, width: int) -> Turns:
+    """The turns of completions whose trained tokens are laid out back to back, `[B, width]` (the asynchronous
+    trainer's rows: tool outputs are not among them): `lengths` `[B, K]` holds each completion's turn lengths in
+    order, 0-padded."""
+    ends = torch.cumsum(lengths, 1)  # [B, K]
+    column = torch.arange(width, device=lengths.device)
+    index = (column[None, :, None] >= ends[:, None, :]).sum(-1)
+    index = torch.where(column[None, :] < ends[:, -1:], index, -1) if lengths.size(1) else index.new_full(
+        (lengths.size(0), width), -1
+    )
+    return Turns(index, (lengths > 0).sum(1))
+
+
+def turn_advantages(
+    fn: AdvantageFn,
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    turns: Turns,
+    states: list[list[Hashable | None]] | None = None,
+    turn_rewards: list[list[float]] | None = None,
+    inputs: dict[str, Any] | None = None,
+    owner: str = "turn_advantages",
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """A per-step estimator (it declares `run_ids`: `step_wise_grpo`, `gigpo`) on the model turns of a batch of
+    completions, laid out as the reference does: one row per turn, the rows of a completion (a run) in order, and one
+    row for a completion without a turn (it still takes part in its group's statistics with its reward). A row's
+    reward is its turn reward (`turn_rewards`, with `fn.step_rewards`) plus, on its run's last row, the completion's
+    `rewards`; its state (`state_ids`, when `fn` reads them) is `states`' entry (None: no state).
+
+    Args:
+        fn: The estimator.
+        rewards: `[N]` each completion's reward.
+        group_ids: `[N]` each completion's group.
+        turns: The completions' turns (`segment_turns`, `turns_from_lengths`).
+        states: Per completion, one state per row (`[None]` for a completion without a turn); needed when `fn`
+            reads `state_ids`.
+        turn_rewards: Per completion, one reward per row (as `states`), or None (no turn rewards).
+        inputs: `fn`'s other inputs.
+        owner: Who calls, for the error messages.
+
+    Returns:
+        The advantages on the turns' tokens `[N, T]` (0 on the tokens of no turn), the completions `fn` keeps `[N]`
+        and `fn`'s metrics.
+    """
+    count = turns.count
+    per_run = count.clamp(min=1)
+    run = torch.repeat_interleave(torch.arange(count.numel(), device=count.device), per_run)
+    last = torch.cumsum(per_run, 0) - 1
+    row_rewards = rewards.new_zeros(run.numel()).index_add_(0, last, rewards)
+    if turn_rewards is not None and fn.step_rewards:
+        flat = [r for run_rewards in turn_rewards for r in run_rewards]
+        row_rewards += torch.tensor(flat, dtype=rewards.dtype, device=rewards.device)
+    inputs = {**(inputs or {}), "run_ids": run}
+    if "state_ids" in fn.inputs():
+        flat_states = [state for run_states in states or () for state in run_states]
+        if len(flat_states) != run.numel():
+            raise ValueError(f"{owner}: {len(flat_states)} turn states for {run.numel()} turn rows; one per row")
+        if all(state is None for state in flat_states):
+            raise ValueError(
+                f"{owner}: advantage_fn={fn.name!r} groups turns by the state they start from, but every environment's "
+                "state_key was None in this batch: return a hashable key of the state, or drop the state_key "
+                "attribute to use the text the model saw as the state"
+            )
+        inputs["state_ids"] = flat_states
+    result = fn.compute(row_rewards, group_ids[run], **inputs)
+    real = count[run] > 0
+    advantages = on_turn_tokens(result.advantages[real].to(rewards.dtype), turns)
+    keep = torch.ones(count.numel(), dtype=torch.bool, device=count.device)
+    keep[run[~result.keep]] = False
+    return advantages, keep, result.metrics or {}
+
+
+def turn_samples(mask: torch.Tensor, turns: Turns | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Each model turn of `mask` (`[B, T]`, the loss mask of TRL's multi-turn completions) as a sample of its own:
-    the completion of each turn `[R]` (`turn_rows`) and each turn's token mask `[R, T]` (its tokens only). Row r of
-    a per-token tensor `x[rows]` then holds turn r's values on its tokens, as one experience per model call does in
-    Trinity-RFT."""
-    turns = segment_turns(mask)
+    the completion of each turn `[R]` (`turn_rows`) and each turn's token mask `[R, T]` (its tokens of `mask` only).
+    Row r of a per-token tensor `x[rows]` then holds turn r's values on its tokens, as one experience per model call
+    does in Trinity-RFT. `turns`: the turns where `mask` does not delimit them (default `segment_turns(mask)`)."""
+    turns = segment_turns(mask) if turns is None else turns
     rows = turn_rows(turns)
     number = torch.arange(rows.numel(), device=rows.device) - turns.offsets[rows]  # each turn's index in its completion
-    return rows, turns.index[rows] == number.unsqueeze(1)
+    return rows, (turns.index[rows] == number.unsqueeze(1)) & mask.bool()[rows]
 
 
 def text_state_keys(
