@@ -17,6 +17,7 @@ environment has text states and no turn rewards.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import itertools
 import math
@@ -49,23 +50,29 @@ class TurnRecorder:
 
     def turns(self, i: int, count: int) -> tuple[list[Any], list[float]]:
         """Rollout i's state and reward per row: one per model turn (`count`, from the masks), or a single row
-        (no state, every reward) for a completion without a turn."""
+        (no state, every reward) for a completion without a turn.
+
+        A rollout takes part in generation rounds 1, 2, ... for as long as it calls tools, so its turn t starts after
+        the tool calls of round t; a round in which none of its tools ran (the model named an unknown tool: TRL answers
+        with an error message) left the environment as it was, and the turn after it starts from the same state. A
+        round of tool calls with no turn after it (TRL dropped its results past `max_completion_length`, or the next
+        turn was cut to nothing) keeps its rewards with the turn that called the tools."""
         first = self.first[i] if self.first is not None else self._read(i)
-        starts = [first] + [self.after_round[i][r] for r in sorted(self.after_round[i])]
         rewards = self._rewards(i)
         if count == 0:
             return [None], [sum(rewards[first[1] :])]
-        rounds = len(starts) - 1
-        # A round of tool calls with no turn after it: TRL dropped its results (past max_completion_length) or the
-        # next turn was cut to nothing; its rewards stay with the turn that called the tools.
-        if count not in (rounds + 1, rounds):
+        recorded = self.after_round[i]
+        if recorded and max(recorded) > count:
             raise ValueError(
                 f"{self.owner}: sample {i} has {count} model turn(s) in its completion and tool masks, but its "
-                f"environment ({type(self.environments[i]).__name__}) was called in {rounds} round(s) of tool calls; "
-                "each model turn but the first must follow a round of tool calls"
+                f"environment ({type(self.environments[i]).__name__}) was called after generation round "
+                f"{max(recorded)}; a rollout's tools run after its own turns only"
             )
-        positions = [position for _, position in starts[:count]] + [len(rewards)]
-        return [state for state, _ in starts[:count]], [sum(rewards[a:b]) for a, b in itertools.pairwise(positions)]
+        starts = [first]
+        for turn in range(1, count):
+            starts.append(recorded.get(turn, starts[-1]))
+        positions = [position for _, position in starts] + [len(rewards)]
+        return [state for state, _ in starts], [sum(rewards[a:b]) for a, b in itertools.pairwise(positions)]
 
     def _read(self, i: int) -> tuple[Any, int]:
         environment = self.environments[i]
@@ -110,6 +117,21 @@ class TurnRecorder:
         return [float(value) for value in values]
 
 
+NO_STATE = -(2**63)
+"""`state_id` of "no state" (None)."""
+
+
+def state_id(key: Hashable | None) -> int:
+    """A state key as an int64 that crosses processes and tensors: the first 8 bytes of the SHA-256 of the key's
+    bytes (a text key's digest) or of its `repr` (an environment's `state_key`: equal keys of the same types have equal
+    reprs); None is `NO_STATE`."""
+    if key is None:
+        return NO_STATE
+    data = key if isinstance(key, bytes) else repr(key).encode("utf-8")
+    value = int.from_bytes(hashlib.sha256(data).digest()[:8], "little", signed=True)
+    return value if value != NO_STATE else NO_STATE + 1
+
+
 def _unhashable(value: Any) -> bool:
     try:
         hash(value)
@@ -142,4 +164,4 @@ def recording(tool: Any, recorder: TurnRecorder, i: int) -> Any:
     return recorded
 
 
-__all__ = ["STATE_KEY", "TURN_REWARDS", "TurnRecorder", "recording"]
+__all__ = ["NO_STATE", "STATE_KEY", "TURN_REWARDS", "TurnRecorder", "recording", "state_id"]

@@ -430,7 +430,7 @@ def test_bad_environment_protocol_is_refused_naming_the_sample(environment, mess
         rollout(trainer)
 
 
-def test_turns_that_do_not_follow_rounds_of_tool_calls_are_refused():
+def test_turn_states_follow_the_rounds_of_tool_calls():
     from trl_ext.turn_records import TurnRecorder
 
     environment = LineEnvironment()
@@ -442,8 +442,14 @@ def test_turns_that_do_not_follow_rounds_of_tool_calls_are_refused():
     assert recorder.turns(0, 2) == ([("at", 0), ("at", 1)], [0.5, 0.0])
     assert recorder.turns(0, 1) == ([("at", 0)], [0.5])  # a round with no turn after it: its reward stays
     assert recorder.turns(0, 0) == ([None], [0.5])  # no turn at all: one row holding every reward
-    with pytest.raises(ValueError, match=r"sample 0 has 3 model turn\(s\) .* called in 1 round\(s\) of tool calls"):
-        recorder.turns(0, 3)
+    # round 2's call named an unknown tool (TRL answered with an error, no tool ran): turn 2 starts where turn 1 did
+    recorder.generation_starts()
+    recorder.generation_starts()
+    environment.move(1)
+    recorder.tool_called(0)  # after round 3
+    assert recorder.turns(0, 3) == ([("at", 0), ("at", 1), ("at", 1)], [0.5, 0.0, 0.5])
+    with pytest.raises(ValueError, match=r"sample 0 has 2 model turn\(s\) .* called after generation round 3"):
+        recorder.turns(0, 2)
 
 
 def test_a_rollout_env_mask_of_the_wrong_length_is_refused_naming_the_sample(tool_model, tmp_path):
