@@ -210,10 +210,11 @@ INPUT_SOURCES: dict[str, str] = {
     "sum_pi_squared": "the sampling policy's Σπ² per token, which the synchronous rollout trainers compute "
     "(GRPOConfig, MIXConfig, PPOConfig, ...)",
     "values": "the critic's per-token values, which only the critic PPO trainers compute (PPOConfig, AsyncPPOConfig)",
-    "run_ids": "the run each step of a multi-turn episode belongs to, which only the grpo family's trainer records "
-    "(the model turns of TRL's multi-turn rollouts: GRPOConfig, MultiStepGRPOConfig, GiGPOConfig, ...)",
+    "run_ids": "the run each step of a multi-turn episode belongs to, which only the grpo family's trainer and the "
+    "asynchronous trainer record (the model turns of multi-turn rollouts: GRPOConfig, MultiStepGRPOConfig, "
+    "GiGPOConfig, AsyncGiGPOConfig, ...)",
     "state_ids": "the environment state each step of a multi-turn episode starts from, which only the grpo family's "
-    "trainer records (GRPOConfig, GiGPOConfig, ...)",
+    "trainer and the asynchronous trainer record (GRPOConfig, GiGPOConfig, AsyncGiGPOConfig, ...)",
     "necs": "a per-token statistic of Clip-V (arXiv 2602.03392) that Trinity-RFT 0.6.0 takes as an input but "
     "computes nowhere, and whose definition trl_ext could not verify against the paper: use `clipb`, whose "
     "inputs (log-probs and entropies) the trainer computes",
@@ -262,7 +263,7 @@ register_family(TrainerFamily(
     loss_inputs=(*_ROLLOUT_LOSS_INPUTS, "prox_logprob", "window_selected", "expert_mask", "expert_valid_toks",
                  "expert_valid_seqs"),
     advantage_inputs=("response_mask", "completion_mask", "generator", "old_logprob", "teacher_logprob",
-                      "teacher_valid_mask", "reward_baselines", "values"),
+                      "teacher_valid_mask", "reward_baselines", "values", *_TURN_INPUTS),
     geometry=_async_geometry, async_family="async",
 ))  # fmt: skip
 register_family(TrainerFamily(

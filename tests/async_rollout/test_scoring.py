@@ -179,12 +179,10 @@ def test_rec_drop_uses_a_generator_seeded_by_the_group():
     ("name", "args", "reason"),
     [
         ("ppo", {}, "values"),
-        ("gigpo", {}, "multi-turn"),
         ("jsd", {}, "teacher_logprob"),
         ("clipb", {}, "optimizer window does not provide: logprobs, entropy"),
         ("grpo", {"rank_penalty": 0.5}, "logprobs"),
         ("grpo", {"std_threshold": 0.0, "duplicate_experiences": True}, "duplicate_experiences"),
-        ("step_wise_grpo", {}, "run_ids"),
     ],
 )
 def test_check_async_estimator_refuses(name, args, reason):
@@ -206,6 +204,15 @@ def test_check_async_estimator_accepts_group_estimators(name):
 def test_token_level_estimators_run_over_the_trainers_window(name):
     assert check_async_estimator(get_advantage_fn(name)) == IN_WINDOW
     assert GroupScorer(repeat_letter_reward, advantage_fn=name).needs_greedy_baseline == (name == "remax")
+
+
+@pytest.mark.parametrize("name", ["gigpo", "step_wise_grpo"])
+def test_per_turn_estimators_run_over_the_trainers_window_but_take_no_teacher_or_critic(name):
+    assert check_async_estimator(get_advantage_fn(name)) == IN_WINDOW
+    assert GroupScorer(repeat_letter_reward, advantage_fn=name).per_turn
+    for part in ("teacher", "critic"):
+        with pytest.raises(ValueError, match=rf"'{name}' cannot run .*per turn.* takes no teacher or critic"):
+            check_async_estimator(get_advantage_fn(name), **{part: True})
 
 
 def test_a_window_estimator_is_not_run_in_the_worker_which_stamps_the_shaped_reward():

@@ -13,7 +13,7 @@ from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker,
 from trl_ext.async_rollout import GroupScorer
 from trl_ext.async_rollout.trl_loop import (
     TRLExtRolloutLoop,
-    refuse_greedy_baseline,
+    refuse_worker_made_inputs,
     rescore_samples,
     use_trl_ext_scoring,
 )
@@ -99,14 +99,16 @@ def test_trls_worker_is_pointed_at_the_loop_and_others_are_left_alone():
     assert vars(other) == {}
 
 
-def test_remax_is_refused_where_trls_worker_would_score_it():
-    """TRL's vLLM worker makes no greedy completion: ReMax is refused with it (the default worker of
-    rollout_backend='vllm', or one passed in), accepted with trl_ext's worker or a custom one."""
-    remax = GroupScorer(toy_reward, advantage_fn="remax")
+@pytest.mark.parametrize("estimator", ["remax", "gigpo", "step_wise_grpo"])
+def test_worker_made_inputs_are_refused_where_trls_worker_would_score_them(estimator):
+    """TRL's vLLM worker makes no greedy completion and records no turns: ReMax and the per-turn estimators are
+    refused with it (the default worker of rollout_backend='vllm', or one passed in), accepted with trl_ext's worker
+    or a custom one."""
+    scorer = GroupScorer(toy_reward, advantage_fn=estimator)
     trl_worker = object.__new__(AsyncRolloutWorker)
     for worker, backend in ((None, "vllm"), (trl_worker, "transformers")):
-        with pytest.raises(ValueError, match=r"Owner: advantage_fn='remax' .* TRL's vLLM rollout worker does not"):
-            refuse_greedy_baseline("Owner", remax, worker, backend)
-    refuse_greedy_baseline("Owner", remax, None, "transformers")
-    refuse_greedy_baseline("Owner", remax, SimpleNamespace(), "vllm")  # a custom worker: its own business
-    refuse_greedy_baseline("Owner", GroupScorer(toy_reward, advantage_fn="reinforceplusplus"), None, "vllm")
+        with pytest.raises(ValueError, match=rf"Owner: advantage_fn='{estimator}' .* TRL's vLLM rollout worker does"):
+            refuse_worker_made_inputs("Owner", scorer, worker, backend)
+    refuse_worker_made_inputs("Owner", scorer, None, "transformers")
+    refuse_worker_made_inputs("Owner", scorer, SimpleNamespace(), "vllm")  # a custom worker: its own business
+    refuse_worker_made_inputs("Owner", GroupScorer(toy_reward, advantage_fn="reinforceplusplus"), None, "vllm")

@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import GenerationConfig
 from trl.experimental.async_grpo.async_rollout_worker import _CHILD_ENV_TO_STRIP, RolloutSample
 
+from .episodes import EpisodeRunner
 from .scoring import GroupScorer
 from .weights import WeightReceiver
 
@@ -130,7 +132,7 @@ class RolloutLoop:
     """The child's generate / log-prob / score / enqueue loop (see the module docstring)."""
 
     def __init__(self, config: dict[str, Any], channels: Channels, receiver: WeightReceiver):
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         self.config = config
@@ -176,6 +178,19 @@ class RolloutLoop:
             eos_token_id=eos,
             pad_token_id=self.pad_id,
         )
+        self.episodes = None  # multi-turn episodes with tools (`episodes.py`)
+        if config.get("tools") or config.get("environment_factory") is not None:
+            self.episodes = EpisodeRunner(
+                owner="TransformersRolloutWorker",
+                tokenizer=self.tokenizer,
+                tools=config.get("tools"),
+                environment_factory=config.get("environment_factory"),
+                max_tool_calling_iterations=config.get("max_tool_calling_iterations"),
+                max_completion_length=config["max_completion_length"],
+                max_model_len=getattr(model.config, "max_position_embeddings", None) or 2**31,
+                chat_template_kwargs=config["chat_template_kwargs"],
+            )
+            self.tokenizer = self.episodes.tokenizer
         self.rows = self._iter_rows()
         self.pending: dict[str, Any] = {}
         channels.ready_event.set()
@@ -253,26 +268,66 @@ class RolloutLoop:
     def _sample(self, prompt_ids: list[list[int]], label: str) -> tuple[list[list[int]], list[list[float]]]:
         """Sample one completion per prompt (left-padded batch); return the completions (up to and including their
         eos) and their tokens' log_softmax(logits / temperature) under the same weights."""
-        batch = len(prompt_ids)
         t0 = time.perf_counter()
-        sequences, attention, completion, first_eos = self._generate_batch(prompt_ids, self.sampling_config)
+        _, _, completion, first_eos = self._generate_batch(prompt_ids, self.sampling_config)
         self.pending["rollout/generate_s"] = time.perf_counter() - t0
-        steps = completion.shape[1]
-        completion_mask = (torch.arange(steps, device=self.device) < first_eos[:, None]).long()
-
+        completions = [completion[b, :length].tolist() for b, length in enumerate(first_eos.tolist())]
         self.channels.set_stage(f"computing the log-probs of {label}")
+        return completions, self._log_probs(prompt_ids, completions)
+
+    @torch.no_grad()
+    def _generate_turns(self, inputs: list[list[int]], budgets: list[int]) -> list[list[int]]:
+        """One sampled turn after each input (an episode so far), each up to its first eos and its budget."""
+        config = GenerationConfig(**{**self.sampling_config.to_dict(), "max_new_tokens": max(budgets)})
+        _, _, completion, first_eos = self._generate_batch(inputs, config)
+        lengths = torch.minimum(first_eos.cpu(), torch.tensor(budgets)).tolist()
+        return [completion[b, :length].tolist() for b, length in enumerate(lengths)]
+
+    @torch.no_grad()
+    def _log_probs(self, prompt_ids: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """Each completion token's log_softmax(logits / temperature) after its prompt and the completion before it,
+        one forward pass over the batch (prompts left-padded, completions right-padded) with the current weights."""
         t0 = time.perf_counter()
-        mask = torch.cat([attention, completion_mask], dim=1)
+        batch, width, steps = len(prompt_ids), max(map(len, prompt_ids)), max(map(len, completions))
+        sequences = torch.full((batch, width + steps), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, width + steps), dtype=torch.long)
+        for b, (prompt, completion) in enumerate(zip(prompt_ids, completions, strict=True)):
+            sequences[b, width - len(prompt) : width + len(completion)] = torch.tensor(prompt + completion)
+            mask[b, width - len(prompt) : width + len(completion)] = 1
+        sequences, mask = sequences.to(self.device), mask.to(self.device)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = self.model(
             input_ids=sequences, attention_mask=mask, position_ids=position_ids, logits_to_keep=steps + 1
         ).logits[:, :-1]
         log_probs = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-        token_log_probs = log_probs.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        token_log_probs = log_probs.gather(-1, sequences[:, width:].unsqueeze(-1)).squeeze(-1)
         self.pending["rollout/logprob_s"] = time.perf_counter() - t0
-        lengths = first_eos.tolist()
-        completions = [completion[b, : lengths[b]].tolist() for b in range(batch)]
-        return completions, [token_log_probs[b, : lengths[b]].tolist() for b in range(batch)]
+        return [token_log_probs[b, : len(c)].tolist() for b, c in enumerate(completions)]
+
+    @torch.no_grad()
+    def _run_episodes(self, rows: list[dict[str, Any]], label: str) -> tuple[list[Any], list[list[float]], list[dict]]:
+        """The batch's multi-turn episodes (`episodes.py`), `num_generations` per row, with their log-probs and
+        the metrics each sample carries for a per-turn estimator."""
+        runner = self.episodes
+        episodes = runner.begin(rows, self.num_generations)
+        t0 = time.perf_counter()
+        recorder = runner.run(episodes, self._generate_turns)
+        self.pending["rollout/generate_s"] = time.perf_counter() - t0
+        self.channels.set_stage(f"computing the log-probs of {label}")
+        log_probs = self._log_probs([e.prompt_ids for e in episodes], [e.completion_ids for e in episodes])
+        log_probs = [
+            [lp * m for lp, m in zip(lps, e.model_mask, strict=True)]
+            for lps, e in zip(log_probs, episodes, strict=True)
+        ]
+        stamps = runner.finish(episodes, recorder, self.scorer.per_turn)
+        n = float(len(episodes))
+        self.pending.update({
+            "rollout/tool_calls_total": float(sum(e.tool_calls for e in episodes)),
+            "rollout/tool_failures_total": float(sum(e.tool_failures for e in episodes)),
+            "rollout/turns_mean": (float(sum(e.turns for e in episodes)), n),
+            "rollout/tool_loop_exhausted_ratio": (float(sum(e.exhausted for e in episodes)), n),
+        })  # fmt: skip
+        return episodes, log_probs, stamps
 
     def _rollout_batch(self, version: int) -> None:
         num_groups = self.config["generation_batch_size"] // self.num_generations
@@ -280,10 +335,16 @@ class RolloutLoop:
         first, last = groups[0][0], groups[-1][0]
         label = f"groups {first}-{last} with weights v{version}"
         self.channels.set_stage(f"generating {label}")
-        prompt_ids = [self._prompt_ids(row["prompt"]) for _, row in groups]
-        repeated = [ids for ids in prompt_ids for _ in range(self.num_generations)]
         torch.manual_seed(batch_seed(self.config["seed"], first))  # the child is its own process: nothing else draws
-        completions, log_probs = self._sample(repeated, label)
+        episodes, stamps = None, None
+        if self.episodes is None:
+            prompt_ids = [self._prompt_ids(row["prompt"]) for _, row in groups]
+            repeated = [ids for ids in prompt_ids for _ in range(self.num_generations)]
+            completions, log_probs = self._sample(repeated, label)
+        else:  # multi-turn episodes with tools: each has its own prompt (its environment's observation)
+            episodes, log_probs, stamps = self._run_episodes([row for _, row in groups], label)
+            repeated = [e.prompt_ids for e in episodes]
+            completions = [e.completion_ids for e in episodes]
         baselines = (
             self._baselines([row for _, row in groups], prompt_ids, label)
             if self.scorer.needs_greedy_baseline
@@ -301,12 +362,20 @@ class RolloutLoop:
             t0 = time.perf_counter()
             texts = [self.tokenizer.decode(completions[i], skip_special_tokens=True) for i in span]
             conversational = _is_conversational(row["prompt"])
+            reward_kwargs = _reward_columns([row], self.num_generations)
+            if episodes is None:
+                prompts = [row["prompt"]] * self.num_generations
+                messages = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+            else:
+                prompts, messages = [episodes[i].prompt for i in span], [episodes[i].completion for i in span]
+                if self.episodes.has_environments:
+                    reward_kwargs["environments"] = [episodes[i].environment for i in span]
             score = self.scorer.score(
-                prompts=[row["prompt"]] * self.num_generations,
-                completions=[[{"role": "assistant", "content": t}] for t in texts] if conversational else texts,
+                prompts=prompts,
+                completions=messages,
                 completion_ids=[completions[i] for i in span],
                 group_id=group_id,
-                reward_kwargs=_reward_columns([row], self.num_generations),
+                reward_kwargs=reward_kwargs,
                 baseline=None if baselines is None else float(baselines[g]),
             )
             t_score += time.perf_counter() - t0
@@ -322,16 +391,17 @@ class RolloutLoop:
                     dropped += 1
                     continue
                 prompt_len, completion = len(repeated[i]), completions[i]
+                trained = [1] * len(completion) if episodes is None else episodes[i].model_mask
                 sample = RolloutSample(
-                    prompt=row["prompt"],
-                    completion=texts[k] if not conversational else [{"role": "assistant", "content": texts[k]}],
+                    prompt=prompts[k],
+                    completion=messages[k],
                     input_ids=np.asarray(repeated[i] + completion, dtype=np.int64),
-                    completion_mask=np.asarray([0] * prompt_len + [1] * len(completion), dtype=np.int64),
+                    completion_mask=np.asarray([0] * prompt_len + trained, dtype=np.int64),
                     old_log_probs=np.asarray([0.0] * prompt_len + log_probs[i], dtype=np.float32),
                     advantage=float(score.advantages[k]),
                     model_version=version,
                     group_id=group_id,
-                    metrics=score.sample_metrics(k),
+                    metrics={**score.sample_metrics(k), **(stamps[i] if stamps else {})},
                 )
                 if not self._put(sample):
                     return

@@ -34,8 +34,10 @@ trainer computes the advantages (`trl_ext.trainers.asynchronous.window_pass`). R
 in the worker (`needs_greedy_baseline`: the transformers worker generates one greedy completion per prompt with the
 batch's weights, `baseline_rewards` scores it like the samples, overlong penalty included, and `score(baseline=...)`
 stamps it on every sample of the group under `WINDOW_BASELINE_KEY`); a greedy completion that no reward function
-scores gets baseline 0, as in the synchronous trainer (its NaN-sum). Refused: multi-turn estimators (`step_rewards`),
-those needing inputs neither has (log-probs, entropy, values, teacher log-probs, run ids) and GRPO's
+scores gets baseline 0, as in the synchronous trainer (its NaN-sum). The per-turn estimators of multi-turn episodes
+(`gigpo`, `step_wise_grpo`: they declare `run_ids`) run over the window too, one row per model turn (`TURN_INPUTS`,
+the worker's episodes stamping each turn's state and reward: `episodes.py`). Refused: those needing inputs neither
+has (log-probs, entropy, values, teacher log-probs) and GRPO's
 `duplicate_experiences` (it copies rows between groups: a result with `source`). The rollout worker runs in a
 spawned process, so the scorer must pickle: `check_picklable` (called at construction) names the reward function
 that does not (lambdas, closures).
@@ -66,6 +68,7 @@ __all__ = [
     "IN_GROUP",
     "IN_WINDOW",
     "TEACHER_INPUTS",
+    "TURN_INPUTS",
     "WINDOW_BASELINE_KEY",
     "WINDOW_INPUTS",
     "WINDOW_REWARD_KEY",
@@ -88,6 +91,9 @@ greedy completion per prompt (trl_ext's transformers worker; TRL's vLLM worker m
 TEACHER_INPUTS = ("teacher_logprob", "teacher_valid_mask")
 """What the window adds when the trainer has a teacher (on-policy distillation): its log-probs of the sampled tokens
 and the tokens it can score."""
+TURN_INPUTS = ("run_ids", "state_ids")
+"""What the window provides a per-turn estimator (`gigpo`, `step_wise_grpo`: it declares `run_ids`): the episode each
+turn row belongs to and the state it starts from (the worker's multi-turn episodes, `episodes.py`)."""
 CRITIC_INPUTS = ("values",)
 """What the window adds when the trainer has a critic (critic PPO): its values of the states tokens are chosen in."""
 IN_GROUP, IN_WINDOW = "group", "window"
@@ -129,14 +135,15 @@ def check_async_estimator(fn: AdvantageFn, teacher: bool = False, critic: bool =
     """
     if not isinstance(fn, AdvantageFn):
         raise TypeError(f"check_async_estimator: expected an AdvantageFn, got {type(fn).__name__}")
-    token_level = type(fn).token_level
+    per_turn = "run_ids" in fn.inputs()
+    token_level = type(fn).token_level or per_turn
     window = (*WINDOW_INPUTS, *WORKER_BASELINE_INPUTS, *(TEACHER_INPUTS if teacher else ()))
-    window += CRITIC_INPUTS if critic else ()
+    window += (CRITIC_INPUTS if critic else ()) + (TURN_INPUTS if per_turn else ())
     provided = window if token_level else WORKER_INPUTS
     where = "the trainer's optimizer window" if token_level else "the rollout worker"
     reasons = []
-    if type(fn).step_rewards:
-        reasons.append("it is a multi-turn estimator (step_rewards: one row per step of a run)")
+    if per_turn and (teacher or critic):
+        reasons.append("a per-turn estimator (one row per model turn) takes no teacher or critic")
     missing = [name for name in fn.needed_inputs() if name not in provided]
     if missing:
         hint = (
@@ -153,7 +160,11 @@ def check_async_estimator(fn: AdvantageFn, teacher: bool = False, critic: bool =
             "at a time cannot do"
         )
     if reasons:
-        kind = "token-level, over the optimizer window" if token_level else "per group in the rollout worker"
+        kind = (
+            "per turn, over the optimizer window" if per_turn
+            else "token-level, over the optimizer window" if token_level
+            else "per group in the rollout worker"
+        )  # fmt: skip
         raise ValueError(
             f"check_async_estimator: advantage estimator {fn.name!r} cannot run asynchronously ({kind}): "
             + "; ".join(reasons)
@@ -319,6 +330,12 @@ class GroupScorer:
     def estimates_in_window(self) -> bool:
         """Whether the estimator runs over the trainer's optimizer window rather than here (module docstring)."""
         return self.placement == IN_WINDOW
+
+    @property
+    def per_turn(self) -> bool:
+        """Whether the estimator works on the model turns of multi-turn episodes (it declares `run_ids`): the worker
+        stamps each episode's turn states and rewards, and the trainer lays the window out one row per turn."""
+        return "run_ids" in self.estimator.inputs()
 
     @property
     def needs_greedy_baseline(self) -> bool:

@@ -8,9 +8,11 @@ estimator on the same group (`GroupScorer.group_advantages`); a conversation the
 the queue with its rows. The worker class itself stays TRL's: `use_trl_ext_scoring` points its `_loop_cls` hook at
 this loop and hands it the scorer.
 
-ReMax is refused on this path (`refuse_greedy_baseline`, at the trainer's construction): its baseline is the reward of
-a greedy completion of each prompt, which TRL's loop never generates (it samples each completion, through its tool
-loop, at the worker's temperature), while trl_ext's transformers worker makes it.
+ReMax and the per-turn estimators are refused on this path (`refuse_worker_made_inputs`, at the trainer's
+construction): ReMax's baseline is the reward of a greedy completion of each prompt, which TRL's loop never generates
+(it samples each completion, through its tool loop, at the worker's temperature), and `gigpo` / `step_wise_grpo` need
+each episode's turns as one run with the environment's states, while TRL's loop may fork a conversation into several
+rows and records no state; trl_ext's transformers worker makes both.
 """
 
 from __future__ import annotations
@@ -63,15 +65,25 @@ class TRLExtRolloutLoop(_AsyncRolloutLoop):
         return rescore_samples(samples, rows, group.completions_ids, group.group_id, self.group_scorer)
 
 
-def refuse_greedy_baseline(owner: str, scorer: GroupScorer, worker: Any, backend: str) -> None:
-    """Raise ValueError when `scorer`'s estimator needs a greedy baseline (ReMax) and the samples would come from TRL's
-    vLLM worker (`worker` None with `backend` 'vllm', or TRL's `AsyncRolloutWorker`), which makes none."""
+def refuse_worker_made_inputs(owner: str, scorer: GroupScorer, worker: Any, backend: str) -> None:
+    """Raise ValueError when `scorer`'s estimator reads what only trl_ext's transformers worker makes and the samples
+    would come from TRL's vLLM worker (`worker` None with `backend` 'vllm', or TRL's `AsyncRolloutWorker`): a greedy
+    baseline (ReMax) or the per-turn records of multi-turn episodes (`gigpo`, `step_wise_grpo`)."""
     trl_worker = isinstance(worker, AsyncRolloutWorker) or (worker is None and backend == "vllm")
-    if trl_worker and scorer.needs_greedy_baseline:
+    if not trl_worker:
+        return
+    if scorer.needs_greedy_baseline:
         raise ValueError(
             f"{owner}: advantage_fn={scorer.advantage_fn_name!r} compares each reward with the reward of a greedy "
             "completion of the prompt, which TRL's vLLM rollout worker does not generate; use "
             "rollout_backend='transformers' (trl_ext's worker makes it) or another advantage function"
+        )
+    if scorer.per_turn:
+        raise ValueError(
+            f"{owner}: advantage_fn={scorer.advantage_fn_name!r} works on the model turns of each episode, which "
+            "TRL's vLLM rollout worker does not record (it may split a conversation into several rows and reads no "
+            "environment state); use rollout_backend='transformers' (trl_ext's worker runs the episodes) or a group "
+            "advantage function"
         )
 
 

@@ -48,6 +48,7 @@ import warnings
 from typing import Any
 
 from .._validation import check_bool, check_number
+from .episodes import check_episode_setup, probe_environments
 from .rollout_loop import DTYPES, STAGE_BYTES, Channels, child_main
 from .scoring import GroupScorer
 from .weights import LocalWeightTransfer
@@ -85,6 +86,11 @@ class TransformersRolloutWorker:
         pause_during_sync: Whether a weight sync stops generation until it is done (vLLM's behaviour); default False:
             the child applies weights between batches, so it keeps generating while they are copied.
         pause_timeout_s: How long `weight_transfer.pause()` waits for the child to finish its batch.
+        tools: Tools the model may call (picklable callables with docstrings, as TRL's): each completion becomes a
+            multi-turn episode (`episodes.py`); the prompts must be conversational.
+        environment_factory: As TRL's: a picklable callable (or a dict of them by the rows' `environment` field)
+            making one environment per episode, reset on the row, whose public methods are tools.
+        max_tool_calling_iterations: The most rounds of tool calls per episode (None: no limit).
     """
 
     def __init__(
@@ -112,6 +118,9 @@ class TransformersRolloutWorker:
         start_timeout_s: float = 300.0,
         pause_during_sync: bool = False,
         pause_timeout_s: float = 600.0,
+        tools: list[Any] | None = None,
+        environment_factory: Any = None,
+        max_tool_calling_iterations: int | None = None,
     ):
         name = type(self).__name__
         if not isinstance(model_path, str | os.PathLike):
@@ -150,6 +159,9 @@ class TransformersRolloutWorker:
             raise ValueError(f"{name}: dtype={dtype!r} is not valid; must be one of {', '.join(map(repr, DTYPES))}")
         if device is not None and not isinstance(device, str):
             raise TypeError(f"{name}: device must be a str like 'cpu' or 'cuda:0', or None")
+        if tools or environment_factory is not None:
+            check_episode_setup(name, processing_class, dataset, scorer, tools, max_tool_calling_iterations)
+            probe_environments(name, environment_factory)
 
         self.scorer = scorer
         self.num_generations = num_generations
@@ -189,6 +201,9 @@ class TransformersRolloutWorker:
             heartbeat_interval_s=float(heartbeat_interval_s),
             chat_template_kwargs=dict(chat_template_kwargs or {}),
             start_group_id=0,
+            tools=list(tools or []),
+            environment_factory=environment_factory,
+            max_tool_calling_iterations=max_tool_calling_iterations,
         )
         self.weight_transfer = LocalWeightTransfer(
             model_path=str(model_path),

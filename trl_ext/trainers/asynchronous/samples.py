@@ -9,7 +9,8 @@
   group (`sample_group`, `-1` padding) and, when the worker stamped it for an estimator that runs over the optimizer
   window, its reward (`sample_reward`, float64, NaN for an unscorable sample and for padding) and, for ReMax, its
   greedy baseline (`sample_baseline`, float64, NaN padding); with MIX's `expert_rows` it first adds the micro-batch's
-  expert demonstrations to each row, flagged in `sample_expert`.
+  expert demonstrations to each row, flagged in `sample_expert`; with `turn_layout` each sample's model turns
+  (`turn_window.pack_turns`).
 * `sample_values`, `expert_flags`: what the collator packed per sample, read back for one row.
 * `HEALTH_POLL_S`: how often the trainer asks the worker's health while the queue is empty (TRL: every 5 s), so that
   a worker that died is reported within a second.
@@ -26,7 +27,9 @@ import numpy as np
 import torch
 from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
 
+from ...async_rollout.episodes import TURN_REWARDS_KEY, TURN_STATES_KEY
 from ...async_rollout.scoring import WINDOW_BASELINE_KEY, WINDOW_REWARD_KEY
+from .turn_window import pack_turns
 
 VERSION_KEY = "__model_version__"
 """Where a sample's policy version rides in its `metrics` dict, from the queue to the collator (which removes it)."""
@@ -112,6 +115,7 @@ class VersionedCollator(DataCollatorForRollout):
     baseline as `sample_baseline`) when it has one."""
 
     expert_rows: Any = None  # MIX's `ExpertRows`, joined to each micro-batch (set by the trainer)
+    turn_layout: bool = False  # pack each sample's model turns (`turn_window.pack_turns`; set by the trainer)
 
     @classmethod
     def from_trl(cls, collator: DataCollatorForRollout) -> VersionedCollator:
@@ -129,7 +133,13 @@ class VersionedCollator(DataCollatorForRollout):
             for name, key in (("sample_reward", WINDOW_REWARD_KEY), ("sample_baseline", WINDOW_BASELINE_KEY))
         }
         groups = [[int(sample["group_id"]) for sample in row.samples] for row in rows]
+        turns = pack_turns(rows) if self.turn_layout else None
+        for row in rows:  # a per-turn stamp never reaches TRL's metrics
+            for sample in row.samples:
+                sample["metrics"].pop(TURN_STATES_KEY, None)
+                sample["metrics"].pop(TURN_REWARDS_KEY, None)
         batch = super().torch_call(examples)
+        batch.update(turns or {})
         width = max(len(v) for v in versions)
 
         def padded(values: list[list[Any]], fill: Any, dtype: torch.dtype) -> torch.Tensor:

@@ -42,7 +42,8 @@ from trl.experimental.async_grpo import async_grpo_trainer as _trl_async
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path
 
 from ...async_rollout import GroupScorer, TransformersRolloutWorker
-from ...async_rollout.trl_loop import refuse_greedy_baseline, use_trl_ext_scoring
+from ...async_rollout.episodes import environment_rewards
+from ...async_rollout.trl_loop import refuse_worker_made_inputs, use_trl_ext_scoring
 from ...components import MAX, MEAN
 from ...losses.decoupled_ppo import loglinear_proximal_logprob
 from ...losses.value import VALUE_LOSS_METRICS
@@ -57,6 +58,7 @@ from .packed_rows import PackedRow
 from .resume import RolloutPosition, RolloutStateSaver, read_rollout_state
 from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue, expert_flags, sample_values
 from .tree_attention import use_tree_attention
+from .turn_window import TURN_KEYS, row_turns, window_turn_estimate
 from .window_pass import WindowGather, window_estimate
 
 
@@ -173,6 +175,8 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 f"{owner}: expert_dataset is given, but {type(args).__name__} does not mix demonstrations in; use a "
                 "MIX algorithm's asynchronous config (AsyncMIXConfig, AsyncMIXCHORDConfig)"
             )
+        if environment_factory is not None and args.rollout_backend == "transformers" and rollout_worker is None:
+            reward_funcs += environment_rewards(owner, environment_factory)  # TRL's: a `get_reward` is one more source
         scorer = GroupScorer(
             reward_funcs,
             advantage_fn=args.advantage_fn_name,
@@ -188,14 +192,9 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             reward_advantage_fn=getattr(args, "reward_advantage_fn", "grpo"),
         )
         scorer.check_picklable()  # before anything loads: TRL's worker and ours pickle them into a child process
-        refuse_greedy_baseline(owner, scorer, rollout_worker, args.rollout_backend)  # ReMax: TRL's worker makes none
+        refuse_worker_made_inputs(owner, scorer, rollout_worker, args.rollout_backend)  # ReMax, agents: ours only
         self.group_scorer = scorer  # what the worker scores with (rewards, DAPO's shaping, the estimator)
         if rollout_worker is None and args.rollout_backend == "transformers":
-            if tools or environment_factory is not None:
-                raise ValueError(
-                    f"{owner}: rollout_backend='transformers' generates single-turn completions; tools and "
-                    "environment_factory need TRL's vLLM worker (rollout_backend='vllm')"
-                )
             if processing_class is None:
                 processing_class = AutoTokenizer.from_pretrained(model, padding_side="left")
             rollout_worker = TransformersRolloutWorker(
@@ -203,6 +202,9 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 dataset=train_dataset,
                 processing_class=processing_class,
                 scorer=scorer,
+                tools=tools,
+                environment_factory=environment_factory,
+                max_tool_calling_iterations=args.max_tool_calling_iterations,
                 **_worker_settings(args),
             )
             weight_transfer = weight_transfer or rollout_worker.weight_transfer
@@ -315,6 +317,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         torch_loader = getattr(loader, "base_dataloader", loader)  # accelerate's dispatcher wraps a torch DataLoader
         collator = VersionedCollator.from_trl(torch_loader.collate_fn)
         collator.expert_rows = self.expert_rows  # MIX: the demonstrations join each micro-batch
+        collator.turn_layout = self.group_scorer.per_turn or self.args.turns_as_samples  # episodes' model turns
         torch_loader.collate_fn = self.rollout_position.recording(collator)
         queue = getattr(self, "_rollout_dataset", None)  # the main process's
         if queue is not None:
@@ -323,7 +326,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
 
     def _set_signature_columns_if_needed(self):
         super()._set_signature_columns_if_needed()
-        for name in ("behave_version", "sample_group", "sample_reward", "sample_baseline", "sample_expert"):
+        for name in ("behave_version", "sample_group", "sample_reward", "sample_baseline", "sample_expert", *TURN_KEYS):
             if name not in self._signature_columns:
                 self._signature_columns.append(name)
 
@@ -391,14 +394,11 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             per_sample = [torch.stack([sample_values(b, name, g) for name in names], 1)
                           for b, g in zip(batches, grids, strict=True)]  # fmt: skip
             rewards, groups, *baselines = window.samples(per_sample).unbind(1)
-            inputs, base = self._window_estimator_inputs(window, rows, metrics)
-            if baselines:  # ReMax: each sample's greedy baseline `[N]`, made in the worker
-                inputs["reward_baselines"] = baselines[0]
-            estimate = window_estimate(self.window_estimator, rewards, groups.long(), mask, inputs, base)
-            advantages, returns, stats = estimate
-            if self.critic is not None:  # critic PPO: V_old and the returns, the value loss's (`critic.py`)
-                self.critic.put_targets(window, batches, inputs["values"], returns, mask, rewards, metrics)
-            metrics.update(stats)
+            if self.group_scorer.per_turn:  # multi-turn episodes: one row per model turn (`turn_window`)
+                advantages, stats = window_turn_estimate(self.window_estimator, window, batches, rewards, groups, mask)
+                metrics.update(stats)
+            else:
+                advantages = self._window_estimate(window, batches, rows, rewards, groups, baselines, mask, metrics)
             window.put(batches, "window_advantages", advantages)
         elif self._selects_over_window:
             advantages = window.terms([row.advantages.float() for row in rows])
@@ -429,6 +429,18 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
             values = torch.stack([torch.as_tensor(v, dtype=torch.float32) for v in metrics.values()]).tolist()
             for name, value in zip(metrics, values, strict=True):
                 self.metric_log("train")[name].append(value)
+
+    def _window_estimate(self, window, batches, rows, rewards, groups, baselines, mask, metrics) -> torch.Tensor:
+        """A token-level estimator's advantages `[N, T]` over the window (`window_estimate`); critic PPO's value
+        targets stored on the micro-batches too."""
+        inputs, base = self._window_estimator_inputs(window, rows, metrics)
+        if baselines:  # ReMax: each sample's greedy baseline `[N]`, made in the worker
+            inputs["reward_baselines"] = baselines[0]
+        advantages, returns, stats = window_estimate(self.window_estimator, rewards, groups.long(), mask, inputs, base)
+        if self.critic is not None:  # critic PPO: V_old and the returns, the value loss's (`critic.py`)
+            self.critic.put_targets(window, batches, inputs["values"], returns, mask, rewards, metrics)
+        metrics.update(stats)
+        return advantages
 
     def _window_estimator_inputs(
         self, window: WindowGather, rows: list[PackedRow], metrics: dict[str, float]
@@ -498,6 +510,7 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
                 "expert_mask": expert_flags(inputs, grid.num_samples) if self.args.has_experts else None,
             },
             source={"behave_version": row.behave_version, "row": row, **extras},
+            turns=row_turns(inputs, grid.num_samples, grid.width) if self.args.turns_as_samples else None,
         )
         loss = self.loss_step(batch, self.loss_counts(inputs, mode), mode)
         self.beta = self.loss_step.beta

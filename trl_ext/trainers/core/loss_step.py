@@ -48,6 +48,8 @@ class StepBatch:
         aux_loss: The MoE router's auxiliary loss of the forward pass.
         loss_inputs: Further inputs a loss may declare (`expert_mask`, `prox_logprob`, `teacher_logprob`, ...).
         source: The trainer's own micro-batch, for its own terms.
+        turns: The model turns of the rows (`core.turns.Turns`) where `mask` does not delimit them (the asynchronous
+            trainer's rows hold the trained tokens only), for `turns_as_samples`; None: the runs of `mask`.
     """
 
     logprob: torch.Tensor
@@ -61,6 +63,7 @@ class StepBatch:
     aux_loss: torch.Tensor | None = None
     loss_inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
     source: dict[str, Any] = dataclasses.field(default_factory=dict)
+    turns: Any = None
 
 
 @dataclasses.dataclass
@@ -177,7 +180,7 @@ class LossStep:
             advantages = per_token(advantages) * keep
         entropies, ref = batch.entropy, batch.ref_logprob
         if self.turns_as_samples:  # one row per model turn, on its tokens: turn r is row r of every tensor
-            rows, mask = turn_samples(mask)
+            rows, mask = turn_samples(mask, batch.turns)
             logps, old, entropies, advantages = logps[rows], old[rows], entropies[rows], advantages[rows]
             ref, ratio, entropy_mask = (x if x is None else x[rows] for x in (ref, ratio, entropy_mask))
         if "global_valid_seqs" in window:  # Dr. GRPO's `seq-mean-token-sum-norm`: sequences × the length limit

@@ -78,8 +78,10 @@ def turns_from_lengths(lengths: torch.Tensor, width: int) -> Turns:
     ends = torch.cumsum(lengths, 1)  # [B, K]
     column = torch.arange(width, device=lengths.device)
     index = (column[None, :, None] >= ends[:, None, :]).sum(-1)
-    index = torch.where(column[None, :] < ends[:, -1:], index, -1) if lengths.size(1) else index.new_full(
-        (lengths.size(0), width), -1
+    index = (
+        torch.where(column[None, :] < ends[:, -1:], index, -1)
+        if lengths.size(1)
+        else index.new_full((lengths.size(0), width), -1)
     )
     return Turns(index, (lengths > 0).sum(1))
 
