@@ -58,7 +58,7 @@ from .packed_rows import PackedRow
 from .resume import RolloutPosition, RolloutStateSaver, read_rollout_state
 from .samples import HEALTH_POLL_S, VersionedCollator, checked_rollout_queue, expert_flags, sample_values
 from .tree_attention import use_tree_attention
-from .turn_window import TURN_KEYS, row_turns, window_turn_estimate
+from .turn_window import TURN_KEYS, row_turns, turn_count, window_turn_estimate
 from .window_pass import WindowGather, window_estimate
 
 
@@ -354,13 +354,15 @@ class AsyncGRPOTrainer(CountWindowInLoop, _TRLAsyncGRPOTrainer):
         return super()._get_num_items_in_batch(batch_samples, device)
 
     def micro_batch_counts(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Loss tokens (without the window's rejected ones) and samples of this process's row."""
+        """Loss tokens (without the window's rejected ones) and samples (model turns with `turns_as_samples`) of this
+        process's row."""
         selected = batch["token_index"] >= 0
         keep = batch.get("window_keep")
         tokens = keep[selected].sum() if keep is not None else selected.sum()
         segments = batch["segment_id"][selected]
         samples = segments.max() + 1 if segments.numel() else torch.zeros((), device=segments.device)
-        counts = {"global_valid_toks": tokens.float(), "global_valid_seqs": samples.float().reshape(())}
+        rows = turn_count(batch, int(samples)) if self.args.turns_as_samples else samples  # each turn a sample
+        counts = {"global_valid_toks": tokens.float(), "global_valid_seqs": rows.float().reshape(())}
         if self.args.has_experts:  # MIX: each part is normalized over its own rows of the window
             expert = expert_flags(batch, int(samples))
             counts["expert_valid_toks"] = expert[segments].sum().float()

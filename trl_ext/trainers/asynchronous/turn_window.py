@@ -13,7 +13,8 @@ sample back to back, so the turns are read where the mask still shows them:
   the rows of an episode in order (`core.turns.turn_advantages`, as the synchronous trainer runs it over its
   generation batch), its advantages put back on the turns' tokens; an episode the estimator drops (`std_threshold`)
   and an unscorable one get advantage 0;
-* `row_turns`: a micro-batch's turns on its `[B, T]` grid, for `turns_as_samples`.
+* `row_turns`, `turn_count`: a micro-batch's turns on its `[B, T]` grid and their number, for `turns_as_samples`
+  (each turn a sample of the `seq-mean-*` aggregations, counted so in the window).
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def row_turns(batch: dict[str, Any], num_samples: int, width: int) -> Turns:
     return turns_from_lengths(_local(batch, "turn_lengths", num_samples).to(torch.long), width)
 
 
+def turn_count(batch: dict[str, Any], num_samples: int) -> torch.Tensor:
+    """The number of model turns of a micro-batch's `num_samples` samples (the rows of `turns_as_samples`)."""
+    return (_local(batch, "turn_lengths", num_samples) > 0).sum()
+
+
 def window_turn_estimate(
     estimator: AdvantageFn,
     window: Any,
@@ -154,4 +160,4 @@ def window_turn_estimate(
     return advantages, stats
 
 
-__all__ = ["TURN_KEYS", "pack_turns", "row_turns", "window_turn_estimate"]
+__all__ = ["TURN_KEYS", "pack_turns", "row_turns", "turn_count", "window_turn_estimate"]
