@@ -16,22 +16,15 @@ from trl_ext.cli import train as cli_train
 from trl_ext.scripts._common import UsageError
 from trl_ext.trainers.asynchronous.forms import async_algorithms, async_config_class
 
-SYNCHRONOUS_ONLY = {
-    # multi-turn estimators: the worker does not run TRL's tool loop's turns
-    "multi_step_grpo": "run_ids",
-    "gigpo": "run_ids",
-}
-"""The algorithms that generate but train synchronously only for now, each with a word of its reason."""
-
 FORMS = [name for name, reason in async_algorithms().items() if reason is None]
+AGENTS = ("gigpo", "multi_step_grpo")
+"""The multi-turn agents: they learn the toy lookup task with tools (`test_async_agents.py`), not the letter task."""
 
 
-def test_which_algorithms_have_an_asynchronous_form_and_why_the_others_do_not():
+def test_every_algorithm_that_generates_has_an_asynchronous_form():
     status = async_algorithms()
-    assert {name for name, reason in status.items() if reason is not None} == set(SYNCHRONOUS_ONLY)
-    for name, word in SYNCHRONOUS_ONLY.items():
-        assert word in status[name], (name, status[name])
-    assert len(FORMS) == 27 and "sapo" in FORMS and "grpo" in FORMS and "async_grpo" not in status
+    assert {name for name, reason in status.items() if reason is not None} == set()
+    assert len(FORMS) == 29 and {"sapo", "grpo", *AGENTS} <= set(FORMS) and "async_grpo" not in status
 
 
 OPTIONS = {"output_dir": "out", **CPU, "max_steps": 1}
@@ -69,9 +62,8 @@ def test_a_record_field_reaches_the_loss_and_a_bad_one_is_refused_by_name():
 
 
 def test_no_form_is_an_error_naming_why():
-    with pytest.raises(AttributeError, match=r"AsyncGiGPOConfig.*run_ids"):
-        trl_ext.AsyncGiGPOConfig  # noqa: B018
-    assert not hasattr(trl_ext, "AsyncMultiStepGRPOConfig")
+    assert trl_ext.AsyncGiGPOConfig is async_config_class("gigpo")
+    assert not hasattr(trl_ext, "AsyncDPOConfig")
     with pytest.raises(ValueError, match="dpo has no asynchronous form: it trains on a fixed dataset"):
         async_config_class("dpo")
 
@@ -79,8 +71,6 @@ def test_no_form_is_an_error_naming_why():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--algorithm", "gigpo", "--asynchronous", "true"], "--asynchronous true: gigpo has no asynchronous form yet"),
-        (["--algorithm", "multi_step_grpo", "--asynchronous"], "run_ids"),
         (["--algorithm", "dpo", "--asynchronous", "true"], "dpo has no asynchronous form: it trains on a fixed"),
         (["--algorithm", "sapo", "--asynchronous", "maybe"], "--asynchronous: 'maybe' is not a boolean"),
         (["--algorithm", "sapo", "--asynchronous=sometimes"], "--asynchronous: 'sometimes' is not a boolean"),
@@ -167,7 +157,9 @@ DAPO_ON = {"dynamic_sampling": True, "overlong_buffer": 4, "clip_range_high": 0.
 
 
 @pytest.mark.slow  # ~30 s an algorithm
-@pytest.mark.parametrize(("algorithm", "settings"), [*((name, {}) for name in FORMS), ("dapo", DAPO_ON)])
+@pytest.mark.parametrize(
+    ("algorithm", "settings"), [*((name, {}) for name in FORMS if name not in AGENTS), ("dapo", DAPO_ON)]
+)
 def test_every_asynchronous_form_learns_the_toy(algorithm, settings, tiny_model, tiny_teacher, tmp_path):
     """60 steps of 64 completions on the transformers worker (`ASYNC_RUN`), samples up to one version stale (none for
     `ON_POLICY_ONLY`): the reward rises from the toy model's ~0.1 by the synchronous learning tests' margin. With
