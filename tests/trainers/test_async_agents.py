@@ -37,14 +37,15 @@ from trl_ext.turn_records import state_id
 GENERATIONS, LENGTH = 4, 48
 
 
-def _episodes(model: str, estimator: str, seed: int, rows: int = 2) -> list:
-    """`rows` groups of episodes from the worker's child loop, run in this process."""
-    scorer = GroupScorer(lookup_reward, advantage_fn=estimator)
+def _episodes(model: str, estimator: str, seed: int, rows: int = 2, reward=lookup_reward, **tools) -> list:
+    """`rows` groups of episodes from the worker's child loop, run in this process (`tools`: the worker's
+    `environment_factory` or `tools`; default the toy's environment)."""
+    scorer = GroupScorer(reward, advantage_fn=estimator)
     worker = TransformersRolloutWorker(
         model_path=model, dataset=toy_agent_dataset(rows, seed=seed), scorer=scorer, num_generations=GENERATIONS,
         processing_class=AutoTokenizer.from_pretrained(model, padding_side="left"), max_completion_length=LENGTH,
-        generation_batch_size=rows * GENERATIONS, seed=seed, environment_factory=LookupEnvironment,
-        max_tool_calling_iterations=2,
+        generation_batch_size=rows * GENERATIONS, seed=seed, max_tool_calling_iterations=2,
+        **(tools or {"environment_factory": LookupEnvironment}),
     )  # fmt: skip
     channels = Channels(
         rollout_buffer=queue.Queue(), metrics_queue=queue.Queue(), stop_event=threading.Event(),
@@ -138,12 +139,15 @@ def _packed(samples, tokenizer) -> dict[str, torch.Tensor]:
     return collator([[row]])
 
 
-def _expected_advantages(samples, estimator) -> torch.Tensor:
-    """`estimator` on the reference's layout, built by hand: `[N, T]` on each sample's trained tokens in order."""
+def _expected_advantages(samples, estimator, turn_rewards=None) -> torch.Tensor:
+    """`estimator` on the reference's layout, built by hand: `[N, T]` on each sample's trained tokens in order
+    (`turn_rewards`: each sample's per-turn rewards, default none)."""
     rewards, groups, runs, states = [], [], [], []
     for n, sample in enumerate(samples):
         count = len(_turns(sample))
-        rewards += [0.0] * (count - 1) + [sample.metrics[WINDOW_REWARD_KEY]]
+        steps = [0.0] * count if turn_rewards is None else list(turn_rewards[n])
+        steps[-1] += sample.metrics[WINDOW_REWARD_KEY]
+        rewards += steps
         groups += [sample.group_id] * count
         runs += [n] * count
         states += _states_by_hand(sample)
@@ -243,6 +247,84 @@ def test_per_turn_advantages_run_over_the_window_and_the_update_equals_the_sync_
     assert torch.nn.functional.cosine_similarity(g_sync, g_async, dim=0) >= 0.9999
     assert float(g_async.norm()) == pytest.approx(float(g_sync.norm()), rel=1e-4)  # the same normalization
     assert float(loss_async.detach()) == pytest.approx(float(loss_sync.detach()), rel=1e-4, abs=1e-6)
+
+
+class RewardingLookup(LookupEnvironment):
+    """The toy's environment whose `lookup` also rewards the turn that looks up the row's box (0.5)."""
+
+    def lookup(self, box: str) -> str:
+        """
+        Open a box and read the secret inside.
+
+        Args:
+            box: The letter of the box.
+
+        Returns:
+            The secret, or "no such box".
+        """
+        result = super().lookup(box)
+        self.turn_rewards.append(0.5 if result == self.secret else 0.0)
+        return result
+
+
+def test_turn_rewards_reach_the_rows_of_their_turns(tiny_agent, tmp_path):
+    """An environment's `turn_rewards` are stamped per turn (0.5 on the turn whose lookup found the secret) and the
+    window's gigpo rows get them, the episode's reward added on its last row."""
+    samples = _episodes(tiny_agent, "gigpo", seed=3, environment_factory=RewardingLookup)
+    rewards = [s.metrics[TURN_REWARDS_KEY] for s in samples]
+    for sample, per_turn in zip(samples, rewards, strict=True):
+        states = _states_by_hand(sample)
+        assert per_turn == [0.5 if s[0] == "looked_up" and s[2] != NO_SUCH_BOX else 0.0 for s in states[1:]] + [0.0]
+    assert any(0.5 in r for r in rewards)
+    _, asynchronous, tokenizer = _trainers(tiny_agent, tmp_path, "gigpo", {})
+    expected = _expected_advantages(samples, asynchronous.window_estimator, rewards)
+    assert not torch.allclose(expected, _expected_advantages(samples, asynchronous.window_estimator))
+    halves = [_packed(samples[i : i + 4], tokenizer) for i in (0, 4)]
+    asynchronous._get_num_items_in_batch(halves, asynchronous.accelerator.device)
+    for half, rows in zip(halves, (slice(0, 4), slice(4, 8)), strict=True):
+        got = PackedRow.from_inputs(half).grid().scatter(half["window_advantages"][half["token_index"] >= 0])
+        torch.testing.assert_close(got, expected[rows, : got.size(1)], rtol=1e-5, atol=1e-6)
+
+
+def lookup(box: str) -> str:
+    """
+    Open a box and read what it holds.
+
+    Args:
+        box: The letter of the box.
+
+    Returns:
+        The note inside.
+    """
+    return "7" if str(box).strip().upper() == "A" else NO_SUCH_BOX
+
+
+def answered_seven(completions, **kwargs) -> list[float]:
+    return [float(c[-1]["role"] == "assistant" and c[-1]["content"].strip() == "7") for c in completions]
+
+
+def test_plain_tools_key_each_turn_by_the_text_the_model_saw(tiny_agent):
+    """Without an environment (plain `tools`) a turn's state is the text the model saw before it, the prompt and the
+    tool outputs so far: the collator's keys equal the synchronous trainer's (`text_state_keys` on its padded
+    batch, the tool outputs marked by `tool_mask`)."""
+    from trl_ext.trainers.core.turns import segment_turns, text_state_keys
+
+    samples = _episodes(tiny_agent, "gigpo", seed=3, reward=answered_seven, tools=[lookup])
+    assert all(TURN_STATES_KEY not in s.metrics for s in samples)
+    assert any(len(_turns(s)) > 1 for s in samples)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_agent)
+    packed = _packed(samples, tokenizer)
+    inputs = _sync_inputs(samples, torch.zeros(len(samples), LENGTH), tokenizer.pad_token_id)
+    turns = segment_turns(inputs["completion_mask"], inputs["tool_mask"])
+    keys = text_state_keys(
+        inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"], inputs["completion_mask"],
+        inputs["tool_mask"], turns,
+    )  # fmt: skip
+    for n, sample_keys in enumerate(keys):
+        assert packed["turn_states"][0, n, : len(sample_keys)].tolist() == [state_id(k) for k in sample_keys]
+        assert packed["turn_lengths"][0, n].tolist()[: len(sample_keys)] == [e - s for s, e in _turns(samples[n])]
+    first_turns = {packed["turn_states"][0, n, 0].item() for n in range(len(samples))}
+    assert len(first_turns) == 2  # the two prompts; the later turns differ by what the tool answered
 
 
 @pytest.mark.slow  # ~45 s an algorithm
