@@ -14,8 +14,10 @@ token-level estimator (REINFORCE++, whitened over the window's tokens) and criti
 over the window, and the critic's own optimizer step, its gradient averaged over the processes) run over the whole
 window too: their updates, the critic's included, are the same on 1 and 2 processes. So is MIX's: each process's
 row gets its share of the window's demonstrations (the same 8 drawn either way) and each part of the mixing loss is
-normalized over its rows of the whole window; and on-policy distillation's (the teacher forwarded on each process's
-row, the estimator over the window).
+normalized over its rows of the whole window; on-policy distillation's (the teacher forwarded on each process's
+row, the estimator over the window); and GiGPO's on multi-turn episodes (the per-turn estimator over the window's
+model turns, the processes' turn tables of different widths; with `turns_as_samples` each turn a sample of the
+window's count).
 
 The comparison can fail: a control that normalizes over each process's own window (its counts not all-reduced)
 gives another update on 2 processes, and the three aggregations give three different updates.
@@ -43,7 +45,7 @@ MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 SAME = [*MODES, "token-mean/ga2", "seq-mean-token-sum/ga2", "m2po", "m2po/ga2", "rollout_is", "rollout_is/ga2"]
 SAME += ["token-mean/uneven", "m2po/uneven", "rollout_is/uneven", "decoupled_ppo/loglinear"]
 SAME += ["reinforceplusplus", "reinforceplusplus/uneven", "critic", "critic/ga2", "mix", "mix/ga2"]
-SAME += ["distill", "distill/uneven"]
+SAME += ["distill", "distill/uneven", "gigpo", "gigpo/uneven", "gigpo/turns"]
 CONFIGS = [*SAME, "token-mean/local"]
 
 

@@ -72,20 +72,42 @@ CONFIGS = {
     "mix/ga2": ({}, 2, (4, 4)),
     "distill": ({}, 1, (4, 4)),
     "distill/uneven": ({}, 1, (5, 3)),
+    "gigpo": ({}, 1, (4, 4)),
+    "gigpo/uneven": ({}, 1, (5, 3)),
+    "gigpo/turns": ({"turns_as_samples": True, "loss_agg_mode": "seq-mean-token-mean"}, 1, (4, 4)),
 }
-FORMS = {"critic": "ppo", "mix": "mix", "distill": "on_policy_distill"}
+FORMS = {"critic": "ppo", "mix": "mix", "distill": "on_policy_distill", "gigpo": "gigpo"}
 """The configurations that train an algorithm's asynchronous form, by name prefix."""
-WINDOW_ESTIMATED = ("reinforceplusplus", "critic", "distill")
+WINDOW_ESTIMATED = ("reinforceplusplus", "critic", "distill", "gigpo")
 """The configurations whose estimator runs over the window: the worker stamps rewards, the trainer estimates."""
 STALE = ("decoupled_ppo/loglinear",)  # samples of version 0, one step old when trained
 
 
+def as_episodes(samples: list[dict], group_sizes: tuple[int, ...]) -> list[dict]:
+    """GiGPO's episodes: in the second group a completion of 5 tokens or more has its third token made a tool output
+    (completion mask 0), so it holds two model turns while the first group's hold one (the processes' turn tables
+    then differ in width); each turn carries its environment state (shared by some turns of the other episodes) and
+    a turn reward, as trl_ext's worker stamps them."""
+    from trl_ext.async_rollout.episodes import TURN_REWARDS_KEY, TURN_STATES_KEY
+
+    for i, sample in enumerate(samples):
+        mask, start = sample["completion_mask"].copy(), sample["prompt_len"]
+        turns = 1
+        if i >= group_sizes[0] and mask.sum() >= 5:
+            mask[start + 2] = 0
+            turns = 2
+        sample["completion_mask"], sample["old_log_probs"] = mask, sample["old_log_probs"] * mask
+        states = [1000 + sample["group_id"], 2000 + i % 2][:turns]
+        sample["metrics"] = {TURN_STATES_KEY: states, TURN_REWARDS_KEY: [0.25 * (i % 3), 0.0][:turns]}
+    return samples
+
+
 def rollout_samples(
-    model_path: str, group_sizes: tuple[int, ...], version: int = 1, stamped: bool = False
+    model_path: str, group_sizes: tuple[int, ...], version: int = 1, stamped: bool = False, episodes: bool = False
 ) -> list[RolloutSample]:
     """The window's samples (`make_samples` on a plain forward of the model: μ = π + noise), then the filler;
     `stamped`: each carries its reward for the trainer's window estimator (advantage 0), as trl_ext's worker stamps
-    it."""
+    it; `episodes`: GiGPO's multi-turn episodes (`as_episodes`)."""
     from transformers import AutoModelForCausalLM
 
     from trl_ext.async_rollout.scoring import WINDOW_REWARD_KEY
@@ -94,6 +116,8 @@ def rollout_samples(
     tokenizer, model = build_tokenizer(), AutoModelForCausalLM.from_pretrained(model_path).eval()
     made = make_samples(tokenizer, model, groups=2, size=max(group_sizes), seed=7, noise=0.5)
     window = [s for g, size in enumerate(group_sizes) for s in made[g * max(group_sizes) :][:size]]
+    if episodes:
+        window = as_episodes(window, group_sizes)
     filler = make_samples(tokenizer, model, groups=2, size=4, seed=8)
     for sample in filler:
         sample["group_id"] += len(group_sizes)
@@ -109,7 +133,7 @@ def rollout_samples(
             advantage=0.0 if stamped else advantage,
             model_version=version,
             group_id=sample["group_id"],
-            metrics={WINDOW_REWARD_KEY: reward} if stamped else {},
+            metrics={**sample.get("metrics", {}), **({WINDOW_REWARD_KEY: reward} if stamped else {})},
         )
         for sample, advantage, reward in zip(window + filler, advantages, rewards, strict=True)
     ]
@@ -181,7 +205,8 @@ def main() -> None:
         worker = StubWorker()
         if main_process:  # TRL's main process alone pulls from the worker's queue
             stamped = name.startswith(WINDOW_ESTIMATED)
-            for sample in rollout_samples(args.model, group_sizes, 0 if name in STALE else 1, stamped):
+            episodes = form == "gigpo"
+            for sample in rollout_samples(args.model, group_sizes, 0 if name in STALE else 1, stamped, episodes):
                 worker.rollout_buffer.put(sample)
         extra = {"expert_dataset": toy_expert_dataset(16)} if form == "mix" else {}
         if form == "on_policy_distill":  # the teacher: the initial weights (μ is π plus noise: the advantages move)
