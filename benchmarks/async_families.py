@@ -23,10 +23,11 @@ async_refusal`) is recorded. The default `--algorithms`, resolved from the regis
 policy loss of the GRPO family — `grpo` (PPO's clipped ratio), `sapo` (a soft gate), `dapo` (DAPO's techniques:
 `dynamic_sampling=True`, `overlong_buffer` half the completion length, `clip_range_high=0.28`, and, synchronously,
 `dynamic_sampling_max_rounds` 30 as in `benchmarks/dynamic_sampling.py`), `gspo` (a sequence-level ratio), `cispo`
-(a clipped importance weight) — then `reinforceplusplus` (a token-level estimator), and the first algorithm of every
-other family that generates (its refusal recorded where it has no asynchronous form).
+(a clipped importance weight) — then `reinforceplusplus` (a token-level estimator), the first algorithm of every
+other family that generates (its refusal recorded where it has no asynchronous form), and the agents
+(`agent_algorithms`: the per-turn estimators, `multi_step_grpo` and `gigpo`).
 
-Two scenarios (`--scenarios`):
+Three scenarios (`--scenarios`); the agents train only the third, the others only the first two:
 
 * `toy`: the toy model (`trl_ext.toy.tiny_model_path()`; it answers " x x x", 2 to 12 letters, and stops) with
   `max_completion_length` 8. Generating a batch costs about as much as training on it.
@@ -40,6 +41,11 @@ Two scenarios (`--scenarios`):
   `median_generate_s`, `median_fwd_bwd_s`). With 128 completions per step the two grow alike, and the toy model
   cannot serve: it stops after at most 12 letters. Long answers drift to another letter more often, so RL must
   also teach this model to stay on its letter.
+* `agent`: the toy tool task (`trl_ext.toy_agent`: look a box up with the environment's tool, then answer its secret)
+  with its model and its settings (`AGENT_TRAINING`: 64 episodes per step, Adam at 5e-4, at most 2 tool rounds and
+  48 tokens), the environment `LookupEnvironment` and the reward `lookup_reward`; the synchronous run is TRL's tool
+  loop, the asynchronous one trl_ext's worker's episodes. Its held-out reward is `agent_held_out_reward`: the toy's
+  64 held-out rows × 4 episodes, run as the worker runs them.
 
 Per run, as `benchmarks/async_staleness.py` records it (its `run_trainer`): the training seconds per optimizer step
 (the clock starts once the rollout worker has loaded; evaluations are taken off it), the held-out reward at step 0,
@@ -94,7 +100,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("grpo", "sapo", "dapo", "gspo", "cispo", "reinforceplusplus")
 """The GRPO-family representatives of the default `--algorithms` (see the module docstring), in this order."""
 MODES = ("sync", "async")
-SCENARIOS = ("toy", "long")
+SCENARIOS = ("toy", "long", "agent")
 LONG_REPEATS = (24, 48)
 """The number of letters of the long model's pretraining answers."""
 LONG_PRETRAIN_STEPS = 600
@@ -124,7 +130,8 @@ def parse_list(text: str, flag: str, known: tuple[str, ...] | None = None) -> li
 
 
 def default_algorithms() -> list[str]:
-    """`KINDS` that are registered, then the first algorithm of each other family that generates (registry order)."""
+    """`KINDS` that are registered, then the first algorithm of each other family that generates (registry order),
+    then the agents (`agent_algorithms`)."""
     from trl_ext import ALGORITHMS
     from trl_ext.trainers.asynchronous.forms import async_algorithms
 
@@ -134,7 +141,27 @@ def default_algorithms() -> list[str]:
         if ALGORITHMS[name].trainer not in families:
             families.add(ALGORITHMS[name].trainer)
             chosen.append(name)
-    return chosen
+    return chosen + [name for name in agent_algorithms() if name not in chosen]
+
+
+def agent_algorithms() -> list[str]:
+    """The algorithms that generate and whose advantage works on the model turns of episodes (it declares `run_ids`):
+    they train the `agent` scenario's tool task, and only it."""
+    from trl_ext import ALGORITHMS
+    from trl_ext.advantages import ADVANTAGE_FNS
+    from trl_ext.trainers.asynchronous.forms import async_algorithms
+
+    def per_turn(name: str) -> bool:
+        fn = ADVANTAGE_FNS.get(ALGORITHMS[name].advantage_fn or "")
+        return fn is not None and "run_ids" in fn.inputs()
+
+    return [name for name in async_algorithms() if per_turn(name)]
+
+
+def scenario_algorithms(scenario: str, names: list[str]) -> list[str]:
+    """Of `names`, those `scenario` trains: the agents in `agent`, the others in `toy` and `long`."""
+    agents = set(agent_algorithms())
+    return [name for name in names if (name in agents) == (scenario == "agent")]
 
 
 def describe(algorithm: str) -> dict[str, str | None]:
@@ -172,6 +199,14 @@ def scenario_settings(scenario: str) -> dict[str, Any]:
 
     if scenario == "toy":
         return {"max_completion_length": toy.DEFAULT_TRAINING["max_completion_length"], "model": toy.MODEL_VERSION}
+    if scenario == "agent":
+        from trl_ext import toy_agent
+
+        training = toy_agent.AGENT_TRAINING
+        return {
+            "max_completion_length": training["max_completion_length"], "model": toy_agent.AGENT_MODEL_VERSION,
+            "training": {k: v for k, v in training.items() if k not in ("max_steps", "logging_steps", "activation_checkpointing")},
+        }  # fmt: skip
     return {
         "max_completion_length": LONG_LENGTH, "per_device_train_batch_size": LONG_BATCH, "model": long_model_version(),
         "answer_letters": list(LONG_REPEATS), "pretrain_steps": LONG_PRETRAIN_STEPS,
@@ -203,6 +238,61 @@ def long_model_path() -> str:
     return toy.cached_model(None, long_model_version(), build)
 
 
+def scenario_model_path(scenario: str) -> str | None:
+    """The model a scenario trains (None: the toy's)."""
+    if scenario == "agent":
+        from trl_ext import toy_agent
+
+        return toy_agent.tiny_agent_model_path()
+    return long_model_path() if scenario == "long" else None
+
+
+# ---- the agent's held-out reward ---------------------------------------------------------------------------------
+
+
+def agent_held_out_reward(model, tokenizer, rows: list[dict[str, Any]], max_completion_length: int) -> float:
+    """The mean `lookup_reward` of `EVAL_SAMPLES` episodes per held-out row, run as trl_ext's rollout worker runs
+    them (`trl_ext.async_rollout.episodes.EpisodeRunner`: the toy's environment, at most 2 tool rounds, temperature
+    1, `EVAL_SEED`)."""
+    import statistics
+
+    from trl_ext.async_rollout.episodes import EpisodeRunner
+    from trl_ext.toy_agent import AGENT_TRAINING, LookupEnvironment, lookup_reward
+
+    runner = EpisodeRunner(
+        owner="agent_held_out_reward", tokenizer=tokenizer, tools=None, environment_factory=LookupEnvironment,
+        max_tool_calling_iterations=AGENT_TRAINING["max_tool_calling_iterations"],
+        max_completion_length=max_completion_length, max_model_len=model.config.max_position_embeddings,
+    )  # fmt: skip
+    eos = model.generation_config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    eos += [tokenizer.eos_token_id] if tokenizer.eos_token_id not in eos else []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+
+    def generate(inputs: list[list[int]], budgets: list[int]) -> list[list[int]]:
+        width = max(map(len, inputs))
+        ids = torch.tensor([[pad] * (width - len(x)) + x for x in inputs])
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in inputs])
+        config = transformers.GenerationConfig(
+            do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max(budgets), eos_token_id=eos,
+            pad_token_id=pad,
+        )  # fmt: skip
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)[:, width:].tolist()
+        turns = []
+        for tokens, budget in zip(out, budgets, strict=True):
+            end = next((t + 1 for t, token in enumerate(tokens) if token in eos), len(tokens))
+            turns.append(tokens[: min(end, budget)])
+        return turns
+
+    model.eval()
+    with torch.random.fork_rng(), torch.no_grad():
+        torch.manual_seed(EVAL_SEED)
+        episodes = runner.begin(rows, EVAL_SAMPLES)
+        runner.run(episodes, generate)
+    rewards = lookup_reward([e.completion for e in episodes], environments=[e.environment for e in episodes])
+    return statistics.fmean(rewards)
+
+
 # ---- the runs -----------------------------------------------------------------------------------------------------
 
 
@@ -213,10 +303,12 @@ def make_config(algorithm: str, mode: str, scenario: str, steps: int, seed: int,
     from trl_ext.scripts.grpo import training_classes
 
     config_class, trainer_class = training_classes(algorithm, mode == "async")
-    scenario_fields = {k: v for k, v in scenario_settings(scenario).items() if k in toy.DEFAULT_TRAINING}
+    scenario = scenario_settings(scenario)
+    training = scenario.get("training", toy.DEFAULT_TRAINING)
+    scenario_fields = {k: v for k, v in scenario.items() if k in training}
     length = scenario_fields["max_completion_length"]
     settings = {
-        **toy.DEFAULT_TRAINING, **scenario_fields, "max_steps": steps, "logging_steps": 1, "seed": seed,
+        **training, **scenario_fields, "max_steps": steps, "logging_steps": 1, "seed": seed,
         **overrides(algorithm, mode, length),
     }  # fmt: skip
     common = dict(
@@ -244,13 +336,23 @@ def _toy_parts(config):
 def train(algorithm, mode, scenario, args, out, eval_model, tokenizer) -> dict[str, Any]:
     """One run: `run_trainer`'s record with the run's classes and overrides."""
     config, trainer_class = make_config(algorithm, mode, scenario, args.steps, args.seed, out, args.max_staleness)
-    model_path = long_model_path() if scenario == "long" else None
+    model_path = scenario_model_path(scenario)
     threads = SYNC_THREADS if mode == "sync" else TRAINER_THREADS
     from trl_ext import toy
 
-    experts = {"expert_dataset": toy.toy_expert_dataset()} if hasattr(config, "expert_data_ratio") else {}
+    extra = {"expert_dataset": toy.toy_expert_dataset()} if hasattr(config, "expert_data_ratio") else {}
+    task = None
+    if scenario == "agent":
+        from trl_ext import toy_agent
+
+        extra["environment_factory"] = toy_agent.LookupEnvironment
+        test = list(toy_agent.toy_agent_splits()["test"])
+        task = {
+            "reward_funcs": toy_agent.lookup_reward, "train_dataset": toy_agent.toy_agent_splits()["train"],
+            "held_out": lambda model: agent_held_out_reward(model, tokenizer, test, config.max_completion_length),
+        }  # fmt: skip
     run = run_trainer(
-        trainer_class, config, args.eval_every, eval_model, tokenizer, threads, model_path, EXTRA_METRICS, experts
+        trainer_class, config, args.eval_every, eval_model, tokenizer, threads, model_path, EXTRA_METRICS, extra, task
     )
     length = config.max_completion_length
     classes = [type(config).__name__, trainer_class.__name__]
@@ -340,11 +442,11 @@ def main() -> None:
     failed: dict[str, str] = {}  # "scenario algorithm mode" -> the error; the other runs go on
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in scenarios:
-            path = long_model_path() if scenario == "long" else toy.tiny_model_path()
+            path = scenario_model_path(scenario) or toy.tiny_model_path()
             eval_model = transformers.AutoModelForCausalLM.from_pretrained(path)  # default attention
             tokenizer = transformers.AutoTokenizer.from_pretrained(path)
             runs[scenario] = {}
-            for name in runnable:
+            for name in scenario_algorithms(scenario, runnable):
                 runs[scenario][name] = {}
                 for mode in modes:
                     label = f"{scenario:<5} {name:<18} {mode:<5}"

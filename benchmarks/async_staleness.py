@@ -312,19 +312,22 @@ def run_trainer(
     model_path: str | None = None,
     extra_metrics: Sequence[str] = (),
     trainer_kwargs: dict[str, Any] | None = None,
+    task: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train `trainer_class` with `config` on the toy task (`model_path`, default the toy model) on `threads` torch
     threads: the per-step curves, the held-out evaluations every `every` steps (`held_out_reward` of `eval_model`,
     `config.max_completion_length` new tokens) and the timings, as the module docstring describes; plus, per step,
     each logged metric of `extra_metrics` under its own name (None where a step did not log it). `trainer_kwargs`:
-    the trainer's further arguments (MIX's `expert_dataset`)."""
+    the trainer's further arguments (MIX's `expert_dataset`); `task`: another task's `reward_funcs`,
+    `train_dataset` and `held_out` (the held-out reward of a model) in place of the toy's."""
     from trl_ext import toy
 
     steps = config.max_steps
     torch.set_num_threads(threads)
+    task = task or {}
     trainer = trainer_class(
-        model=model_path or toy.tiny_model_path(), reward_funcs=toy.toy_reward, args=config,
-        train_dataset=toy.toy_splits()["train"], **(trainer_kwargs or {}),
+        model=model_path or toy.tiny_model_path(), reward_funcs=task.get("reward_funcs", toy.toy_reward),
+        args=config, train_dataset=task.get("train_dataset", toy.toy_splits()["train"]), **(trainer_kwargs or {}),
     )  # fmt: skip
     trainer.remove_callback(transformers.PrinterCallback)
     evaluations = eval_steps(steps, every)
@@ -348,7 +351,9 @@ def run_trainer(
         held_out["steps"].append(step)
         held_out["seconds"].append(0.0 if step == 0 else snapshots.seconds[step])
         held_out["reward"].append(
-            held_out_reward(eval_model, tokenizer, prompts, targets, EVAL_SAMPLES, config.max_completion_length)
+            task["held_out"](eval_model)
+            if "held_out" in task
+            else held_out_reward(eval_model, tokenizer, prompts, targets, EVAL_SAMPLES, config.max_completion_length)
         )
     return {
         "steps": done,

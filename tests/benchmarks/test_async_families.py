@@ -104,7 +104,13 @@ def test_each_run_is_the_algorithms_own_config_with_the_toy_training(bench):
     assert (config.max_staleness, config.rollout_num_threads, config.lr_scheduler_type) == (1, 1, "linear")
     assert (config.per_device_train_batch_size, config.max_completion_length, config.overlong_buffer) == (32, 48, 24)
     assert config.activation_checkpointing is False and config.clip_range_high == 0.28
-    assert bench.refusal("gigpo") is not None and bench.refusal("no_such_algorithm").startswith("not a registered")
+    config, trainer = bench.make_config("gigpo", "async", "agent", 3, 0, "/tmp/unused", 1)
+    assert type(config).__name__ == "AsyncGiGPOConfig" and trainer is AsyncGRPOTrainer
+    assert (config.per_device_train_batch_size, config.max_completion_length, config.learning_rate) == (64, 48, 5e-4)
+    assert config.max_tool_calling_iterations == 2 and config.num_generations == 8
+    assert bench.scenario_algorithms("agent", bench.default_algorithms()) == ["multi_step_grpo", "gigpo"]
+    assert "gigpo" not in bench.scenario_algorithms("toy", bench.default_algorithms())
+    assert bench.refusal("dpo") is not None and bench.refusal("no_such_algorithm").startswith("not a registered")
     assert bench.refusal("sapo") is None and bench.default_algorithms()[:2] == ["grpo", "sapo"]
     with pytest.raises(ValueError, match="--scenarios: unknown short"):
         bench.parse_list("toy,short", "--scenarios", bench.SCENARIOS)
@@ -113,7 +119,8 @@ def test_each_run_is_the_algorithms_own_config_with_the_toy_training(bench):
 @pytest.mark.slow
 def test_a_tiny_run_writes_the_json_the_docs_render(toy_cache, tmp_path):
     out = str(tmp_path / "families")
-    args = ["--algorithms", "grpo,gigpo", "--scenarios", "toy", "--steps", "4", "--eval_every", "2", "--out", out]
+    args = ["--algorithms", "grpo,gigpo,dpo", "--scenarios", "toy,agent", "--steps", "4", "--eval_every", "2"]
+    args += ["--out", out]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "async_families.py"), *args],
@@ -121,8 +128,13 @@ def test_a_tiny_run_writes_the_json_the_docs_render(toy_cache, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     data = json.load(open(out + ".json"))
-    assert data["algorithms"]["grpo"]["refused"] is None and "run_ids" in data["algorithms"]["gigpo"]["refused"]
-    assert data["failed"] == {} and set(data["runs"]) == {"toy"} and set(data["runs"]["toy"]) == {"grpo"}
+    assert data["algorithms"]["grpo"]["refused"] is None and data["algorithms"]["gigpo"]["refused"] is None
+    assert "fixed dataset" in data["algorithms"]["dpo"]["refused"]
+    assert data["failed"] == {} and set(data["runs"]) == {"toy", "agent"} and set(data["runs"]["toy"]) == {"grpo"}
+    assert set(data["runs"]["agent"]) == {"gigpo"}  # the agents train the tool task only
+    for mode, run in data["runs"]["agent"]["gigpo"].items():
+        assert run["eval"]["steps"] == [0, 2, 4] and all(0.0 <= r <= 1.0 for r in run["eval"]["reward"]), mode
+    assert len({data["runs"]["agent"]["gigpo"][mode]["eval"]["reward"][0] for mode in ("sync", "async")}) == 1
     for mode, run in data["runs"]["toy"]["grpo"].items():
         assert run["steps"] == [1, 2, 3, 4] and run["eval"]["steps"] == [0, 2, 4], mode
         assert all(0.0 <= reward <= 1.0 for reward in run["eval"]["reward"])
