@@ -151,3 +151,20 @@ def build_tool_model(path: str) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def child_loop(worker):
+    """The child loop (`RolloutLoop`) of a `TransformersRolloutWorker`, run in this process: no spawn, plain queues,
+    no weight receiver (call its `_rollout_batch(version=...)`; the samples land on `loop.channels.rollout_buffer`)."""
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from trl_ext.async_rollout.rollout_loop import Channels, RolloutLoop
+
+    channels = Channels(
+        rollout_buffer=queue.Queue(), metrics_queue=queue.Queue(), stop_event=threading.Event(),
+        ready_event=threading.Event(), failed_event=threading.Event(), error_queue=queue.Queue(),
+        heartbeat=SimpleNamespace(value=0.0), stage=SimpleNamespace(value=b""),
+    )  # fmt: skip
+    return RolloutLoop(worker._config, channels, receiver=None)

@@ -4,18 +4,15 @@ made independently (a plain `model.generate(do_sample=False)` on the unpadded pr
 
 from __future__ import annotations
 
-import queue
-import threading
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
+from trainer_helpers import child_loop
 from transformers import AutoModelForCausalLM
 
 from trl_ext.advantages.overlong import overlong_penalty
 from trl_ext.async_rollout import GroupScorer, TransformersRolloutWorker
-from trl_ext.async_rollout.rollout_loop import Channels, RolloutLoop
+from trl_ext.async_rollout.rollout_loop import RolloutLoop
 from trl_ext.async_rollout.scoring import WINDOW_BASELINE_KEY, WINDOW_REWARD_KEY
 from trl_ext.toy import build_tokenizer, toy_dataset, toy_reward
 
@@ -37,12 +34,7 @@ def _loop(model: str, dataset) -> RolloutLoop:
         model_path=model, dataset=dataset, processing_class=build_tokenizer(), scorer=scorer, num_generations=4,
         max_completion_length=MAX_LENGTH, generation_batch_size=12, queue_maxsize=64, seed=5, temperature=1.5,
     )  # fmt: skip
-    channels = Channels(
-        rollout_buffer=queue.Queue(), metrics_queue=queue.Queue(), stop_event=threading.Event(),
-        ready_event=threading.Event(), failed_event=threading.Event(), error_queue=queue.Queue(),
-        heartbeat=SimpleNamespace(value=0.0), stage=SimpleNamespace(value=b""),
-    )  # fmt: skip
-    return RolloutLoop(worker._config, channels, receiver=None)
+    return child_loop(worker)
 
 
 def _greedy_baseline(model, tokenizer, prompt, target: str, eos: list[int]) -> float:

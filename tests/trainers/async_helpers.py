@@ -176,3 +176,14 @@ def gradient(model: torch.nn.Module) -> torch.Tensor:
         grads.append(torch.zeros_like(p).flatten() if p.grad is None else p.grad.detach().flatten().clone())
         p.grad = None
     return torch.cat(grads)
+
+
+def async_update(trainer, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One micro-batch `batch` as the whole optimizer window of the asynchronous `trainer` (its window pass, then its
+    loss, backward): `(gradient, loss)`, the gradient cleared from the model (`gradient`)."""
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    trainer._get_num_items_in_batch([batch], trainer.accelerator.device)
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    return gradient(trainer.model), loss.detach()

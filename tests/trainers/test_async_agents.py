@@ -12,21 +12,17 @@ each turn as a sample (`turns_as_samples`).
 from __future__ import annotations
 
 import itertools
-import queue
-import threading
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from async_helpers import StubTransfer, StubWorker, gradient
-from trainer_helpers import cpu_config
+from async_helpers import StubTransfer, StubWorker, async_update, gradient
+from trainer_helpers import child_loop, cpu_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import trl_ext
 from trl_ext.async_rollout import GroupScorer, TransformersRolloutWorker
 from trl_ext.async_rollout.episodes import TURN_REWARDS_KEY, TURN_STATES_KEY
-from trl_ext.async_rollout.rollout_loop import Channels, RolloutLoop
 from trl_ext.async_rollout.scoring import WINDOW_REWARD_KEY
 from trl_ext.toy_agent import NO_SUCH_BOX, LookupEnvironment, lookup_reward, toy_agent_dataset
 from trl_ext.trainers.asynchronous.forms import async_config_class
@@ -47,16 +43,11 @@ def _episodes(model: str, estimator: str, seed: int, rows: int = 2, reward=looku
         generation_batch_size=rows * GENERATIONS, seed=seed, max_tool_calling_iterations=2,
         **(tools or {"environment_factory": LookupEnvironment}),
     )  # fmt: skip
-    channels = Channels(
-        rollout_buffer=queue.Queue(), metrics_queue=queue.Queue(), stop_event=threading.Event(),
-        ready_event=threading.Event(), failed_event=threading.Event(), error_queue=queue.Queue(),
-        heartbeat=SimpleNamespace(value=0.0), stage=SimpleNamespace(value=b""),
-    )  # fmt: skip
-    loop = RolloutLoop(worker._config, channels, receiver=None)
+    loop = child_loop(worker)
     loop._rollout_batch(version=1)
     samples = []
-    while not channels.rollout_buffer.empty():
-        samples.append(channels.rollout_buffer.get())
+    while not loop.channels.rollout_buffer.empty():
+        samples.append(loop.channels.rollout_buffer.get())
     return samples
 
 
@@ -228,13 +219,7 @@ def test_per_turn_advantages_run_over_the_window_and_the_update_equals_the_sync_
         got = PackedRow.from_inputs(half).grid().scatter(half["window_advantages"][half["token_index"] >= 0])
         torch.testing.assert_close(got, expected[rows, : got.size(1)], rtol=1e-5, atol=1e-6)
 
-    whole = _packed(samples, tokenizer)  # the update: one micro-batch of all eight, at staleness 0
-    asynchronous.current_gradient_accumulation_steps = 1
-    asynchronous.model.train()
-    asynchronous._get_num_items_in_batch([whole], asynchronous.accelerator.device)
-    loss_async = asynchronous.compute_loss(asynchronous.model, whole)
-    loss_async.backward()
-    g_async = gradient(asynchronous.model)
+    g_async, loss_async = async_update(asynchronous, _packed(samples, tokenizer))  # all eight, at staleness 0
 
     inputs = _sync_inputs(samples, expected, tokenizer.pad_token_id)
     inputs.update(sync.count_window([inputs]))
@@ -253,18 +238,11 @@ class RewardingLookup(LookupEnvironment):
     """The toy's environment whose `lookup` also rewards the turn that looks up the row's box (0.5)."""
 
     def lookup(self, box: str) -> str:
-        """
-        Open a box and read the secret inside.
-
-        Args:
-            box: The letter of the box.
-
-        Returns:
-            The secret, or "no such box".
-        """
         result = super().lookup(box)
         self.turn_rewards.append(0.5 if result == self.secret else 0.0)
         return result
+
+    lookup.__doc__ = LookupEnvironment.lookup.__doc__  # the tool's schema, as the model was pretrained on it
 
 
 def test_turn_rewards_reach_the_rows_of_their_turns(tiny_agent, tmp_path):

@@ -16,6 +16,7 @@ from async_helpers import (
     StubTransfer,
     StubWorker,
     async_config,
+    async_update,
     gradient,
     make_samples,
     packed_batch,
@@ -208,12 +209,7 @@ def test_a_token_level_estimator_runs_over_the_optimizer_window(algorithm, rando
 
     # the update: one micro-batch of all eight, against the synchronous trainer's with the same token advantages
     whole = packed_batch(samples, [0.0] * 8, tokenizer.pad_token_id, rewards=rewards.tolist())
-    asynchronous.current_gradient_accumulation_steps = 1
-    asynchronous.model.train()
-    asynchronous._get_num_items_in_batch([whole], asynchronous.accelerator.device)
-    loss_async = asynchronous.compute_loss(asynchronous.model, whole)
-    loss_async.backward()
-    g_async = gradient(asynchronous.model)
+    g_async, loss_async = async_update(asynchronous, whole)
     g_sync, loss_sync = _sync_gradient(sync, samples, expected, tokenizer.pad_token_id)
     assert g_sync.norm() > 0
     assert torch.nn.functional.cosine_similarity(g_sync, g_async, dim=0) >= 0.9999
@@ -321,10 +317,6 @@ def test_distillation_scores_the_packed_rows_with_the_teacher(algorithm, random_
     sync_config = cpu_config(spec.config_class, str(tmp_path / "sync"), teacher_model_name_or_path=random_teacher)
     sync = toy_trainer(spec.trainer_class, sync_config, random_tiny_model)
     whole = packed_batch(samples, task.tolist(), tokenizer.pad_token_id, rewards=[0.0] * 8)
-    asynchronous.current_gradient_accumulation_steps = 1
-    asynchronous.model.train()
-    asynchronous._get_num_items_in_batch([whole], asynchronous.accelerator.device)
-    asynchronous.compute_loss(asynchronous.model, whole).backward()
-    g_async = gradient(asynchronous.model)
+    g_async, _ = async_update(asynchronous, whole)
     g_sync, _ = _sync_gradient(sync, samples, expected, tokenizer.pad_token_id)
     assert torch.nn.functional.cosine_similarity(g_sync, g_async, dim=0) >= 0.9999
