@@ -34,10 +34,9 @@ trainer computes the advantages (`trl_ext.trainers.asynchronous.window_pass`). R
 in the worker (`needs_greedy_baseline`: the transformers worker generates one greedy completion per prompt with the
 batch's weights, `baseline_rewards` scores it like the samples, overlong penalty included, and `score(baseline=...)`
 stamps it on every sample of the group under `WINDOW_BASELINE_KEY`); a greedy completion that no reward function
-scores gets baseline 0, as in the synchronous trainer (its NaN-sum). The per-turn estimators of multi-turn episodes
-(`gigpo`, `step_wise_grpo`: they declare `run_ids`) run over the window too, one row per model turn (`TURN_INPUTS`,
-the worker's episodes stamping each turn's state and reward: `episodes.py`). Refused: those needing inputs neither
-has (log-probs, entropy, values, teacher log-probs) and GRPO's
+scores gets baseline 0, as in the synchronous trainer (its NaN-sum). So do the per-turn estimators (`gigpo`,
+`step_wise_grpo`: `TURN_INPUTS`), on the model turns of the worker's episodes (`episodes.py`). Refused: those needing
+inputs neither has (log-probs, entropy, values, teacher log-probs) and GRPO's
 `duplicate_experiences` (it copies rows between groups: a result with `source`). The rollout worker runs in a
 spawned process, so the scorer must pickle: `check_picklable` (called at construction) names the reward function
 that does not (lambdas, closures).
@@ -92,8 +91,7 @@ TEACHER_INPUTS = ("teacher_logprob", "teacher_valid_mask")
 """What the window adds when the trainer has a teacher (on-policy distillation): its log-probs of the sampled tokens
 and the tokens it can score."""
 TURN_INPUTS = ("run_ids", "state_ids")
-"""What the window provides a per-turn estimator (`gigpo`, `step_wise_grpo`: it declares `run_ids`): the episode each
-turn row belongs to and the state it starts from (the worker's multi-turn episodes, `episodes.py`)."""
+"""What the window gives a per-turn estimator (it declares `run_ids`): each turn's episode and starting state."""
 CRITIC_INPUTS = ("values",)
 """What the window adds when the trainer has a critic (critic PPO): its values of the states tokens are chosen in."""
 IN_GROUP, IN_WINDOW = "group", "window"
