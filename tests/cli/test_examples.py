@@ -99,6 +99,21 @@ def test_multi_turn_examples_use_the_embedded_agent(toy_cache, tiny_agent, tmp_p
         assert logged(trainer, "advantage/gigpo/anchor_groups_size_gt1")[0] > 0
 
 
+def test_the_agent_example_trains_asynchronously_with_its_environment(toy_cache, tiny_agent, tmp_path):
+    """`examples/train_gigpo.py --asynchronous true`: GiGPO's asynchronous form on the embedded agent, its episodes
+    run with the toy's environment in trl_ext's rollout worker, the per-turn advantages over the window."""
+    import trl_ext
+    from trl_ext.toy_agent import LookupEnvironment
+
+    argv = ["--asynchronous", "true", "--output_dir", str(tmp_path), "--max_steps", "2", "--save_strategy", "no"]
+    trainer = main("gigpo", argv)
+    assert type(trainer) is trl_ext.AsyncGRPOTrainer and type(trainer.args) is trl_ext.AsyncGiGPOConfig
+    assert trainer.rollout_worker._config["environment_factory"] is LookupEnvironment
+    assert trainer.group_scorer.per_turn and trainer.state.global_step == 2
+    assert logged(trainer, "rollout/tool_calls_total")[0] > 0 and logged(trainer, "turns/per_completion")[0] > 1
+    assert logged(trainer, "advantage/gigpo/anchor_groups_size_gt1")[0] > 0
+
+
 def test_ppo_example_trains_a_critic(toy_cache, tiny_model, tmp_path):
     trainer = main("ppo", ["--output_dir", str(tmp_path), *QUICK, "--critic_learning_rate", "0.01"])
     assert type(trainer) is __import__("trl_ext").PPOTrainer and trainer.state.global_step == 2

@@ -331,3 +331,34 @@ def test_the_agents_learn_the_lookup_task_asynchronously(algorithm, tiny_agent, 
     assert last > first + 0.3 and last > 0.75, (first, last, [round(r, 2) for r in rewards])
     assert any(entry.get("rollout/tool_calls_total", 0) > 0 for entry in history)
     assert statistics.mean(e["turns/per_completion"] for e in history if "turns/per_completion" in e) > 1.5
+
+
+class ScoredLookup(LookupEnvironment):
+    """The toy's environment owning a reward (`get_reward`: 1.0 once the row's box was looked up)."""
+
+    def get_reward(self) -> float:
+        return float(self.found)
+
+
+def test_an_environment_that_owns_its_reward_is_one_more_reward_source(tiny_agent, tmp_path):
+    """As in TRL: an environment class with `get_reward()` adds a reward source named after it (weight 1), scored on
+    each episode's environment at its end; with it `reward_funcs` may be empty."""
+    config = cpu_config(
+        async_config_class("gigpo"), str(tmp_path), token_budget=0, rollout_backend="transformers",
+        max_completion_length=LENGTH,
+    )  # fmt: skip
+    trainer = trl_ext.AsyncGRPOTrainer(
+        model=tiny_agent, args=config, train_dataset=toy_agent_dataset(8), environment_factory=ScoredLookup,
+        processing_class=AutoTokenizer.from_pretrained(tiny_agent, padding_side="left"),
+    )  # fmt: skip
+    scorer = trainer.group_scorer
+    assert scorer.func_names == ("ScoredLookup",) and list(scorer.reward_weights) == [1.0]
+    worker = trainer.rollout_worker
+    loop = child_loop(worker)
+    loop._rollout_batch(version=1)
+    samples = [loop.channels.rollout_buffer.get() for _ in range(loop.channels.rollout_buffer.qsize())]
+    assert len(samples) == 8
+    for sample in samples:
+        found = any(s[0] == "looked_up" and s[2] != NO_SUCH_BOX for s in _states_by_hand(sample))
+        assert sample.metrics["rewards/ScoredLookup"] == sample.metrics["reward"] == float(found)
+    assert len({s.metrics["reward"] for s in samples}) == 2

@@ -383,7 +383,7 @@ class RolloutLoop:
             uniform += int(score.metrics["uniform_group"])
             scored_rewards += [float(r) for r in score.rewards if not math.isnan(r)]
             for key, value in score.metrics.items():
-                if key.startswith("advantages/") or key == "overlong_penalty":
+                if key.startswith("advantage/") or key == "overlong_penalty":
                     estimator_metrics.setdefault(f"rollout/{key}", []).append(value)
             self.channels.set_stage(f"enqueueing group {group_id}")
             for k, i in enumerate(span):

@@ -183,7 +183,7 @@ class GroupScore:
         metrics: group metrics: `reward_mean`, `reward_std` (population std of the task rewards over the scorable
             samples, NaN when none), `unscorable`, `dropped` (counts), `uniform_group` (1 when dynamic sampling
             dropped the group), `overlong_penalty` (the mean penalty, with overlong shaping) and the estimator's
-            metrics as `advantages/<name>`.
+            metrics as `advantage/<name>` (the synchronous trainers' names).
         window_rewards: `[n]` float64 with an estimator that runs over the trainer's optimizer window (`IN_WINDOW`):
             the rewards it receives (shaped: with DAPO's overlong penalty; NaN for an unscorable sample); else None.
         window_baseline: The group's greedy baseline with an estimator that reads one (ReMax); else None.
@@ -545,7 +545,7 @@ class GroupScorer:
             kept = result.keep.cpu().numpy().astype(bool)
             advantages[scorable] = np.where(kept, result.advantages.double().cpu().numpy(), 0.0)
             keep[scorable] = kept
-            metrics.update({f"advantages/{k}": float(v) for k, v in (result.metrics or {}).items()})
+            metrics.update({f"advantage/{k}": float(v) for k, v in (result.metrics or {}).items()})
         if not scorable.size:
             metrics["reward_mean"] = metrics["reward_std"] = math.nan
         metrics["unscorable"] = float(unscorable.sum())

@@ -155,7 +155,7 @@ def window_turn_estimate(
         owner="AsyncGRPOTrainer",
     )
     advantages[used] = torch.where(keep.unsqueeze(1), values.to(torch.float32), 0.0)
-    stats = {f"advantages/{k}": float(v) for k, v in metrics.items()}
+    stats = {f"advantage/{k}": float(v) for k, v in metrics.items()}
     stats["turns/per_completion"] = float(turns.count[used].float().mean())
     return advantages, stats
 

@@ -120,7 +120,7 @@ def window_estimate(
         if result.returns is not None:
             returns = torch.zeros_like(advantages)
             returns[used] = torch.where(kept, result.returns.to(device=mask.device, dtype=torch.float32), 0.0)
-        metrics = {f"advantages/{k}": float(v) for k, v in (result.metrics or {}).items()}
+        metrics = {f"advantage/{k}": float(v) for k, v in (result.metrics or {}).items()}
     if base is not None:
         advantages = advantages + torch.where(mask, base.to(advantages.dtype), 0.0)
     return advantages, returns, metrics
