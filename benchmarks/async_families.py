@@ -400,7 +400,7 @@ def plot(data: dict[str, Any], path: str) -> None:
             ax.set_title(f"{scenario}: {length} new tokens", fontsize=10)
         by_step.set_ylabel(f"held-out reward (64 prompts × {EVAL_SAMPLES} samples)")
         by_time.legend(fontsize=7, loc="lower right", ncol=2)
-    fig.suptitle("Each family synchronous (dashed, 2 cores) and asynchronous (solid, 1 + 1 cores) on the toy task")
+    fig.suptitle("Each family synchronous (dashed, 2 cores) and asynchronous (solid, 1 + 1 cores) on the toy tasks")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
