@@ -203,9 +203,10 @@ def scenario_settings(scenario: str) -> dict[str, Any]:
         from trl_ext import toy_agent
 
         training = toy_agent.AGENT_TRAINING
+        per_run = ("max_steps", "logging_steps", "activation_checkpointing")  # what `make_config` sets itself
         return {
             "max_completion_length": training["max_completion_length"], "model": toy_agent.AGENT_MODEL_VERSION,
-            "training": {k: v for k, v in training.items() if k not in ("max_steps", "logging_steps", "activation_checkpointing")},
+            "training": {k: v for k, v in training.items() if k not in per_run},
         }  # fmt: skip
     return {
         "max_completion_length": LONG_LENGTH, "per_device_train_batch_size": LONG_BATCH, "model": long_model_version(),
