@@ -24,7 +24,7 @@ from trl_ext.trainers.asynchronous.samples import check_sample
         ({"epsilon_high": 0.3}, r"epsilon_high=0.3 .* clip_range_high"),
         ({"kl_penalty_fn": "k1"}, r"kl_penalty_fn='k1' .* the rollout worker, which has no reference model"),
         ({"advantage_fn": "clipb"}, r"advantage_fn='clipb'.*logprobs"),
-        ({"advantage_fn": "gigpo"}, r"advantage_fn='gigpo'"),
+        ({"advantage_fn": "ppo"}, r"advantage_fn='ppo'.*values"),  # GAE: the critic's values (AsyncPPOConfig)
         (
             {"policy_loss_fn": "mix"},
             r"policy_loss_fn='mix' mixes expert demonstrations into the batch, which AsyncGRPOConfig has none of",
