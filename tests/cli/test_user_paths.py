@@ -61,6 +61,31 @@ def test_missing_test_split_is_named_before_the_model_loads(tmp_path, script):
         dpo.main(argv) if script == "dpo" else grpo.main(script, argv)
 
 
+@pytest.mark.parametrize("script", ["sft", "cpt", "dpo"])
+def test_the_users_data_without_a_test_split_trains_without_evaluation(toy_cache, tmp_path, script, capsys):
+    """The toy defaults of SFT, CPT and DPO evaluate on a "test" split; a user's dataset without one trains without
+    evaluation (the summary says why) instead of stopping. Asked for on the command line, evaluation still needs it."""
+    from trl_ext.scripts import cpt, sft
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    row = {
+        "sft": {"prompt": "Repeat the letter a:", "completion": " a a"},
+        "cpt": {"text": "Repeat the letter a: a a"},
+        "dpo": {"prompt": "Repeat the letter a:", "chosen": " a a", "rejected": " b b"},
+    }[script]
+    (folder / "train.jsonl").write_text((json.dumps(row) + "\n") * 16)
+    main = {"sft": sft.main, "cpt": cpt.main, "dpo": dpo.main}[script]
+    argv = ["--output_dir", str(tmp_path / "out"), "--dataset_name", str(folder), "--max_steps", "1"]
+    argv += ["--save_strategy", "no", "--per_device_train_batch_size", "4"]
+    trainer = main(argv)
+    assert trainer.state.global_step == 1 and trainer.eval_dataset is None
+    assert trainer.args.eval_strategy == "no" and not any("eval_loss" in entry for entry in trainer.state.log_history)
+    assert "no 'test' split: evaluation off" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"--dataset_test_split 'test': .* has no split 'test'"):
+        main([*argv, "--eval_strategy", "steps"])
+
+
 def _parsed(algorithm: str, argv: list[str]):
     return grpo.make_parser(algorithm, argv).parse_args_and_config(argv)[1]
 

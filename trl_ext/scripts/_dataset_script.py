@@ -92,7 +92,11 @@ class DatasetScript:
             data = self.data_description
         else:
             data = script_args.dataset_name or "the --datasets mixture"
-        train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
+        optional_test = toy_defaults is not None and toy_defaults.sources.get("eval_strategy") == "toy"
+        train_dataset, eval_dataset, note = select_splits(
+            dataset, script_args, dataset_args, training_args, optional_test
+        )
+        data += f" ({note})" if note else ""
         splits = [(script_args.dataset_train_split, train_dataset), (script_args.dataset_test_split, eval_dataset)]
         check_columns(self.algorithm, training_args, splits, data_source(script_args, dataset_args))
         model = model_args.model_name_or_path or toy.tiny_model_path()

@@ -125,9 +125,12 @@ def load_user_dataset(script_args, dataset_args):
     return None
 
 
-def select_splits(dataset, script_args, dataset_args, training_args):
-    """The train split and, when evaluation is on (`--eval_strategy`), the test split of a loaded dataset, as `trl`
-    scripts index it; a missing split is a `UsageError` naming the flag and the splits that exist."""
+def select_splits(dataset, script_args, dataset_args, training_args, optional_test: bool = False):
+    """The train split, the test split when evaluation is on (`--eval_strategy`) and a note on the evaluation (None,
+    or why it is off): a loaded dataset indexed as `trl` scripts index it. A missing train split is a `UsageError`
+    naming the flag and the splits that exist, and so is a missing test split that the user asked to evaluate on; with
+    `optional_test` (evaluation on by the toy's defaults, not asked for) a dataset without the test split trains
+    without evaluation (`eval_strategy` set to "no"), which the note says."""
     mixture = bool(dataset_args is not None and dataset_args.datasets)
     source = "the --datasets mixture" if mixture else f"the dataset {script_args.dataset_name or '(embedded toy)'}"
 
@@ -140,11 +143,18 @@ def select_splits(dataset, script_args, dataset_args, training_args):
 
     train = split(script_args.dataset_train_split, "--dataset_train_split", "pass --dataset_train_split SPLIT")
     if training_args.eval_strategy == "no":
-        return train, None
+        return train, None, None
+    test = script_args.dataset_test_split
+    if optional_test and test not in dataset:
+        from transformers.trainer_utils import IntervalStrategy
+
+        training_args.eval_strategy, training_args.do_eval = IntervalStrategy.NO, False
+        note = f"no {test!r} split: evaluation off (--dataset_test_split SPLIT and --eval_strategy steps evaluate)"
+        return train, None, note
     hint = "pass --dataset_test_split SPLIT"
     hint += ", or set test_split_size in the mixture" if mixture else ""
-    evaluation = split(script_args.dataset_test_split, "--dataset_test_split", f"{hint}, or --eval_strategy no")
-    return train, evaluation
+    evaluation = split(test, "--dataset_test_split", f"{hint}, or --eval_strategy no")
+    return train, evaluation, None
 
 
 # ----------------------------------------------------------------------------------------------------- columns

@@ -395,7 +395,9 @@ def _main(algorithm: str, argv: list[str]):
         data = 'the toy "repeat the letter" task (trl_ext.toy.toy_splits)'
     else:
         data = script_args.dataset_name or "the --datasets mixture"
-    train_dataset, eval_dataset = select_splits(dataset, script_args, dataset_args, training_args)
+    optional_test = toy_defaults is not None and toy_defaults.sources.get("eval_strategy") == "toy"
+    train_dataset, eval_dataset, note = select_splits(dataset, script_args, dataset_args, training_args, optional_test)
+    data += f" ({note})" if note else ""
     splits = [(script_args.dataset_train_split, train_dataset), (script_args.dataset_test_split, eval_dataset)]
     if environment is None:
         check_columns(algorithm, training_args, splits, data_source(script_args, dataset_args))
