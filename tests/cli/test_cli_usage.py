@@ -95,9 +95,10 @@ TRAIN_HELP = "(see trl-ext train --help)"
     ],
 )
 def test_usage_error_is_one_line(capsys, tmp_path, argv, expected):
-    """A usage mistake prints one line naming it and how to get help, exit status 2. The model named does not exist:
-    loading it first would be another error."""
-    argv = ["train", *argv, "--model_name_or_path", str(tmp_path / "no-such-model")]
+    """A usage mistake prints one line naming it and how to get help, exit status 2. The model named is an empty
+    directory: loading it first would be another error."""
+    (tmp_path / "empty-model").mkdir()
+    argv = ["train", *argv, "--model_name_or_path", str(tmp_path / "empty-model")]
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2

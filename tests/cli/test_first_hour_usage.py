@@ -101,8 +101,9 @@ def user_code(tmp_path, monkeypatch):
 
 @pytest.fixture
 def no_model(tmp_path) -> list[str]:
-    """A model that does not exist: loading it before the checks would be another error."""
-    return ["--model_name_or_path", str(tmp_path / "no-such-model")]
+    """A model that cannot load (an empty directory): loading it before the checks would be another error."""
+    (tmp_path / "empty-model").mkdir()
+    return ["--model_name_or_path", str(tmp_path / "empty-model")]
 
 
 def _jsonl(path, rows) -> str:

@@ -48,8 +48,9 @@ def _prompts_without_test_split(tmp_path) -> str:
 @pytest.mark.parametrize("script", ["sapo", "mix", "dpo"])
 def test_missing_test_split_is_named_before_the_model_loads(tmp_path, script):
     data = _prompts_without_test_split(tmp_path)
-    # a model that does not exist: loading it first would be another error
-    argv = ["--output_dir", str(tmp_path / "out"), "--model_name_or_path", str(tmp_path / "no-such-model")]
+    # a model that cannot load (an empty directory): loading it first would be another error
+    (tmp_path / "empty-model").mkdir()
+    argv = ["--output_dir", str(tmp_path / "out"), "--model_name_or_path", str(tmp_path / "empty-model")]
     argv += ["--dataset_name", data, "--eval_strategy", "steps"]
     if script == "mix":
         argv += ["--expert_dataset_name", data]

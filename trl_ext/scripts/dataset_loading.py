@@ -26,7 +26,7 @@ def _hub_offline() -> bool:
     return bool(config.HF_HUB_OFFLINE)
 
 
-def _only_local(name: str) -> bool:
+def only_local(name: str) -> bool:
     """Whether `name` can only be a local path, never a Hub dataset id (`name` or `namespace/name`): it starts with
     `.`, `/` or `~`, holds a backslash or more than one `/`, or ends with a data file's extension."""
     return (
@@ -40,7 +40,7 @@ def _only_local(name: str) -> bool:
 def _not_found(flag: str, name: str, error: BaseException | None = None) -> UsageError:
     """The one-line error for a dataset that is neither a local path nor a Hub dataset that can be loaded."""
     where = os.path.abspath(os.path.expanduser(name))
-    if _only_local(name):
+    if only_local(name):
         return UsageError(
             f"{flag} {name}: no such file or directory ({where} does not exist; a local path, so it was not looked "
             "up on the Hub)"
@@ -74,7 +74,7 @@ def load_named_dataset(
             raise UsageError(f"{flag} {name}: a local {builder} file has no configurations, but {config!r} was named")
         source: dict[str, Any] = {"path": builder, "data_files": path}
     else:
-        if not os.path.isdir(path) and _only_local(name):
+        if not os.path.isdir(path) and only_local(name):
             raise _not_found(flag, name)
         source = {"path": path, "name": config}
     try:
@@ -99,7 +99,7 @@ def _mixture_entry(entry: Any) -> Any:
     builder = DATA_FILE_BUILDERS.get(os.path.splitext(path)[1].lower())
     if os.path.isfile(path) and builder is not None and entry.data_files is None:
         return dataclasses.replace(entry, path=builder, data_files=path)
-    if not os.path.exists(path) and _only_local(entry.path):
+    if not os.path.exists(path) and only_local(entry.path):
         raise _not_found("--datasets: path", entry.path)
     return entry
 
