@@ -40,6 +40,7 @@ from ._common import (
 )
 from .dataset_loading import check_columns, data_source, load_user_dataset, select_splits
 from .finish import resume_point, train_and_finish
+from .launch import check_launch
 from .model_source import check_model_source
 from .noise import quiet_known_warnings
 
@@ -85,6 +86,7 @@ class DatasetScript:
         script_args, training_args, model_args, dataset_args = parse(parser, argv)
         resume_point(training_args)  # a wrong --resume_from_checkpoint: an error before anything loads
         check_model_source(model_args.model_name_or_path)  # a model that cannot be loaded: one line, now
+        check_launch()  # several processes asked of accelerate launch, one started: a warning
         dataset = load_user_dataset(script_args, dataset_args)
         if dataset is None:
             train_split, test_split = script_args.dataset_train_split, script_args.dataset_test_split

@@ -85,6 +85,7 @@ from .dataset_loading import (
     select_splits,
 )
 from .finish import resume_point, train_and_finish
+from .launch import check_launch
 from .model_source import check_model_source
 from .noise import quiet_known_warnings
 
@@ -371,6 +372,7 @@ def _main(algorithm: str, argv: list[str]):
         raise UsageError("asynchronous: set it on the command line (--asynchronous true), not in the --config file")
     resume_point(training_args)  # a wrong --resume_from_checkpoint: an error before anything loads
     check_model_source(model_args.model_name_or_path)  # a model that cannot be loaded: one line, now
+    check_launch()  # several processes asked of accelerate launch, one started: a warning
     expert = next((a for a in family_args if isinstance(a, ExpertDataArguments)), None)
     environments = next((a for a in family_args if isinstance(a, EnvironmentArguments)), None)
 
