@@ -126,7 +126,9 @@ def test_script_refuses_a_dataset_without_the_text_column_before_the_model_loads
     data = tmp_path / "data"
     data.mkdir()
     (data / "train.jsonl").write_text("".join(json.dumps({"prompt": t, "completion": t}) + "\n" for t in TEXTS))
-    argv = ["--output_dir", str(tmp_path / "out"), "--dataset_name", str(data), "--model_name_or_path", MISSING_MODEL]
+    (tmp_path / "empty-model").mkdir()  # a model that cannot load: the data's error must come first
+    argv = ["--output_dir", str(tmp_path / "out"), "--dataset_name", str(data)]
+    argv += ["--model_name_or_path", str(tmp_path / "empty-model")]
     with pytest.raises(
         UsageError,
         match=r"the train split has no 'body' column \(its columns: 'prompt', "
