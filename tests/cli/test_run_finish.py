@@ -105,6 +105,10 @@ def test_plot_draws_the_main_metric_the_losses_and_the_learning_rate(tmp_path):
         "usual/pg_loss",
         "expert/sft_loss",
     ]
+    sft = [{"loss": 2.0 / step, "sft_loss": 2.0 / step, "learning_rate": 1e-3, "step": step} for step in (1, 2, 3)]
+    assert plot_training_curves(sft, path, "cpt", "loss", ["sft_loss"]) == ["loss", "learning_rate"]  # no repeat
+    sft[1]["sft_loss"] = 0.5  # a loss metric that differs from the main one somewhere keeps its panel
+    assert plot_training_curves(sft, path, "cpt", "loss", ["sft_loss"]) == ["loss", "sft_loss", "learning_rate"]
     asynchronous = [
         {"reward": 0.1 * step, "trained_staleness_mean": 0.5, "trained_staleness_max": 1.0, "step": step,
          "perf/trained_tok_s_wall_clock": 900.0 + step}

@@ -38,6 +38,12 @@ def logged_keys(log_history: Sequence[dict[str, Any]], names: Sequence[str]) -> 
     return found
 
 
+def _repeats(log_history: Sequence[dict[str, Any]], key: str, primary: str) -> bool:
+    """Whether `key` is the main metric or logs the same values at the same steps (SFT's `sft_loss` is its `loss`):
+    no panel of its own."""
+    return key == primary or series(log_history, key) == series(log_history, primary)
+
+
 def plot_training_curves(
     log_history: Sequence[dict[str, Any]],
     path: str,
@@ -46,15 +52,16 @@ def plot_training_curves(
     losses: Sequence[str] = (),
     resumed_at: int | None = None,
 ) -> list[str]:
-    """Draw `primary` (with `eval_<primary>` where logged), the logged keys of `losses` and the learning rate, one
-    panel each, into the PNG `path`; `resumed_at` marks the step a resumed run started from. Returns the keys drawn
-    (nothing is written when none was logged). Needs matplotlib (a dependency of trl_ext)."""
+    """Draw `primary` (with `eval_<primary>` where logged), the logged keys of `losses` (but those that repeat
+    `primary`) and the learning rate, one panel each, into the PNG `path`; `resumed_at` marks the step a resumed run
+    started from. Returns the keys drawn (nothing is written when none was logged). Needs matplotlib (a dependency of
+    trl_ext)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     panels = [
         (primary, [k for k in (primary, f"eval_{primary}") if series(log_history, k)]),
-        ("loss metrics", [k for k in logged_keys(log_history, losses) if k != primary][:4]),
+        ("loss metrics", [k for k in logged_keys(log_history, losses) if not _repeats(log_history, k, primary)][:4]),
         ("learning rate", [k for k in ("learning_rate",) if series(log_history, k)]),
         ("staleness (versions)", [k for k in STALENESS_KEYS if series(log_history, k)]),
     ]
