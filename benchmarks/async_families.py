@@ -58,8 +58,8 @@ staleness.
 
 Outputs: `<out>.json` (settings with the commit, the algorithms and their refusals, summaries, curves) and
 `<out>.png` (held-out reward against the step and against the seconds, a row per scenario). The table printed at the
-end is the one the documentation renders from the JSON (`<!-- registry: async-families -->`,
-`docs/_hooks/registry_tables.py`).
+end is the one `python docs/_hooks/registry_tables.py` then writes into the documentation from the JSON
+(`<!-- registry: async-families -->`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,18 @@
 """The documentation's tables, rendered from trl_ext's registries: nothing in the docs lists names by hand.
 
-A page asks for a table with a directive alone on a line, `<!-- registry: NAME ARG... -->`; this MkDocs hook
-(`hooks:` in mkdocs.yml) replaces the directive by the table when the site is built. The README cannot run a hook,
-so its generated tables sit between the directive and `<!-- /registry -->`, and
+A page asks for a table with a directive alone on a line, `<!-- registry: NAME ARG... -->`, and the table is written
+into the Markdown itself, between the directive and `<!-- /registry -->`, so a page reads the same on GitHub, in an
+editor and on the site:
 
-    python docs/_hooks/registry_tables.py            # rewrites the README's generated blocks
-    python docs/_hooks/registry_tables.py --check    # exit 1 if they are out of date (tests/docs/test_docs.py)
+    python docs/_hooks/registry_tables.py            # writes every generated block: docs/**/*.md and README.md
+    python docs/_hooks/registry_tables.py --check    # exit 1, naming the files, if a block is out of date
+
+A new directive is written alone on its line and filled by the first command. The blocks are generated: an edit by
+hand inside one is undone by the next run, and until then `tests/docs/test_docs.py` fails. As an MkDocs hook
+(`hooks:` in mkdocs.yml) this module inserts nothing: the site shows each page as its file holds it, and the hook
+warns (the strict build fails) on a page whose blocks are not current. Relative links in a block start from the
+page's own folder (`../algorithms/grpo.md` from `docs/reference/`), so they work on the site and on GitHub; names of
+classes are MkDocs autorefs (`[`PPOPolicyLoss`][trl_ext.losses.PPOPolicyLoss]`), links on the site only.
 
 Directives (ARGs are `key=value`):
 
@@ -22,17 +29,22 @@ Directives (ARGs are `key=value`):
 * `trl-private-names`: the private names of TRL's trainers that trl_ext touches (the upgrade inventory).
 * `verl-losses`: the names `trl_ext.compat.verl.get_policy_loss_fn` takes.
 * `modules PACKAGE`: one API block per module of `trl_ext.PACKAGE` (`losses`, `advantages`).
+* `async-forms`: each algorithm that generates, with its asynchronous config or why it has none.
 * `async-families [path=docs/async_families.json]`: the measurements `benchmarks/async_families.py` wrote (its plot
   and a table, sync against async per algorithm), or a line saying they are absent.
+
+(`python -m trl_ext.trainers.core.generate` is another generator: it writes the built-in algorithms' classes.)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import glob
 import importlib
 import inspect
 import json
+import logging
 import os
 import re
 import sys
@@ -40,8 +52,13 @@ from collections.abc import Callable
 
 DIRECTIVE = re.compile(r"^<!-- registry: (?P<name>[\w-]+)(?P<args>(?: [^ \n]+)*) -->$", re.MULTILINE)
 END = "<!-- /registry -->"
+# A directive and its block, when it has one: the lines after it up to `END`, none of them another directive.
+BLOCK = re.compile(
+    DIRECTIVE.pattern + r"(?P<block>\n(?:(?!<!-- registry: |" + re.escape(END) + r"$).*\n)*" + re.escape(END) + ")?$",
+    re.MULTILINE,
+)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-README = os.path.join(ROOT, "README.md")
+LOG = logging.getLogger("mkdocs.hooks.registry_tables")  # a warning fails the strict build
 
 # The site's page of each trainer family (the algorithm tables link their rows to it).
 FAMILY_PAGES = {
@@ -443,37 +460,52 @@ def render(name: str, args: str = "", base: str = "") -> str:
     return RENDERERS[name](*positional, **keywords)
 
 
-def expand(markdown: str, base: str = "") -> str:
-    """`markdown` with each directive replaced by its table (a README block's old table, up to `END`, dropped)."""
+def refresh_blocks(markdown: str, base: str = "") -> str:
+    """`markdown` with each directive's block (between it and `END`) written anew, a directive without one given one;
+    `base` leads from the file's folder to `docs/` (`../` from `docs/algorithms/`, `docs/` from the root)."""
 
-    def table(match: re.Match) -> str:
-        return render(match["name"], match["args"].strip(), base)
+    def block(match: re.Match) -> str:
+        return f"{match[0].splitlines()[0]}\n\n{render(match['name'], match['args'].strip(), base)}\n\n{END}"
 
-    return DIRECTIVE.sub(table, markdown)
-
-
-def refresh_blocks(markdown: str) -> str:
-    """`markdown` (the README) with each block between a directive and `END` regenerated."""
-    pattern = re.compile(DIRECTIVE.pattern + r"\n.*?^" + re.escape(END) + "$", re.MULTILINE | re.DOTALL)
-    return pattern.sub(lambda m: f"{m[0].splitlines()[0]}\n{render(m['name'], m['args'].strip())}\n{END}", markdown)
+    return BLOCK.sub(block, markdown)
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:  # the MkDocs hook
-    depth = page.file.src_uri.count("/")
-    return expand(markdown, base="../" * depth)
+def base_for(path: str, root: str = ROOT) -> str:
+    """The relative path from the folder of `path` (a page or the README) to `docs/`, for the links a block makes."""
+    base = os.path.relpath(os.path.join(root, "docs"), os.path.dirname(os.path.abspath(path))).replace(os.sep, "/")
+    return "" if base == "." else base + "/"
 
 
-def main(argv: list[str]) -> int:
-    with open(README, encoding="utf-8") as f:
-        current = f.read()
-    fresh = refresh_blocks(current)
-    if "--check" in argv:
-        if fresh != current:
-            print("README.md's generated tables are out of date: run python docs/_hooks/registry_tables.py")
-            return 1
-        return 0
-    with open(README, "w", encoding="utf-8") as f:
-        f.write(fresh)
+def documents(root: str = ROOT) -> list[str]:
+    """The files whose blocks this module writes: the README and every page under `docs/`."""
+    pages = glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True)
+    return [os.path.join(root, "README.md"), *sorted(pages)]
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:  # the MkDocs hook: checks, changes nothing
+    path = page.file.abs_src_path
+    if refresh_blocks(markdown, base_for(path)) != markdown:
+        LOG.warning(f"{page.file.src_uri}: generated blocks out of date; run python docs/_hooks/registry_tables.py")
+    return markdown
+
+
+def main(argv: list[str], root: str = ROOT) -> int:
+    check = "--check" in argv
+    stale = []
+    for path in documents(root):
+        with open(path, encoding="utf-8") as f:
+            current = f.read()
+        fresh = refresh_blocks(current, base_for(path, root))
+        if fresh == current:
+            continue
+        stale.append(os.path.relpath(path, root))
+        if not check:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(fresh)
+    if check and stale:
+        print("Generated blocks out of date in " + ", ".join(stale) + ": run python docs/_hooks/registry_tables.py")
+        return 1
+    print(("Rewrote " + ", ".join(stale)) if stale and not check else "Every generated block is current.")
     return 0
 
 

@@ -84,7 +84,7 @@ def test_the_docs_table_is_rendered_from_the_json(tmp_path, monkeypatch):
     (tmp_path / "docs" / "async_families.json").write_text(json.dumps(_data()))
     assert "![" not in registry_tables.render("async-families", base="../")  # no plot beside it
     (tmp_path / "docs" / "async_families.png").write_bytes(b"png")
-    rendered = registry_tables.expand("<!-- registry: async-families -->", base="../")
+    rendered = registry_tables.refresh_blocks("<!-- registry: async-families -->", base="../")
     assert "](../async_families.png)\n\n| scenario | algorithm | run |" in rendered
     other = tmp_path / "elsewhere.json"
     other.write_text(json.dumps(_data()))

@@ -1,15 +1,17 @@
-"""The README and the documentation site: the README fits a screen and its generated table is current, every
-`trl_ext` name written in the docs resolves, the site lists every config, policy loss and estimator from the
-registries, and no page lists registered names in a table typed by hand. (`.ci/run` builds the site itself with
-`mkdocs build --strict`.)"""
+"""The README and the documentation site: the README fits a screen, every generated block in the README and the pages
+is current, every `trl_ext` name written in the docs resolves, the site lists every config, policy loss and estimator
+from the registries, and no page lists registered names in a table typed by hand. (`.ci/run` builds the site itself
+with `mkdocs build --strict`.)"""
 
 from __future__ import annotations
 
 import glob
 import importlib
+import logging
 import os
 import re
 import sys
+import types
 
 import pytest
 
@@ -35,9 +37,9 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def _rendered_site() -> dict[str, str]:
-    """Every page's Markdown with its registry directives expanded, as the site's hook renders it."""
-    return {os.path.relpath(p, ROOT): registry_tables.expand(_read(p)) for p in PAGES}
+def _site() -> dict[str, str]:
+    """Every page's Markdown: the site shows each as its file holds it, generated blocks included."""
+    return {os.path.relpath(p, ROOT): _read(p) for p in PAGES}
 
 
 def test_readme_fits_a_screen_and_has_the_quickstart():
@@ -54,14 +56,55 @@ def test_readme_fits_a_screen_and_has_the_quickstart():
 
 def test_readme_table_is_generated_from_the_registry_and_current():
     text = _read(README)
-    assert registry_tables.refresh_blocks(text) == text, "run python docs/_hooks/registry_tables.py"
     block = text.split("<!-- registry: algorithms-short -->", 1)[1].split(registry_tables.END, 1)[0]
     rows = [line for line in block.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == [
         spec.name for spec in registry_tables._by_family(ALGORITHMS.values())
     ]
-    stale = text.replace(rows[0] + "\n", "")  # a row dropped by hand is put back
-    assert registry_tables.refresh_blocks(stale) == text
+
+
+@pytest.mark.parametrize("path", [README, *PAGES], ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_generated_block_is_current(path):
+    """Each directive's block (README and pages) is what the registries render now, for that file's location."""
+    text = _read(path)
+    assert registry_tables.refresh_blocks(text, registry_tables.base_for(path)) == text, (
+        "run python docs/_hooks/registry_tables.py"
+    )
+
+
+def test_a_block_edited_by_hand_or_missing_is_found_and_written_anew(tmp_path, capsys):
+    """`--check` names the file whose block was edited by hand or not yet written; a run writes it back."""
+    page = os.path.join(ROOT, "docs", "algorithms", "index.md")
+    (tmp_path / "docs" / "algorithms").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("# README\n\n<!-- registry: recipes -->\n", encoding="utf-8")
+    copy = tmp_path / "docs" / "algorithms" / "index.md"
+    current = _read(page)
+    row = next(line for line in current.splitlines() if line.startswith("| `sapo` |"))
+    copy.write_text(current.replace(row + "\n", ""), encoding="utf-8")  # a row dropped by hand
+    assert registry_tables.main(["--check"], root=str(tmp_path)) == 1
+    assert "README.md, docs/algorithms/index.md" in capsys.readouterr().out
+    assert registry_tables.main([], root=str(tmp_path)) == 0
+    assert copy.read_text(encoding="utf-8") == current  # the row is back, links still from docs/algorithms/
+    written = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert written.startswith("# README\n\n<!-- registry: recipes -->\n\n| kind |") and written.endswith(
+        f"\n\n{registry_tables.END}\n"
+    )
+    assert registry_tables.main(["--check"], root=str(tmp_path)) == 0
+
+
+def test_the_hook_leaves_the_page_as_written_and_warns_when_stale(caplog):
+    """The site shows the file: the hook returns the Markdown unchanged, and warns (the strict build fails) on a
+    stale block."""
+    path = os.path.join(ROOT, "docs", "reference", "losses.md")
+    page = types.SimpleNamespace(file=types.SimpleNamespace(abs_src_path=path, src_uri="reference/losses.md"))
+    current = _read(path)
+    with caplog.at_level(logging.WARNING):
+        assert registry_tables.on_page_markdown(current, page, None, None) == current
+        assert not caplog.records
+        stale = current.replace("| `sapo` |", "| `sapo_typed_by_hand` |", 1)
+        assert registry_tables.on_page_markdown(stale, page, None, None) == stale
+    assert "reference/losses.md: generated blocks out of date" in caplog.text
+    assert caplog.records[0].name.startswith("mkdocs.")  # mkdocs counts it in --strict
 
 
 def _resolves(name: str) -> bool:
@@ -94,30 +137,38 @@ def test_every_trl_ext_name_written_in_the_docs_resolves():
 
 
 def test_the_site_shows_every_config_policy_loss_and_estimator():
-    site = "\n".join(_rendered_site().values())
+    site = "\n".join(_site().values())
     for spec in ALGORITHMS.values():
         assert f"::: {spec.config_class.__module__}.{spec.config_class.__name__}" in site, spec.name
-        assert f"<!-- registry: settings {spec.name} -->" in "\n".join(map(_read, PAGES)), spec.name
+        assert f"<!-- registry: settings {spec.name} -->" in site, spec.name
     for name in POLICY_LOSSES:
         assert f"| `{name}` | [`{POLICY_LOSSES[name].__name__}`]" in site, name
     for name in ADVANTAGE_FNS:
         assert f"| `{name}` | `{ADVANTAGE_FNS[name].__module__}." in site, name
 
 
+def _typed_rows(text: str) -> list[str]:
+    """The registered names that start table rows outside the generated blocks of `text`."""
+    registered = set(ALGORITHMS) | set(POLICY_LOSSES) | set(ADVANTAGE_FNS)
+    generated = False
+    typed = []
+    for line in text.split("\n"):
+        generated = (generated or line.startswith("<!-- registry:")) and line != registry_tables.END
+        match = re.match(r"^\| `([\w-]+)`", line)
+        if match and match[1] in registered and not generated:
+            typed.append(match[1])
+    return typed
+
+
 def test_no_page_types_a_table_of_registered_names():
     """A table whose rows start with registered names is rendered from the registry, never typed: three or more such
-    rows in a page's source are a hand-typed copy that will drift."""
-    registered = set(ALGORITHMS) | set(POLICY_LOSSES) | set(ADVANTAGE_FNS)
+    rows outside a page's generated blocks are a hand-typed copy that will drift."""
     for path in [README, *PAGES]:
-        source = registry_tables.refresh_blocks(_read(path)).split("\n")
-        generated = False
-        typed = []
-        for line in source:  # README blocks between a directive and its end are generated
-            generated = (generated or line.startswith("<!-- registry:")) and line != registry_tables.END
-            match = re.match(r"^\| `([\w-]+)`", line)
-            if match and match[1] in registered and not generated:
-                typed.append(match[1])
+        typed = _typed_rows(_read(path))
         assert len(typed) < 3, f"{os.path.relpath(path, ROOT)} types a table of registered names: {typed}"
+    copy = registry_tables.render("algorithms", "family=grpo")
+    assert len(_typed_rows(f"Intro.\n\n{copy}\n")) > 3  # a copied table is found, a generated one is not
+    assert not _typed_rows(f"<!-- registry: algorithms family=grpo -->\n\n{copy}\n\n{registry_tables.END}\n")
 
 
 def test_a_directive_renders_the_registry_and_an_unknown_one_is_refused_by_name():
