@@ -1,5 +1,6 @@
 """The points every trl_ext trainer shares with the TRL trainer it extends: TRL's metric lists, its model card's
-name and paper, and the HF loop's per-window hook. A family's own points are in its adapter module
+name and paper, HF's checkpoint (saved when an error stops a run, `error_checkpoint.py`) and the HF loop's per-window
+hook. A family's own points are in its adapter module
 (`core/trl_private_names.py` lists them all)."""
 
 from __future__ import annotations
@@ -8,13 +9,15 @@ from typing import Any
 
 import torch
 
+from .error_checkpoint import SavesOnError
 from .model_card import AlgorithmModelCard, display_name, paper
 from .window import WindowNormalization
 
 
-class TrainerAdapter(AlgorithmModelCard):
+class TrainerAdapter(SavesOnError, AlgorithmModelCard):
     """Mixin for a trl_ext trainer, before the TRL trainer in its bases (it needs `self.algorithm`): TRL's model
-    card names the algorithm and its paper, with trl_ext's section (`AlgorithmModelCard`)."""
+    card names the algorithm and its paper, with trl_ext's section (`AlgorithmModelCard`); an error that stops
+    `train` after its first step leaves a checkpoint (`SavesOnError`)."""
 
     @property
     def _name(self) -> str:
@@ -23,6 +26,12 @@ class TrainerAdapter(AlgorithmModelCard):
     @property
     def _paper(self) -> dict[str, str]:
         return paper(self.algorithm)
+
+    def save_checkpoint_now(self) -> None:
+        """HF's checkpoint of the current step, `output_dir/checkpoint-<step>`, as its loop saves one at `save_steps`
+        (the family's own state and the callbacks' `on_save` included)."""
+        self._save_checkpoint(self.model_wrapped, trial=None)
+        self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def metric_log(self, mode: str) -> dict[str, list[float]]:
         """TRL's lists of the values logged in `mode` ("train" or "eval"), averaged at each log."""
