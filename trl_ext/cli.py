@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import logging
 import os
 import platform
+import signal
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -234,6 +236,11 @@ def accelerate_launch_args(algorithm: str, accelerate_config: str, argv: Sequenc
     `accelerate_config` is a file or the name of a packaged config (`trl_ext/configs/accelerate/<name>.yaml`, or an
     alias: `zero3`, `fsdp2`, `single_gpu`, ...). The script's flags are parsed here, so a mistake in them is a
     `UsageError` before any process starts."""
+    return _launch_plan(algorithm, accelerate_config, argv)[0]
+
+
+def _launch_plan(algorithm: str, accelerate_config: str, argv: Sequence[str]) -> tuple[list[str], tuple]:
+    """`accelerate_launch_args`, and the dataclasses that the script's parser parsed from `argv`."""
     from ._packaged import accelerate_config_names, find_accelerate_config
     from .scripts._common import UsageError
 
@@ -244,32 +251,99 @@ def accelerate_launch_args(algorithm: str, accelerate_config: str, argv: Sequenc
             f"--accelerate_config {accelerate_config}: {reason}, nor a packaged accelerate config; give a file or "
             f"one of {', '.join(accelerate_config_names())}"
         )
-    _, launcher = script_parser(algorithm, argv).parse_known_script_args(list(argv))
+    parsed, launcher = script_parser(algorithm, argv).parse_known_script_args(list(argv))
     script_args = _subtract_subsequence(list(argv), launcher)
-    return ["--config_file", path, *launcher, "-m", "trl_ext.cli", "train", "--algorithm", algorithm, *script_args]
+    arguments = ["--config_file", path, *launcher, "-m", "trl_ext.cli", "train", "--algorithm", algorithm]
+    return [*arguments, *script_args], parsed
+
+
+def check_before_launch(parsed: Sequence[object]) -> None:
+    """What the scripts check of their parsed flags before anything loads and that no process needs to start for:
+    `--resume_from_checkpoint` and `--model_name_or_path` (`resolve_checkpoint`, `check_model_source`). Checked in
+    `trl-ext train --accelerate_config`'s own process, a mistake is one line, not one per process."""
+    from transformers import TrainingArguments
+
+    from .scripts.finish import resolve_checkpoint
+    from .scripts.model_source import check_model_source
+
+    for arguments in parsed:
+        if isinstance(arguments, TrainingArguments):
+            resolve_checkpoint(arguments.resume_from_checkpoint, arguments.output_dir)
+        elif hasattr(arguments, "model_name_or_path"):  # trl's ModelConfig (or `model_arguments`' form of it)
+            check_model_source(arguments.model_name_or_path)
+
+
+USAGE_ERROR_STATUS = 2
+"""The exit status of a usage error (argparse's, the scripts' `usage_errors_exit`)."""
+
+_ELASTIC_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+_ELASTIC_FAILURE_LOGS = ("failed (exitcode: ", "Sending process ")
+"""torch elastic's log lines when a process fails (`E... failed (exitcode: 2) local_rank: 0 ...`) and as it stops the
+others (`W... Sending process 123 closing signal SIGTERM`): what `failed_run_status` says, or, for a usage error,
+noise after the error's one line."""
+
+
+def _not_a_failure_log(record: logging.LogRecord) -> bool:
+    return not (isinstance(record.msg, str) and record.msg.startswith(_ELASTIC_FAILURE_LOGS))
+
+
+def failed_run_status(error: BaseException) -> int | None:
+    """The exit status for `trl-ext train --accelerate_config` when `accelerate launch` raised `error` for processes
+    that failed (torch elastic's `ChildFailedError`: the multi_gpu, FSDP and DeepSpeed launchers); None for any other
+    error.
+
+    A usage error (a process exited with status 2, the others with 2 or stopped by the launcher's SIGTERM) is
+    `USAGE_ERROR_STATUS`, after the processes printed its line; else the first failure's status (1 for a signal),
+    after the launcher's summary of the failed processes (rank, exit status or signal), without its traceback
+    through the launcher's code: the processes printed their own errors and tracebacks."""
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    except ImportError:  # a torch without torch.distributed: no such error
+        return None
+    if not isinstance(error, ChildFailedError):
+        return None
+    statuses = {failure.exitcode for failure in error.failures.values()}
+    if USAGE_ERROR_STATUS in statuses and statuses <= {USAGE_ERROR_STATUS, -signal.SIGTERM}:
+        return USAGE_ERROR_STATUS
+    print(str(error).strip("\n"), file=sys.stderr, flush=True)
+    status = error.get_first_failure()[1].exitcode
+    return status if status > 0 else 1
 
 
 def launch(algorithm: str, accelerate_config: str, argv: Sequence[str]) -> None:
     """`trl-ext train --accelerate_config CONFIG --algorithm ALGORITHM ARGV`: `accelerate launch` with the arguments of
     `accelerate_launch_args`; waits for the processes. A flag that neither the script nor `accelerate launch` takes
-    is a `UsageError`; a failed run exits with its status (its processes printed the error)."""
+    is a `UsageError`, and so is a model or checkpoint that cannot be loaded (`check_before_launch`); a failed run
+    exits with its status (its processes printed the error; for a usage error, nothing of the launcher:
+    `failed_run_status`)."""
     import subprocess
 
     from accelerate.commands.launch import launch_command, launch_command_parser
 
     from .scripts._common import UsageError
 
-    arguments = accelerate_launch_args(algorithm, accelerate_config, argv)
+    arguments, parsed = _launch_plan(algorithm, accelerate_config, argv)
+    check_before_launch(parsed)
     parser = launch_command_parser()
 
     def error(message: str):
         raise UsageError(f"{message} (neither a flag of the {algorithm} script nor of accelerate launch)")
 
     parser.error = error  # one line, not accelerate's usage
+    launcher_args = parser.parse_args(arguments)
+    elastic = logging.getLogger(_ELASTIC_LOGGER)
+    elastic.addFilter(_not_a_failure_log)
     try:
-        launch_command(parser.parse_args(arguments))
-    except subprocess.CalledProcessError as failure:
+        launch_command(launcher_args)
+    except subprocess.CalledProcessError as failure:  # one process (accelerate's simple launcher)
         raise SystemExit(failure.returncode) from None
+    except Exception as failure:  # torch elastic's ChildFailedError (the multi_gpu, FSDP and DeepSpeed launchers)
+        status = failed_run_status(failure)
+        if status is None:
+            raise
+        raise SystemExit(status) from None
+    finally:
+        elastic.removeFilter(_not_a_failure_log)
 
 
 def toy_data(directory: str) -> str:
