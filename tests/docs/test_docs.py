@@ -18,7 +18,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "docs", "_hooks"))
 
-import registry_tables  # noqa: E402  (docs/_hooks: the site's MkDocs hook)
+import inline_code  # noqa: E402  (docs/_hooks: the site's MkDocs hooks)
+import registry_tables  # noqa: E402
 
 from trl_ext import ALGORITHMS  # noqa: E402
 from trl_ext.advantages import ADVANTAGE_FNS  # noqa: E402
@@ -178,3 +179,18 @@ def test_a_directive_renders_the_registry_and_an_unknown_one_is_refused_by_name(
     assert "`gpg`" in verl and "`sapo`" not in verl
     with pytest.raises(ValueError, match=r"unknown registry directive 'setings' \(did you mean settings\?\)"):
         registry_tables.render("setings", "sapo")
+
+
+def test_inline_code_breaks_at_its_spaces_only():
+    """The inline-code hook marks each short word for the stylesheet's `nowrap`; code blocks and long words are left
+    as they were, and the text a reader copies is unchanged."""
+    html = "<p><code>--dataset_name</code>, <code>--eval_strategy steps</code></p>"
+    html += "<pre><span></span><code>a-b c</code></pre>"
+    marked = inline_code.mark_tokens(html)
+    assert marked.startswith('<p><code class="md-token">--dataset_name</code>, <code><span class="md-token">--eval')
+    assert '<span class="md-token">steps</span></code></p>' in marked
+    assert marked.endswith("<pre><span></span><code>a-b c</code></pre>")
+    assert re.sub(r"<[^>]+>", "", marked) == re.sub(r"<[^>]+>", "", html)
+    long = "x" * (inline_code.LONGEST + 1)
+    assert inline_code.mark_tokens(f"<code>{long}</code>") == f"<code>{long}</code>"
+    assert ".md-token" in _read(os.path.join(ROOT, "docs", "stylesheets", "extra.css"))
