@@ -1,5 +1,6 @@
 """The SAPO, CISPO, GSPO (and GRPO) trainers make the same updates as TRL's own GRPOTrainer with the
-equivalent `loss_type` (`trainer_helpers.TRL_EQUIVALENTS`, documented in docs/algorithms/grpo.md), on the same seed.
+equivalent `loss_type` (`trainer_helpers.TRL_EQUIVALENTS`, documented in docs/algorithms/grpo-settings.md), on the
+same seed.
 
 SGD without gradient clipping makes the update −lr × gradient, so a gradient difference shows directly (Adam's
 first step is ≈ lr·sign(g) and would hide it). Three steps with `beta > 0`: the first step's KL gradient is 0
