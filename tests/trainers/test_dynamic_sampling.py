@@ -145,11 +145,38 @@ def test_mix_refills_its_rollout_rows_and_keeps_its_expert_rows(random_tiny_mode
     assert all(value > 0 for value in logged(trainer, "expert/sft_loss"))  # the expert rows still train
 
 
-def test_a_batch_that_cannot_be_filled_stops_training_before_any_update(random_tiny_model, tmp_path):
-    def constant(completion_ids, **kwargs):
-        return [1.0] * len(completion_ids)
+def constant(completion_ids, **kwargs):
+    return [1.0] * len(completion_ids)
 
+
+def test_a_batch_that_cannot_be_filled_trains_with_uniform_groups_and_warns_once(random_tiny_model, tmp_path):
+    """At the cap (`dynamic_sampling_at_cap="train"`, the default) the run goes on: each batch trains the groups it
+    drew first (all uniform here: advantage 0, as without dynamic sampling), with one warning for the run."""
     trainer, seen = train(random_tiny_model, tmp_path, reward=constant, dynamic_sampling_max_rounds=3)
+    with pytest.warns(UserWarning, match=r"found 0 of the 2 prompt groups .*_max_rounds=3 rounds \(6 prompts\)") as w:
+        trainer.train()
+    assert sum("dynamic sampling found" in str(warning.message) for warning in w) == 1  # once, not per batch
+    assert trainer.state.global_step == 2
+    assert len(seen) == 2 and all(torch.equal(rewards, torch.ones(8)) for rewards in seen)
+    assert logged(trainer, "dynamic_sampling/capped") == [1.0, 1.0]
+    assert logged(trainer, "dynamic_sampling/groups_filled") == [2.0, 2.0]
+    assert logged(trainer, "dynamic_sampling/rounds") == [3.0, 3.0]
+
+
+def test_a_capped_batch_keeps_the_informative_groups_it_found(random_tiny_model, tmp_path):
+    """One round: prompt 0 is informative, prompt 1 uniform; the batch trains both, in generation order."""
+    trainer, seen = train(random_tiny_model, tmp_path, dynamic_sampling_max_rounds=1, max_steps=1)
+    with pytest.warns(UserWarning, match=r"found 1 of the 2 prompt groups"):
+        trainer.train()
+    torch.testing.assert_close(seen[0], expected_rewards([0, 1]))
+    assert logged(trainer, "dynamic_sampling/groups_filled") == [1.0]
+
+
+def test_at_cap_raise_stops_training_before_any_update(random_tiny_model, tmp_path):
+    """`dynamic_sampling_at_cap="raise"`: verl's behaviour, an error naming the settings."""
+    trainer, seen = train(
+        random_tiny_model, tmp_path, reward=constant, dynamic_sampling_max_rounds=3, dynamic_sampling_at_cap="raise"
+    )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     with pytest.raises(RuntimeError, match=r"0 of the 2 prompt groups .* dynamic_sampling_max_rounds=3 rounds"):
         trainer.train()
@@ -180,6 +207,8 @@ def test_overlong_penalty_keeps_falling_beyond_the_maximum_length():
                               per_device_train_batch_size=2), r"dynamic_sampling=True .* num_generations=1"),
         (lambda t: GRPOConfig(output_dir=t, dynamic_sampling_max_rounds=0),
          r"dynamic_sampling_max_rounds=0 is not valid; must be an integer >= 1"),
+        (lambda t: GRPOConfig(output_dir=t, dynamic_sampling_at_cap="stop"),
+         r"dynamic_sampling_at_cap='stop' .*train.*raise"),
         (lambda t: GiGPOConfig(output_dir=t, dynamic_sampling=True), r"advantage_fn='gigpo'"),
         (lambda t: OnPolicyDistillConfig(output_dir=t, dynamic_sampling=True),
          r"distillation's advantages come from the teacher"),

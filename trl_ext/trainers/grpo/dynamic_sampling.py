@@ -13,16 +13,22 @@ the micro-batch split and the 2-processes = 1-process equivalence hold unchanged
   penalty, which would otherwise make an all-correct group look informative): verl's `filter_groups.metric=acc`.
 * Extra prompts come from a second, independently shuffled pass over the training dataset (the same sampler as
   TRL's, seed + 1), so the training loop's epochs and steps are untouched; every process draws the same prompts.
-* A generation batch is never trained partially filled: after `dynamic_sampling_max_rounds` generation rounds
-  (the first included) without enough informative groups the trainer raises, naming the setting (verl's
-  `max_num_gen_batches`).
+* After `dynamic_sampling_max_rounds` generation rounds (the first included) without enough informative groups,
+  `dynamic_sampling_at_cap` decides. `train` (the default): the batch is trained with the informative groups found
+  and, to fill it, the earliest uniform groups drawn, as GRPO without dynamic sampling would train them (their
+  advantage is 0: they add no policy gradient); the trainer warns once with the counts, and every capped batch is
+  counted in `dynamic_sampling/capped` and `dynamic_sampling/groups_filled`. A run whose groups turn uniform late in
+  training (the policy solves most prompts) goes on instead of stopping. `raise`: the trainer raises, naming the
+  setting, as verl does when `max_num_gen_batches` is reached.
 * Logged per generation batch: `dynamic_sampling/rounds`, `dynamic_sampling/prompts_drawn` (prompts generated for,
   all rounds), `dynamic_sampling/groups_dropped` (uniform groups), `dynamic_sampling/groups_surplus` (informative
-  groups left over).
+  groups left over), `dynamic_sampling/capped` (1 when the rounds ran out) and `dynamic_sampling/groups_filled`
+  (uniform groups trained to fill a capped batch).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +36,11 @@ import torch
 from torch.utils.data import IterableDataset
 from trl.trainer.utils import RepeatSampler
 
-from ..._validation import check_bool, check_number
+from ..._validation import check_bool, check_choice, check_number
 from ..core.arguments import _help
+
+AT_CAP = ("train", "raise")
+"""`dynamic_sampling_at_cap`'s values (see the module docstring)."""
 
 
 @dataclass
@@ -50,8 +59,16 @@ class DynamicSamplingArguments:
         default=10,
         metadata=_help(
             "The most generation rounds (the first included) dynamic sampling may take to fill one generation "
-            "batch; when they are not enough, training stops with an error rather than train a partial batch "
-            "(verl's `max_num_gen_batches`)."
+            "batch (verl's `max_num_gen_batches`); what happens then: `dynamic_sampling_at_cap`."
+        ),
+    )
+    dynamic_sampling_at_cap: str = field(
+        default="train",
+        metadata=_help(
+            "When `dynamic_sampling_max_rounds` rounds do not fill a generation batch: `train` trains it with the "
+            "informative groups found, filled up with uniform ones (advantage 0, as without dynamic sampling), warns "
+            "once and counts it in `dynamic_sampling/capped`; `raise` stops the run with an error, as verl does.",
+            choices=list(AT_CAP),
         ),
     )
 
@@ -60,6 +77,7 @@ class DynamicSamplingArguments:
         owner = type(self).__name__
         check_bool(owner, "dynamic_sampling", self.dynamic_sampling)
         check_number(owner, "dynamic_sampling_max_rounds", self.dynamic_sampling_max_rounds, ge=1, integer=True)
+        check_choice(owner, "dynamic_sampling_at_cap", self.dynamic_sampling_at_cap, AT_CAP)
 
 
 def check_dynamic_sampling_dataset(owner: str, args: Any, train_dataset: Any) -> None:
@@ -77,6 +95,7 @@ class DynamicSampler:
 
     def __init__(self, trainer: Any):
         self.trainer = trainer
+        self.warned = False  # the warning at the cap, once per trainer
         self._prompt_loader = None
         self._prompt_iterator = None
 
@@ -92,7 +111,7 @@ class DynamicSampler:
         n_local = len(inputs)
         needed = n_local * trainer.accelerator.num_processes // group_size
         weights = trainer.reward_weights
-        rounds, picks, dropped = [], [], 0
+        rounds, picks, uniform_groups, dropped = [], [], [], 0
         batch = inputs
         for round_index in range(trainer.args.dynamic_sampling_max_rounds):
             output, rewards_per_func, overlong = trainer._generate_round(batch)
@@ -101,19 +120,17 @@ class DynamicSampler:
             uniform = task.amax(dim=1) == task.amin(dim=1)
             dropped += int(uniform.sum())
             picks += [(round_index, int(g)) for g in (~uniform).nonzero().flatten().tolist()]
+            uniform_groups += [(round_index, int(g)) for g in uniform.nonzero().flatten().tolist()]
             if len(picks) >= needed:
                 break
             batch = self._next_prompt_batch(n_local)
-        else:
-            drawn = len(rounds) * needed
-            raise RuntimeError(
-                f"{type(trainer).__name__}: dynamic sampling found {len(picks)} of the {needed} prompt groups a "
-                f"generation batch needs after dynamic_sampling_max_rounds={trainer.args.dynamic_sampling_max_rounds} "
-                f"rounds ({drawn} prompts): the rewards of every other group agreed (all completions scored the "
-                "same), which gives GRPO no signal; raise dynamic_sampling_max_rounds, use prompts or rewards on "
-                "which the model's completions differ, or set dynamic_sampling=False"
-            )
+        filled = max(needed - len(picks), 0)
+        if filled:
+            self._at_cap(len(picks), needed, len(rounds))
+            picks = sorted(picks + uniform_groups[:filled])  # the batch in generation order
         metrics = trainer.metric_log("train")
+        metrics["dynamic_sampling/capped"].append(float(filled > 0))
+        metrics["dynamic_sampling/groups_filled"].append(float(filled))
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
         metrics["dynamic_sampling/prompts_drawn"].append(float(len(rounds) * needed))
         metrics["dynamic_sampling/groups_dropped"].append(float(dropped))
@@ -136,6 +153,33 @@ class DynamicSampler:
             overlong = torch.stack([o for _, _, o in rounds])[round_of, row_of]
         table_rows = torch.where(round_of == len(rounds) - 1, row_of, -1)
         return output, rewards_per_func, overlong, table_rows
+
+    def _at_cap(self, found: int, needed: int, rounds: int) -> None:
+        """The rounds ran out with `found` of the `needed` informative groups: raise or warn (once), as
+        `dynamic_sampling_at_cap` says."""
+        trainer = self.trainer
+        owner, cap = type(trainer).__name__, trainer.args.dynamic_sampling_max_rounds
+        counts = (
+            f"dynamic sampling found {found} of the {needed} prompt groups a generation batch needs after "
+            f"dynamic_sampling_max_rounds={cap} rounds ({rounds * needed} prompts): the rewards of every other group "
+            "agreed (all completions scored the same), which gives GRPO no signal"
+        )
+        if trainer.args.dynamic_sampling_at_cap == "raise":
+            raise RuntimeError(
+                f"{owner}: {counts}; raise dynamic_sampling_max_rounds, use prompts or rewards on which the model's "
+                "completions differ, set dynamic_sampling_at_cap='train' to train such batches, or "
+                "dynamic_sampling=False"
+            )
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"{owner} at step {trainer.state.global_step + 1}: {counts}. This batch trains the {found} found "
+                f"and {needed - found} uniform groups (advantage 0, as without dynamic sampling), and so will every "
+                "batch that reaches the cap (warned once; counted in dynamic_sampling/capped and "
+                "dynamic_sampling/groups_filled). More rounds: dynamic_sampling_max_rounds; stop instead: "
+                "dynamic_sampling_at_cap='raise'.",
+                stacklevel=2,
+            )
 
     def _next_prompt_batch(self, n_local: int) -> list[dict[str, Any]]:
         """The next `n_local` prompt rows of this process from the extra-prompt stream (whole groups; a new shuffled
