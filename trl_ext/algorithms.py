@@ -92,6 +92,11 @@ class AlgorithmSpec:
             TRL's loss (`trl_ext.losses.trl_grpo`): the algorithm that `trl.GRPOTrainer` users swap in.
         argument_defaults: `(argument name, value)` pairs: the algorithm's own defaults for arguments of its policy
             loss or advantage where they differ from the component's (asynchronous GRPO's are TRL's objective).
+        paper_settings: `(config field, value)` pairs: the settings of the algorithm's paper that the reference's
+            record leaves at its components' and its family's defaults (DAPO's clip-higher, dynamic sampling and
+            overlong shaping). They are the config's defaults, while the flags above stay the reference's (parity
+            with Trinity-RFT's table); each names an argument of the policy loss or advantage, or a field of the
+            family's config.
 
     Raises:
         ValueError: An unknown `trainer` family (naming the registered ones), an `advantage_fn` for a family that
@@ -115,6 +120,7 @@ class AlgorithmSpec:
     details: str = ""
     trl_losses: bool = False
     argument_defaults: tuple[tuple[str, Any], ...] = ()
+    paper_settings: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.trainer is not None:
@@ -239,17 +245,20 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         Paper("DAPO: An Open-Source LLM Reinforcement Learning System at Scale", "2503.14476"),
         use_reference=False, repeat_times=16,
         policy_loss_fn="ppo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="default",
-        details="GRPO's group advantage and the PPO loss with DAPO's four techniques: the decoupled clip ("
-        "`clip_range_low` 0.2, `clip_range_high` 0.28: clip-higher), the token-level loss (`loss_agg_mode="
-        "'token-mean'`), dynamic sampling (`dynamic_sampling=True`: groups whose rewards are all equal, which give no "
-        "gradient, are dropped and more prompts sampled, up to `dynamic_sampling_max_rounds` generation rounds) and "
-        "overlong reward shaping (`overlong_buffer`, `overlong_penalty_factor`: a completion longer than "
+        paper_settings=(("clip_range_high", 0.28), ("clip_ratio_c", None), ("dynamic_sampling", True),
+                        ("overlong_buffer", None)),
+        details="GRPO's group advantage and the PPO loss with DAPO's four techniques, all on by default as in the "
+        "paper: the decoupled clip (`clip_range_low` 0.2, `clip_range_high` 0.28: clip-higher; no dual clip), the "
+        "token-level loss (`loss_agg_mode='token-mean'`), dynamic sampling (`dynamic_sampling=True`: groups whose "
+        "rewards are all equal, which give no gradient, are dropped and more prompts sampled, up to "
+        "`dynamic_sampling_max_rounds` generation rounds) and overlong reward shaping (a completion longer than "
         "`max_completion_length` − `overlong_buffer` tokens loses up to `overlong_penalty_factor`, linearly in its "
-        "length). No KL term and no reference model. As in Trinity-RFT, the record sets only the components: "
-        "DAPOConfig's defaults are the `ppo` loss's (symmetric clip 0.2) with dynamic sampling and the overlong "
-        "penalty off; the paper's settings, all four techniques on, are the recipe configs/dapo.yaml (Trinity-RFT's "
-        "`examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2, epsilon_high=0.28, beta=0` "
-        "with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling."),
+        "length; the default buffer is a fifth of `max_completion_length`, the paper's 4096 of 20480). No KL term "
+        "and no reference model. Trinity-RFT's record sets only the components (the `ppo` loss's symmetric clip, "
+        "dynamic sampling and the overlong penalty off): its flags are this record's, and the paper's settings "
+        "beside them are the config's defaults. The recipe configs/dapo.yaml adds the paper's scale (Trinity-RFT's "
+        "`examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2, epsilon_high=0.28, "
+        "beta=0` with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling."),
     AlgorithmSpec("grpo_verl", "GRPO with verl's trainer-side advantage: the group-normalized summed token rewards.",
         Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", "2402.03300"),
         use_reference=True, repeat_times=2,

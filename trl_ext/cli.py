@@ -115,6 +115,14 @@ def describe_algorithm(name: str) -> str:
     components = f"policy loss {spec.policy_loss_fn}, advantage {spec.advantage_fn or '-'}"
     components += f", KL {spec.kl_loss_fn}, entropy {spec.entropy_loss_fn}"
     lines.append(f"  components  {components} (Trinity-RFT's defaults)")
+    if spec.paper_settings:  # the config's defaults beside the reference's flags
+        paper = ", ".join(f"{key}={value!r}" for key, value in spec.paper_settings)
+        lines += textwrap.wrap(
+            f"  paper's     {paper}: the config's defaults (Trinity-RFT's record leaves them at the components' and "
+            "the family's)",
+            118,
+            subsequent_indent="              ",
+        )
     if spec.has_trainer and spec.family.per_algorithm_classes:
         lines.append(
             f"  compose     {spec.class_names[0]}(policy_loss_fn=..., advantage_fn=..., *_args, kl_penalty_fn=...): "

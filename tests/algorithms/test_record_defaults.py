@@ -35,12 +35,17 @@ def test_config_defaults_are_the_records(name, tmp_path):
         components.append(ADVANTAGE_FNS[spec.advantage_fn])
     if spec.family.kl_coef_field == "beta":  # the KL term of `beta`: its arguments are the config's fields
         components.append(KLFn)
-    own = dict(spec.argument_defaults)  # the record's own defaults for its components' arguments
+    own = {**dict(spec.argument_defaults), **dict(spec.paper_settings)}  # the record's own defaults
     for component in components:
         for argument in config_arguments(component):
             expected = None if argument.config_unset else own.get(argument.name, argument.default)
             assert getattr(config, argument.field_name) == expected, (component.__name__, argument.name)
-    assert own.keys() <= {a.name for c in components for a in config_arguments(c)}
+    arguments = {a.name for c in components for a in config_arguments(c)}
+    assert dict(spec.argument_defaults).keys() <= arguments
+    for name, value in spec.paper_settings:  # the rest: family settings at the paper's default
+        if name not in arguments:
+            expected = spec.config_class.__dataclass_fields__[name].default
+            assert expected == value, name
 
 
 @pytest.mark.parametrize("name", WITHOUT_ENTROPY)

@@ -146,15 +146,18 @@ def test_builtin_configs_are_built_from_their_records(name):
     assert config_class.__name__ == spec.class_names[0] and config_class.algorithm == name
     base_fields = {f.name for f in dataclasses.fields(get_family_classes(spec.trainer).config_base)}
     own = {f.name: f for f in dataclasses.fields(config_class)}
+    papers = dict(spec.paper_settings)  # DAPO: the paper's settings, beside Trinity-RFT's record
     for component in [POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS.get(spec.advantage_fn), KLFn]:
         for argument in config_arguments(component) if component else ():
             field = own[argument.field_name]
             if argument.config_unset:
                 assert field.default is None, argument
             else:
-                assert field.default == argument.default, argument
+                assert field.default == papers.get(argument.name, argument.default), argument
             assert field.metadata["help"].startswith(argument.help), argument
     assert set(own) == base_fields | {field_name for field_name, _, _ in algorithm_fields(name)}
+    for field_name in papers.keys() & base_fields:  # a family setting: the base's field, the paper's default
+        assert own[field_name].default == papers[field_name] and "the DAPO paper's" in own[field_name].metadata["help"]
     assert str(spec.paper) in " ".join(config_class.__doc__.split())  # wrapped to the line width
     assert own["kl_loss_fn"].default == spec.kl_loss_fn
 

@@ -155,6 +155,38 @@ def test_m2po_recipe_trains_on_stale_rollouts(toy_cache, tiny_model, tmp_path):
         assert len(logged(trainer, name)) == 2, name
 
 
+UNIFORM_REWARD = "def solved(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+
+
+def test_dapo_example_trains_through_the_dynamic_sampling_cap(toy_cache, tmp_path, monkeypatch):
+    """Every group uniform: each batch reaches the cap, and the run trains on (one warning) instead of stopping."""
+    (tmp_path / "uniform_rewards.py").write_text(UNIFORM_REWARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["--output_dir", str(tmp_path / "out"), *QUICK, "--dynamic_sampling", "True"]
+    argv += ["--dynamic_sampling_max_rounds", "2", "--reward_funcs", "uniform_rewards.solved"]
+    with pytest.warns(UserWarning, match=r"found 0 of the 2 prompt groups") as caught:
+        trainer = main("dapo", argv)
+    assert sum("dynamic sampling found" in str(w.message) for w in caught) == 1
+    assert trainer.state.global_step == 2 and os.path.isfile(tmp_path / "out" / "model.safetensors")
+    assert logged(trainer, "dynamic_sampling/capped") == [1.0, 1.0]
+    assert logged(trainer, "dynamic_sampling/groups_filled") == [2.0, 2.0]
+
+
+@pytest.mark.slow
+def test_the_dapo_example_finishes_on_the_tiny_default(toy_cache, tmp_path):
+    """The whole example, as the first hour runs it (about 2 minutes): the toy's groups turn uniform as the policy
+    learns, and dynamic sampling at its cap trains on."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1"]
+    command += [os.path.join(ROOT, "examples", "train_dapo.py"), "--output_dir", str(tmp_path), "--dynamic_sampling"]
+    command += ["True", "--report_to", "none"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = " ".join(run.stdout.split())
+    assert "dapo settings: the paper's clip_range_high=0.28, clip_ratio_c=None, dynamic_sampling=True" in out
+    assert "Trained dapo for 200 steps" in out
+
+
 def test_lora_flags(toy_cache, tmp_path):
     argv = ["--output_dir", str(tmp_path), *QUICK, "--use_peft", "--lora_r", "4", "--lora_alpha", "8"]
     argv += ["--lora_target_modules", "q_proj", "v_proj"]

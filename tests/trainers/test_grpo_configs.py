@@ -32,19 +32,23 @@ def test_fields_are_the_loss_and_advantage_arguments(algorithm):
     spec = trl_ext.get_algorithm(algorithm)
     assert issubclass(config_class, trl.GRPOConfig) and config_class.algorithm == algorithm
     fields = {f.name: f for f in dataclasses.fields(config_class)}
+    papers = dict(spec.paper_settings)  # DAPO: the paper's clip, beside Trinity-RFT's record
     for component in (POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS[spec.advantage_fn]):
         # every argument, by its config name, with its default (unset in the config where it says so)
         for argument in config_arguments(component):
             field = fields[argument.field_name]
-            assert field.default == (None if argument.config_unset else argument.default), argument.name
+            default = None if argument.config_unset else papers.get(argument.name, argument.default)
+            assert field.default == default, argument.name
     own = config_class.loss_argument_names() + config_class.advantage_argument_names()
     exposed = config_arguments(POLICY_LOSSES[spec.policy_loss_fn]) + config_arguments(ADVANTAGE_FNS[spec.advantage_fn])
     assert len(own) == len(set(own)) == len(exposed)
     if spec.advantage_fn == "grpo":  # the trainer hands it the sampling policy's log-probs when it is set
         assert fields["rank_penalty"].default is None
-    # The defaults build exactly the library's default components.
+    # The defaults build exactly the library's default components (with the paper's arguments, DAPO's).
     config = make(config_class)
-    assert repr(config.components.policy_loss) == repr(POLICY_LOSSES[spec.policy_loss_fn]())
+    loss = POLICY_LOSSES[spec.policy_loss_fn]
+    taken = {a.name for a in config_arguments(loss)}
+    assert repr(config.components.policy_loss) == repr(loss(**{k: v for k, v in papers.items() if k in taken}))
     assert repr(config.components.advantage_fn) == repr(ADVANTAGE_FNS[spec.advantage_fn]())
 
 

@@ -21,6 +21,7 @@ from trl import TrlParser
 
 from .._packaged import find_recipe, recipe_names
 from ..algorithms import get_algorithm
+from .run_settings import settings_lines, shown_value
 
 
 class UsageError(ValueError):
@@ -261,11 +262,6 @@ def resolve_config_argument(argv: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------------------------------- defaults
 
 
-def _show(value: Any) -> str:
-    """A config value as the summary prints it; an enum as its value (`'steps'`, not `<IntervalStrategy...>`)."""
-    return repr(getattr(value, "value", value))
-
-
 @dataclasses.dataclass
 class ToyDefaults:
     """The toy defaults of a run on the toy model, and where each value of the run comes from."""
@@ -281,12 +277,12 @@ class ToyDefaults:
     def describe(self, args: Any, width: int = 118) -> list[str]:
         """Summary lines: the toy defaults in effect, then each override with its source and the toy value."""
         keys = self.hyperparameters or tuple(self.values)
-        kept = [f"{k}={_show(getattr(args, k))}" for k in keys if self.sources[k] == "toy"]
+        kept = [f"{k}={shown_value(getattr(args, k))}" for k in keys if self.sources[k] == "toy"]
         lines = [f"toy defaults ({self.name}, under --config and the command line): " + (", ".join(kept) or "none")]
         by_source: dict[str, list[str]] = {}
         for key in keys:
             if self.sources[key] != "toy":
-                item = f"{key}={_show(getattr(args, key))} (toy {_show(self.values[key])})"
+                item = f"{key}={shown_value(getattr(args, key))} (toy {shown_value(self.values[key])})"
                 by_source.setdefault(self.sources[key], []).append(item)
         lines += [f"overridden by {source}: {', '.join(items)}" for source, items in by_source.items()]
         wrapped = []
@@ -469,21 +465,6 @@ def _rows(dataset) -> str:
         return "streamed"
 
 
-def algorithm_overrides(args: Any, algorithm: str, shown: Sequence[str] = ()) -> list[str]:
-    """`name=value (default d)` for each of the algorithm's own config fields (`trl-ext list`'s) that differ from their
-    default, except those in `shown`."""
-    from ..trainers.core.arguments import is_documented_default
-    from ..trainers.core.model_card import algorithm_fields, field_default
-
-    out = []
-    for f in algorithm_fields(type(args), algorithm):
-        value, default = getattr(args, f.name), field_default(f)
-        # a value the config resolved itself (marked as not given) is not an override
-        if f.name not in shown and value != default and not is_documented_default(value):
-            out.append(f"{f.name}={_show(value)} (default {_show(default)})")
-    return out
-
-
 def _dotted(obj: Any) -> str:
     name = getattr(obj, "__qualname__", None)
     return f"{obj.__module__}.{name}" if name and getattr(obj, "__module__", None) else repr(obj)
@@ -542,12 +523,7 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
         parts = "; ".join(f"{part} {text}" for part, text in args.composition().items())
         lines += textwrap.wrap(f"  parts       {parts}", width=118, subsequent_indent="              ")
     shown = ("learning_rate", "per_device_train_batch_size", "num_generations", "max_completion_length")
-    settings = algorithm_overrides(args, algorithm, shown)
-    lines += textwrap.wrap(
-        f"  {algorithm} settings: " + (", ".join(settings) if settings else "the algorithm's defaults"),
-        width=118,
-        subsequent_indent="      ",
-    )
+    lines += settings_lines(args, algorithm, shown)
     if toy is not None:
         lines += toy.describe(args)
     output = f"  output      {args.output_dir}"

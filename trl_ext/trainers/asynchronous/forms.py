@@ -21,6 +21,7 @@ names them, so a pickled config (a checkpoint's `training_args.bin`) loads in an
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from functools import cache
 
 from ...algorithms import ALGORITHMS, get_algorithm
@@ -89,13 +90,6 @@ def _form(algorithm: str) -> type[AsyncGRPOConfig] | str:
     if family.async_family != "async":
         return family.synchronous_only
     name = async_config_name(algorithm)
-    fields = [entry for entry in algorithm_fields(algorithm) if entry[0] not in _NOT_FIELDS]
-    doc = (
-        f"The asynchronous form of [`{spec.class_names[0]}`] for [`AsyncGRPOTrainer`]: {spec.description} Its "
-        f"own fields are {spec.class_names[0]}'s, with the same defaults ({', '.join(f[0] for f in fields)}); every "
-        "other field is `AsyncGRPOConfig`'s (and the teacher's, `AsyncDistillConfig`, for a distillation algorithm)."
-    )
-    namespace = {"__module__": __name__, "__qualname__": name, "__doc__": doc, "algorithm": algorithm}
     # what the synchronous config adds to the GRPO family's comes along: the teacher (on-policy distillation,
     # `AsyncDistillConfig`), the expert demonstrations and the mixing loss (MIX, `AsyncMIXFamilyConfig`)
     # and the critic (critic PPO, `AsyncCriticConfig`)
@@ -105,9 +99,18 @@ def _form(algorithm: str) -> type[AsyncGRPOConfig] | str:
         else AsyncCriticConfig if issubclass(spec.config_class, CriticArguments)
         else AsyncGRPOConfig
     )  # fmt: skip
+    fields = [entry for entry in algorithm_fields(algorithm, base) if entry[0] not in _NOT_FIELDS]
+    doc = (
+        f"The asynchronous form of [`{spec.class_names[0]}`] for [`AsyncGRPOTrainer`]: {spec.description} Its "
+        f"own fields are {spec.class_names[0]}'s, with the same defaults ({', '.join(f[0] for f in fields)}); every "
+        "other field is `AsyncGRPOConfig`'s (and the teacher's, `AsyncDistillConfig`, for a distillation algorithm)."
+    )
+    namespace = {"__module__": __name__, "__qualname__": name, "__doc__": doc, "algorithm": algorithm}
     config = dataclasses.make_dataclass(name, fields, bases=(base,), namespace=namespace)
     try:  # the parts the worker and the trainer cannot feed are refused by the config itself
-        config(output_dir="async-form-check", rollout_backend="transformers", token_budget=0, use_cpu=True)
+        with warnings.catch_warnings():  # transformers' deprecation notices of TRL's defaults: not the user's
+            warnings.simplefilter("ignore", FutureWarning)
+            config(output_dir="async-form-check", rollout_backend="transformers", token_budget=0, use_cpu=True)
     except ValueError as error:
         return str(error)
     return config

@@ -13,6 +13,7 @@ with a TRL field or would be ambiguous: `sppo_epsilon`, `rec_*`, `advantage_epsi
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -55,10 +56,23 @@ class _DocumentedDefaultStr(str):
         return str.__repr__(self)
 
 
-def documented_default(value: Any) -> Any:
-    """`value` marked as a default the user did not set (None stays None)."""
+class _DocumentedDefaultInt(int):
+    """`DocumentedDefault` for a count a config works out itself (`overlong_buffer=None`: a fifth of the length)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+
+def documented_default(value: Any, integer: bool = False) -> Any:
+    """`value` marked as a default the user did not set (None stays None); `integer`: an int stays an int."""
     if isinstance(value, str):
         return _DocumentedDefaultStr(value)
+    if integer and isinstance(value, int) and not isinstance(value, bool):
+        return _DocumentedDefaultInt(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return DocumentedDefault(value)
     if value is None:
@@ -68,7 +82,7 @@ def documented_default(value: Any) -> Any:
 
 def is_documented_default(value: Any) -> bool:
     """True when a field holds a default the user did not set (`documented_default`)."""
-    return isinstance(value, (DocumentedDefault, _DocumentedDefaultStr))
+    return isinstance(value, (DocumentedDefault, _DocumentedDefaultStr, _DocumentedDefaultInt))
 
 
 class LossArguments:
@@ -509,11 +523,13 @@ _TRL_BATCH_SIZE = 8
 (`repeat_times`) is larger gets a config whose default batch is one group (`algorithm_fields`)."""
 
 
-def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
+def algorithm_fields(name: str, base: type | None = None) -> list[tuple[str, Any, Any]]:
     """`(name, type, field)` of each field that algorithm `name`'s config declares over its family's config base,
     read from its record: the KL estimator, the entropy bonus and the KL penalty with the record's defaults, the group
     size (`repeat_times`, where the family samples groups; a group larger than TRL's default batch of 8 rows also sets
-    the batch: one group), then the fields of its policy loss's and its advantage's arguments (`argument_field`).
+    the batch: one group), the fields of its policy loss's and its advantage's arguments (`argument_field`, with the
+    record's `argument_defaults` and `paper_settings`), then the fields of the config `base` whose default the
+    record's `paper_settings` change (`paper_setting_field`; none without a `base`).
     The built-in configs' class statements (`trl_ext.trainers.grpo.algorithms`) and the classes built for a record
     registered later (`trl_ext.trainers.core.classes`) both take their fields from here."""
     spec = get_algorithm(name)
@@ -546,7 +562,7 @@ def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
         if kind in family.components and getattr(spec, kind) is not None and family.per_algorithm_classes:
             text = composition_field_help(kind, spec)
             fields.append((kind, str, field(default=getattr(spec, kind), metadata=_help(text))))
-    defaults = dict(spec.argument_defaults)
+    defaults = {**dict(spec.argument_defaults), **dict(spec.paper_settings)}
     taken: set[str] = set()
     if "policy_loss_fn" in family.components:
         loss = POLICY_LOSSES[spec.policy_loss_fn]
@@ -556,20 +572,37 @@ def algorithm_fields(name: str) -> list[tuple[str, Any, Any]]:
         advantage = ADVANTAGE_FNS[spec.advantage_fn]
         fields += [argument_field(arg, advantage, AdvantageArguments, defaults) for arg in config_arguments(advantage)]
         taken |= {arg.name for arg in config_arguments(advantage)}
-    unknown = sorted(set(defaults) - taken)
+    unknown = sorted(set(dict(spec.argument_defaults)) - taken)
     if unknown:
         raise ValueError(
             f"algorithm {name!r}: argument_defaults names {', '.join(map(repr, unknown))}, which neither its policy "
             f"loss {spec.policy_loss_fn!r} nor its advantage {spec.advantage_fn!r} takes; name one of their arguments"
         )
+    if base is not None:
+        papers = [(key, value) for key, value in spec.paper_settings if key not in taken]
+        fields += [paper_setting_field(spec, base, key, value) for key, value in papers]
     return fields
 
 
-def algorithm_field(name: str, field_name: str) -> Any:
+def paper_setting_field(spec: Any, base: type, name: str, value: Any) -> tuple[str, Any, Any]:
+    """`(name, type, field)`: field `name` of the config `base` with the default `value` of the paper of `spec`'s
+    algorithm (its record's `paper_settings`), its help saying so."""
+    declared = getattr(base, "__dataclass_fields__", {}).get(name)
+    if declared is None:
+        raise ValueError(
+            f"algorithm {spec.name!r}: paper_settings names {name!r}, which is neither an argument of its policy loss "
+            f"{spec.policy_loss_fn!r} or advantage {spec.advantage_fn!r} nor a field of {base.__name__}"
+        )
+    kind = next(inspect.get_annotations(c, eval_str=True)[name] for c in base.__mro__ if name in c.__annotations__)
+    text = f"{declared.metadata.get('help', '')} Default here: the {spec.display_name} paper's, {value!r}."
+    return name, kind, field(default=value, metadata={**declared.metadata, "help": text})
+
+
+def algorithm_field(name: str, field_name: str, base: type | None = None) -> Any:
     """The dataclass field `field_name` of algorithm `name`'s config (a fresh `dataclasses.Field` each call), as
     `algorithm_fields` derives it: what a generated class statement assigns, `tau_pos: float =
     algorithm_field("sapo", "tau_pos")`."""
-    for candidate, _, value in algorithm_fields(name):
+    for candidate, _, value in algorithm_fields(name, base):
         if candidate == field_name:
             return value
     raise ValueError(f"algorithm {name!r}: its config declares no field {field_name!r}")

@@ -68,7 +68,7 @@ def config_docstring(spec: AlgorithmSpec) -> str:
     lines = [*config_summary(spec), "", "    Parameters specific to this algorithm:", ""]
     classes = get_family_classes(spec.trainer)
     shared = {f.name for f in dataclasses.fields(classes.settings_base)}
-    own = {name: (kind, value) for name, kind, value in algorithm_fields(spec.name)}
+    own = {name: (kind, value) for name, kind, value in algorithm_fields(spec.name, classes.config_base)}
     base = classes.config_base
     for f in dataclasses.fields(base):  # the family's own fields (MIX's expert data, the teacher, ...)
         if f.name not in shared and f.name not in own:
@@ -105,7 +105,7 @@ def build_classes(spec: AlgorithmSpec) -> tuple[type, type]:
     namespace = {"__module__": __name__, "__qualname__": config_name, "__doc__": config_docstring(spec)}
     namespace["algorithm"] = spec.name  # a class attribute (not annotated: not a field)
     config = dataclasses.make_dataclass(
-        config_name, algorithm_fields(spec.name), bases=(family.config_base,), namespace=namespace
+        config_name, algorithm_fields(spec.name, family.config_base), bases=(family.config_base,), namespace=namespace
     )
     trainer = type(
         trainer_name,

@@ -69,8 +69,10 @@ def render_module() -> str:
         out += ["", "", "@dataclass", f"class {config_name}({config_base}):"]
         out.append(f'    """{config_docstring(spec)}"""')
         out += ["", f'    algorithm: ClassVar[str] = "{spec.name}"', ""]
-        for name, kind, _ in algorithm_fields(spec.name):
-            out.append(f'    {name}: {_type_name(kind)} = algorithm_field("{spec.name}", "{name}")')
+        own = {name for name, _, _ in algorithm_fields(spec.name)}
+        for name, kind, _ in algorithm_fields(spec.name, get_family_classes(spec.trainer).config_base):
+            base = "" if name in own else f", {config_base}"  # a field of the base with the paper's default
+            out.append(f'    {name}: {_type_name(kind)} = algorithm_field("{spec.name}", "{name}"{base})')
         out += ["", "", f"class {trainer_name}({trainer_base}):"]
         out.append(f'    """{trainer_docstring(spec)}"""')
         out += ["", f"    config_class: ClassVar[type[{config_base}]] = {config_name}"]

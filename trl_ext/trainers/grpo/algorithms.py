@@ -335,16 +335,17 @@ class DAPOConfig(GRPOFamilyConfig):
     """
     Configuration of [`DAPOTrainer`]: DAPO: decoupled clip, token-level loss, dynamic sampling, overlong reward shaping.
     Paper: DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv 2503.14476). GRPO's group advantage
-    and the PPO loss with DAPO's four techniques: the decoupled clip (`clip_range_low` 0.2, `clip_range_high` 0.28:
-    clip-higher), the token-level loss (`loss_agg_mode='token-mean'`), dynamic sampling (`dynamic_sampling=True`: groups
-    whose rewards are all equal, which give no gradient, are dropped and more prompts sampled, up to
-    `dynamic_sampling_max_rounds` generation rounds) and overlong reward shaping (`overlong_buffer`,
-    `overlong_penalty_factor`: a completion longer than `max_completion_length` − `overlong_buffer` tokens loses up to
-    `overlong_penalty_factor`, linearly in its length). No KL term and no reference model. As in Trinity-RFT, the record
-    sets only the components: DAPOConfig's defaults are the `ppo` loss's (symmetric clip 0.2) with dynamic sampling and
-    the overlong penalty off; the paper's settings, all four techniques on, are the recipe configs/dapo.yaml
-    (Trinity-RFT's `examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2, epsilon_high=0.28,
-    beta=0` with the `get_soft_overlong_punishment` reward; TRL has no dynamic sampling.
+    and the PPO loss with DAPO's four techniques, all on by default as in the paper: the decoupled clip
+    (`clip_range_low` 0.2, `clip_range_high` 0.28: clip-higher; no dual clip), the token-level loss
+    (`loss_agg_mode='token-mean'`), dynamic sampling (`dynamic_sampling=True`: groups whose rewards are all equal, which
+    give no gradient, are dropped and more prompts sampled, up to `dynamic_sampling_max_rounds` generation rounds) and
+    overlong reward shaping (a completion longer than `max_completion_length` − `overlong_buffer` tokens loses up to
+    `overlong_penalty_factor`, linearly in its length; the default buffer is a fifth of `max_completion_length`, the
+    paper's 4096 of 20480). No KL term and no reference model. Trinity-RFT's record sets only the components (the `ppo`
+    loss's symmetric clip, dynamic sampling and the overlong penalty off): its flags are this record's, and the paper's
+    settings beside them are the config's defaults. The recipe configs/dapo.yaml adds the paper's scale (Trinity-RFT's
+    `examples/dapo_math`). TRL's near-equivalent is `loss_type='dapo', epsilon=0.2, epsilon_high=0.28, beta=0` with the
+    `get_soft_overlong_punishment` reward; TRL has no dynamic sampling.
 
     Parameters specific to this algorithm:
 
@@ -382,9 +383,9 @@ class DAPOConfig(GRPOFamilyConfig):
             PPO clip ε, used for both sides unless `clip_range_low`/`_high` are set.
         clip_range_low (`float | None`, *optional*, defaults to `None`):
             Lower clip ε_low: the ratio is clipped at 1 − ε_low. Defaults to `clip_range`.
-        clip_range_high (`float | None`, *optional*, defaults to `None`):
+        clip_range_high (`float | None`, *optional*, defaults to `0.28`):
             Upper clip ε_high: the ratio is clipped at 1 + ε_high (DAPO recommends 0.28). Defaults to `clip_range`.
-        clip_ratio_c (`float | None`, *optional*, defaults to `3.0`):
+        clip_ratio_c (`float | None`, *optional*, defaults to `None`):
             Dual-clip constant c > 1 (Ye et al. 2020, arXiv 1912.09729): for negative advantages the loss is bounded by
             −A·c, so a very large ratio cannot blow up the update. None: no dual clip (c = ∞, TRL's PPO clip).
         loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
@@ -424,6 +425,15 @@ class DAPOConfig(GRPOFamilyConfig):
         group_of_one (`str`, *optional*, defaults to `'reward'`):
             A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
             Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
+        dynamic_sampling (`bool`, *optional*, defaults to `True`):
+            DAPO's dynamic sampling (arXiv 2503.14476 §3.2): drop the prompt groups whose task rewards all agree and
+            generate for more prompts until the generation batch is full again (logged under `dynamic_sampling/`). Needs
+            num_generations >= 2. Default here: the DAPO paper's, True.
+        overlong_buffer (`int | None`, *optional*, defaults to `None`):
+            DAPO's overlong reward shaping: the last `overlong_buffer` tokens before `max_completion_length` over which
+            a completion's reward falls linearly, by up to `overlong_penalty_factor` at the maximum length (arXiv
+            2503.14476 §3.4; the paper's 4096 of 20480). Logged as `rewards/overlong_penalty/mean`. 0: off; None: a
+            fifth of `max_completion_length`, the paper's ratio. Default here: the DAPO paper's, None.
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -452,6 +462,8 @@ class DAPOConfig(GRPOFamilyConfig):
     std_cal_level: str = algorithm_field("dapo", "std_cal_level")
     std_unbiased: bool = algorithm_field("dapo", "std_unbiased")
     group_of_one: str = algorithm_field("dapo", "group_of_one")
+    dynamic_sampling: bool = algorithm_field("dapo", "dynamic_sampling", GRPOFamilyConfig)
+    overlong_buffer: int | None = algorithm_field("dapo", "overlong_buffer", GRPOFamilyConfig)
 
 
 class DAPOTrainer(GRPOFamilyTrainer):
