@@ -135,6 +135,8 @@ def test_summary_before_training(toy_cache, tmp_path, capsys):
     assert recipe and "learning_rate=1e-06 (toy 0.001)" in recipe.group(1)
     assert "temperature=1.0 (toy 1.0)" in recipe.group(1)
     assert "max_completion_length=8 (toy 8)" in text.split("overridden by the command line")[1]
+    after = " ".join(out[out.index("\n  output      ") :].split())  # the warning, below the summary
+    assert re.search(r"Warning: \S*sapo.yaml is a recipe for a real model; on the toy model its settings may", after)
 
 
 def test_short_run_prints_no_warnings(toy_cache, tmp_path):

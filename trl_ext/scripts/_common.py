@@ -274,6 +274,19 @@ class ToyDefaults:
     def overridden(self) -> dict[str, str]:
         return {key: source for key, source in self.sources.items() if source != "toy"}
 
+    def recipe_warning(self, width: int = 118) -> list[str]:
+        """A warning when a `--config` recipe set the toy run's values: its settings (a learning rate of 1e-6, ...)
+        are for a real model, and the toy may learn nothing with them."""
+        recipes = sorted({s.removeprefix("--config ") for s in self.sources.values() if s.startswith("--config")})
+        if not recipes:
+            return []
+        text = (
+            f"Warning: {', '.join(recipes)} is a recipe for a real model; on the toy model its settings may learn "
+            "nothing in this run. Leave out --config to train the toy with its own settings, or name a model with "
+            "--model_name_or_path."
+        )
+        return textwrap.wrap(text, width=width)
+
     def describe(self, args: Any, width: int = 118) -> list[str]:
         """Summary lines: the toy defaults in effect, then each override with its source and the toy value."""
         keys = self.hyperparameters or tuple(self.values)
@@ -530,4 +543,6 @@ def run_summary(trainer, algorithm: str, model: str, data: str, toy: ToyDefaults
     if toy is not None and toy.sources["output_dir"] == "toy":
         output += " (the toy default)"
     lines.append(output)
+    if toy is not None:
+        lines += toy.recipe_warning()
     return "\n".join(lines)
