@@ -166,3 +166,24 @@ def test_a_script_stopped_by_an_error_resumes_with_resume_true(toy_cache, tmp_pa
     assert f"Resuming from {out}/checkpoint-4 (step 4 of 6)" in printed
     assert "Trained sapo for 2 steps (steps 5-6, resumed from step 4)" in printed
     assert trainer.state.global_step == 6
+
+
+@pytest.mark.slow
+def test_an_asynchronous_run_keeps_its_rollout_position_too(toy_cache, tmp_path, monkeypatch, capsys):
+    """The reward raises in the rollout worker's process: the trainer saves its checkpoint with the worker's
+    dataset position (`trl_ext_rollout_state.json`), and the resumed run goes on from it."""
+    (tmp_path / "flaky_rewards.py").write_text(FLAKY_REWARD.replace("calls == 5", "calls == 40"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the worker's spawned process imports the reward too
+    out = str(tmp_path / "out")
+    argv = ["--asynchronous", "true", "--output_dir", out, "--logging_steps", "1", "--save_strategy", "no"]
+    with pytest.raises(RuntimeError, match="the reward server is down") as error:
+        grpo.main("sapo", [*argv, "--max_steps", "40", "--reward_funcs", "flaky_rewards.flaky"])
+    (folder,) = _checkpoints(out)
+    assert f"its state is saved in {out}/{folder}" in "\n".join(error.value.__notes__)
+    assert {"trl_ext_rollout_state.json", ERROR_FILE, "optimizer.pt"} <= set(os.listdir(os.path.join(out, folder)))
+    step = int(folder.split("-")[1])
+    capsys.readouterr()
+    trainer = grpo.main("sapo", [*argv, "--max_steps", str(step + 2), "--resume_from_checkpoint", "true"])
+    assert trainer.state.global_step == step + 2
+    assert f"resumed from step {step}" in " ".join(capsys.readouterr().out.split())
