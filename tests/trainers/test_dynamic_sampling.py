@@ -205,6 +205,7 @@ def test_overlong_penalty_keeps_falling_beyond_the_maximum_length():
         (lambda t: GRPOConfig(output_dir=t, overlong_buffer=-1), r"overlong_buffer=-1 is not valid"),
         (lambda t: GRPOConfig(output_dir=t, dynamic_sampling=True, num_generations=1,
                               per_device_train_batch_size=2), r"dynamic_sampling=True .* num_generations=1"),
+        (lambda t: GRPOConfig(output_dir=t, num_generations=0), r"num_generations=0 is not valid; must be an integer"),
         (lambda t: GRPOConfig(output_dir=t, dynamic_sampling_max_rounds=0),
          r"dynamic_sampling_max_rounds=0 is not valid; must be an integer >= 1"),
         (lambda t: GRPOConfig(output_dir=t, dynamic_sampling_at_cap="stop"),

@@ -179,6 +179,7 @@ class GRPOFamilyConfig(
         """Check each trl_ext field of the base config on its own (subclasses extend this); the loss and advantage
         arguments are checked by building the loss and the advantage function."""
         owner = type(self).__name__
+        check_number(owner, "num_generations", self.num_generations, ge=1, integer=True)  # before TRL divides by it
         check_choice(owner, "kl_loss_fn", self.kl_loss_fn, sorted(KL_FNS))
         check_number(owner, "beta", self.beta, ge=0)
         for spec in config_arguments(KLFn):
