@@ -124,7 +124,12 @@ def test_dapos_dynamic_sampling_and_overlong_shaping_reach_the_workers_scorer(ti
     )  # fmt: skip
     scorer = stub_trainer(tiny_model, config).group_scorer
     assert scorer.drop_uniform_groups and scorer.overlong == (8, 4, 0.5)
-    plain = stub_trainer(tiny_model, trl_ext.AsyncDAPOConfig(output_dir=str(tmp_path), **CPU, token_budget=0))
+    paper = stub_trainer(tiny_model, trl_ext.AsyncDAPOConfig(output_dir=str(tmp_path), **CPU, token_budget=0))
+    length = paper.args.max_completion_length  # the paper's defaults: both on, the buffer a fifth of the length
+    assert paper.group_scorer.drop_uniform_groups and paper.group_scorer.overlong == (length, length // 5, 1.0)
+    off = {"dynamic_sampling": False, "overlong_buffer": 0}
+    off = trl_ext.AsyncDAPOConfig(output_dir=str(tmp_path), **CPU, token_budget=0, **off)
+    plain = stub_trainer(tiny_model, off)
     assert not plain.group_scorer.drop_uniform_groups and plain.group_scorer.overlong is None
     with pytest.raises(ValueError, match=r"dynamic_sampling=True drops the prompt groups .* num_generations=1"):
         trl_ext.AsyncDAPOConfig(output_dir="out", **CPU, token_budget=0, dynamic_sampling=True, num_generations=1)

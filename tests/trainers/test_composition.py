@@ -18,7 +18,8 @@ import trl
 from trainer_helpers import CPU, algorithm_classes, cpu_config, logged, toy_trainer, train_update
 
 import trl_ext
-from trl_ext.losses import get_kl_fn
+from trl_ext.advantages import ADVANTAGE_FNS
+from trl_ext.losses import POLICY_LOSSES, get_kl_fn
 from trl_ext.trainers.grpo.trainer import GRPOFamilyTrainer
 
 GRPO_CONFIGS = algorithm_classes("grpo")
@@ -36,10 +37,13 @@ def _built(config):
 @pytest.mark.parametrize("base", ["grpo", "sapo", "rloo", "gspo"])
 def test_any_config_composes_any_algorithms_parts(base, target):
     """`<Base>Config(policy_loss_fn=<target's>, advantage_fn=<target's>)` builds exactly `<Target>Config()`'s loss
-    and advantage function (the composed parts take their own defaults, not the base's fields)."""
+    and advantage function (the composed parts take their own defaults, not the base's fields); a target's paper
+    settings (DAPO's clip-higher) are its config's defaults, not its parts'."""
     spec = trl_ext.get_algorithm(target)
     composed = _config(GRPO_CONFIGS[base], policy_loss_fn=spec.policy_loss_fn, advantage_fn=spec.advantage_fn)
-    assert _built(composed) == _built(_config(GRPO_CONFIGS[target]))
+    parts = {**POLICY_LOSSES[spec.policy_loss_fn].default_args(), **ADVANTAGE_FNS[spec.advantage_fn].default_args()}
+    papers = {name: parts[name] for name, _ in spec.paper_settings if name in parts}
+    assert _built(composed) == _built(_config(GRPO_CONFIGS[target], **papers))
 
 
 @pytest.mark.parametrize(
