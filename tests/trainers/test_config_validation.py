@@ -20,7 +20,7 @@ from trainer_helpers import CPU, ROLLOUT_FAMILIES, algorithm_classes
 import trl_ext
 from trl_ext.advantages import get_advantage_fn
 from trl_ext.cli import describe_algorithm
-from trl_ext.trainers.core.arguments import DocumentedDefault
+from trl_ext.trainers.core.documented_defaults import DocumentedDefault
 from trl_ext.trainers.core.model_card import field_default
 from trl_ext.trainers.core.trl_loss_fields import TRL_LOSS_FIELDS
 

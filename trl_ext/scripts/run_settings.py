@@ -38,7 +38,7 @@ def family_settings(config_class: type, algorithm: str) -> list[dataclasses.Fiel
 
 
 def _is_default(value: Any, default: Any) -> bool:
-    from ..trainers.core.arguments import is_documented_default
+    from ..trainers.core.documented_defaults import is_documented_default
 
     return value == default or is_documented_default(value)  # a value the config worked out itself
 

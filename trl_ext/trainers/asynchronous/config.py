@@ -30,7 +30,6 @@ from ...losses.kl import KL_FNS
 from ..core.arguments import (
     GRPO_KL_ARGUMENTS,
     CompositionArguments,
-    DocumentedDefault,
     RolloutCorrectionArguments,
     _help,
     algorithm_field,
@@ -39,6 +38,7 @@ from ..core.arguments import (
 from ..core.composition import ComposedComponents
 from ..core.config_fields import resolve_kl_coefficient
 from ..core.config_rules import COMPONENTS, FIELDS, GIVEN, check_rules, rules_for
+from ..core.documented_defaults import DocumentedDefault
 from ..core.step_arguments import LossStepArguments, check_loss_step_fields
 from ..grpo.overlong_reward import OverlongRewardArguments
 from .trl_field_checks import check_trl_async_fields

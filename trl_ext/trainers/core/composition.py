@@ -28,8 +28,9 @@ from ...losses import POLICY_LOSSES, get_entropy_fn, get_kl_fn, get_policy_loss
 from ...losses.kl import KL_FNS, KLFn
 from ...losses.trl_grpo import TRLGRPOLoss
 from ...losses.trl_grpo import aggregation as trl_loss_aggregation
-from .arguments import config_arguments, is_documented_default
+from .arguments import config_arguments
 from .config_fields import build_named, check_kwargs
+from .documented_defaults import is_documented_default
 from .resolved import Components, ResolvedComponents
 from .trl_loss_fields import TRL_LOSS_FIELDS, plain_value
 

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from ...losses.kl import KL_FNS
-from .arguments import is_documented_default
+from .documented_defaults import is_documented_default
 
 try:  # how TrainingArguments converts the values of the JSON dicts it parses ("true" -> True, "1" -> 1)
     from transformers.training_args import _convert_str_dict

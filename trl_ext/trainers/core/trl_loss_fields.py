@@ -19,8 +19,9 @@ from trl import GRPOConfig as _TRLGRPOConfig
 from ...advantages import ADVANTAGE_FNS
 from ...algorithms import get_algorithm
 from ...losses import POLICY_LOSSES
-from .arguments import DocumentedDefault, _help, config_arguments, documented_default, is_documented_default
+from .arguments import _help, config_arguments
 from .config_fields import trl_defaults
+from .documented_defaults import DocumentedDefault, documented_default, is_documented_default
 
 TRL_GRPO_DEFAULTS = trl_defaults(_TRLGRPOConfig)
 

@@ -19,9 +19,10 @@ from ..._validation import check_choice, check_number
 from ...losses import get_kl_fn
 from ...losses.dpo import TRLDPOLoss
 from ...losses.kl import KL_FNS
-from ..core.arguments import DPOKLArguments, is_documented_default
+from ..core.arguments import DPOKLArguments
 from ..core.config_fields import build_named, document_parameters, resolve_kl_coefficient
 from ..core.devices import check_hardware
+from ..core.documented_defaults import is_documented_default
 from ..core.resolved import Components, ResolvedComponents
 
 

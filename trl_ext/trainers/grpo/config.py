@@ -30,7 +30,6 @@ from ...losses.kl import KL_FNS, KLFn
 from ..core.arguments import (
     GRPO_KL_ARGUMENTS,
     CompositionArguments,
-    DocumentedDefault,
     RolloutCorrectionArguments,
     _help,
     config_arguments,
@@ -40,6 +39,7 @@ from ..core.composition import ComposedComponents
 from ..core.config_fields import resolve_kl_coefficient
 from ..core.config_rules import COMPONENTS, FIELDS, GIVEN, check_rules, rules_for
 from ..core.devices import check_hardware
+from ..core.documented_defaults import DocumentedDefault
 from ..core.trl_loss_fields import TRLLossFields, unused_trl_field
 from .dynamic_sampling import DynamicSamplingArguments
 from .overlong_reward import OverlongRewardArguments

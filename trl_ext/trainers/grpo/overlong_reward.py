@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..._validation import check_number
-from ..core.arguments import _help, documented_default
+from ..core.arguments import _help
+from ..core.documented_defaults import documented_default
 
 PAPER_LENGTH_TO_BUFFER = 5
 """`overlong_buffer=None` is `max_completion_length` / 5: the paper's 4096 tokens of 20480."""

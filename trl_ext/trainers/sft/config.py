@@ -18,9 +18,10 @@ from ..._validation import check_choice, check_number
 from ...losses import get_kl_fn, get_policy_loss
 from ...losses.aggregation import LOSS_AGG_MODES
 from ...losses.sft import SFTLoss, SFTPhiLoss
-from ..core.arguments import _DocumentedDefaultStr, config_field, documented_default, is_documented_default
+from ..core.arguments import config_field
 from ..core.config_fields import build_named, document_parameters
 from ..core.devices import check_hardware
+from ..core.documented_defaults import _DocumentedDefaultStr, documented_default, is_documented_default
 from ..core.resolved import Components, ResolvedComponents
 
 SFT_LOSS_FNS = ("sft", "sft_is", "sft_phi")
