@@ -17,12 +17,10 @@ TRL's fixed `(R - mean) / (std + 1e-8)`:
    completion lengths are passed when the estimator declares them;
 4. the estimator's `keep` tells which samples enter the loss: the worker does not enqueue the others.
 
-DAPO (Yu et al. 2025, arXiv 2503.14476) in the worker: with `drop_uniform_groups` a group whose task rewards all agree
-(NaN counted as 0, as the synchronous trainers' NaN-sum does; judged before the length penalty) is dropped whole
-before the estimator (its samples never reach the queue; the worker goes on generating: §3.2's dynamic sampling, with
-no cap on the rounds); with `overlong_buffer` > 0 each completion's reward gets DAPO's soft overlong penalty from its
-length (`trl_ext.advantages.overlong`, §3.4) before the estimator. Both are logged per group (`uniform_group`,
-`overlong_penalty`).
+DAPO (arXiv 2503.14476) in the worker, before the estimator: with `drop_uniform_groups` a group whose task rewards all
+agree (NaN as 0, the synchronous NaN-sum; before the length penalty) is dropped whole and the worker generates on
+(§3.2's dynamic sampling, no cap on the rounds); with `overlong_buffer` > 0 each reward gets the soft overlong penalty
+of its length (`trl_ext.advantages.overlong`, §3.4). Both are logged per group (`uniform_group`, `overlong_penalty`).
 
 Where the estimator runs (`check_async_estimator`): a group estimator (one advantage per sequence, from the group's
 rewards) runs here, per group (`IN_GROUP`). A token-level estimator that needs only the completion masks (REINFORCE++,
@@ -37,10 +35,8 @@ stamps it on every sample of the group under `WINDOW_BASELINE_KEY`); a greedy co
 scores gets baseline 0, as in the synchronous trainer (its NaN-sum). So do the per-turn estimators (`gigpo`,
 `step_wise_grpo`: `TURN_INPUTS`), on the model turns of the worker's episodes (`episodes.py`). Refused: those needing
 inputs neither has (log-probs, entropy, values, teacher log-probs) and GRPO's
-`duplicate_experiences` (it copies rows between groups: a result with `source`). The rollout worker runs in a
-spawned process, so the scorer must pickle: `check_picklable` (called at construction) names the reward function
-that does not (lambdas, closures).
-"""
+`duplicate_experiences` (it copies rows between groups: a result with `source`). The worker is a spawned process, so
+the scorer must pickle: `check_picklable`, at construction, names a reward function that does not (a lambda)."""
 
 from __future__ import annotations
 
