@@ -73,7 +73,8 @@ class AlgorithmSpec:
         name: The algorithm's name (`get_algorithm`, `trl-ext train --algorithm`).
         description: One line, shown in `trl-ext list`, the model cards and the config's docstring.
         paper: Its paper, or None.
-        policy_loss_fn: The default policy loss (a `trl_ext.losses.POLICY_LOSSES` name).
+        policy_loss_fn: The default policy loss (a `trl_ext.losses.POLICY_LOSSES` name); None for a family whose loss
+            is its trainer's own objective (`TrainerFamily.objective`, named by `loss_name`).
         advantage_fn: The default advantage estimator (an `ADVANTAGE_FNS` name), None where the family takes none.
         kl_loss_fn: The default KL-loss estimator (a `KL_FNS` name; `none`: no KL term).
         entropy_loss_fn: The default entropy term (an `ENTROPY_FNS` name; `none`: no bonus).
@@ -100,13 +101,14 @@ class AlgorithmSpec:
 
     Raises:
         ValueError: An unknown `trainer` family (naming the registered ones), an `advantage_fn` for a family that
-            takes none, `use_critic` for a family without a critic, or `repeat_times` not an integer >= 1.
+            takes none, a `policy_loss_fn` for a family with an objective (or None for one without), `use_critic`
+            for a family without a critic, or `repeat_times` not an integer >= 1.
     """
 
     name: str
     description: str
     paper: Paper | None
-    policy_loss_fn: str
+    policy_loss_fn: str | None
     advantage_fn: str | None
     kl_loss_fn: str
     entropy_loss_fn: str
@@ -130,6 +132,12 @@ class AlgorithmSpec:
                     f"algorithm {self.name!r}: advantage_fn={self.advantage_fn!r}, but trainer family "
                     f"{self.trainer!r} takes no advantage function (its components: {', '.join(family.components)})"
                 )
+            if (self.policy_loss_fn is None) != bool(family.objective):
+                wanted = "None: its loss is the family's objective" if family.objective else "a policy loss's name"
+                raise ValueError(
+                    f"algorithm {self.name!r}: policy_loss_fn={self.policy_loss_fn!r} is not valid for trainer family "
+                    f"{self.trainer!r}; must be {wanted}"
+                )
             if self.use_critic and not family.uses_critic:
                 raise ValueError(
                     f"algorithm {self.name!r}: use_critic=True needs a trainer family that trains a value model; "
@@ -147,6 +155,13 @@ class AlgorithmSpec:
     def family(self) -> TrainerFamily | None:
         """The record of the trainer family that trains it (None without a trainer)."""
         return None if self.trainer is None else get_family(self.trainer)
+
+    @property
+    def loss_name(self) -> str:
+        """What it trains: its policy loss's name, or its family's objective (`trl_ext.losses.gkd.gkd_loss`)."""
+        if self.policy_loss_fn is None:
+            return self.family.objective if self.family else "none"
+        return self.policy_loss_fn
 
     @property
     def schema(self) -> str:
@@ -484,6 +499,16 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         "`dataset_text_field` column (default `text`); rows of chat messages or prompt / completion pairs are "
         "refused (train those with SFTConfig). TRL's equivalent is `trl.SFTTrainer` on a language-modeling dataset "
         "(`dataset_text_field`)."),
+    AlgorithmSpec("online_dpo", "Online DPO: two sampled completions per prompt, ranked by reward, train DPO.",
+        Paper("Direct Language Model Alignment from Online AI Feedback", "2402.04792"),
+        use_reference=True, repeat_times=2,
+        policy_loss_fn="dpo", advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="online_dpo", class_prefix="OnlineDPO", display_name="Online DPO",
+        details="TRL's experimental `OnlineDPOTrainer` with the ported loss: the policy samples two completions of "
+        "each prompt, the reward functions rank them (`missing_eos_penalty` lowers a completion without an EOS), and "
+        "the pair trains `loss_type` `sigmoid` −log σ(βΔ) or `ipo` (Δ − 1/(2β))² on the summed log-ratios Δ (not "
+        "length-normalized, unlike DPOConfig's `ipo`); `beta` may list one β per epoch. TRL's equivalent is "
+        "`trl.experimental.online_dpo.OnlineDPOTrainer` with the same config."),
 ]}
 # fmt: on
 

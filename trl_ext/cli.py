@@ -75,7 +75,7 @@ def list_algorithms() -> str:
             continue
         lines.append(f"{family.name}: {family.description}")
         for spec in members:
-            parts = spec.policy_loss_fn + (f" / {spec.advantage_fn}" if spec.advantage_fn else "")
+            parts = spec.loss_name + (f" / {spec.advantage_fn}" if spec.advantage_fn else "")
             paper = f"arXiv {spec.paper.arxiv}" if spec.paper else ""
             lines.append(f"  {spec.name:<18} {spec.class_names[1]:<25} {parts:<30} {paper}".rstrip())
     untrained = [name for name, spec in ALGORITHMS.items() if not spec.has_trainer]
@@ -112,7 +112,7 @@ def describe_algorithm(name: str) -> str:
         )
     spec = ALGORITHMS[name]
     lines = [f"{name}: {spec.description}", f"  paper       {spec.paper or '-'}"]
-    components = f"policy loss {spec.policy_loss_fn}, advantage {spec.advantage_fn or '-'}"
+    components = f"policy loss {spec.loss_name}, advantage {spec.advantage_fn or '-'}"
     components += f", KL {spec.kl_loss_fn}, entropy {spec.entropy_loss_fn}"
     lines.append(f"  components  {components} (Trinity-RFT's defaults)")
     if spec.paper_settings:  # the config's defaults beside the reference's flags

@@ -67,7 +67,7 @@ class TrainerFamily:
             (`trl_ext.trainers.core.family_classes`).
         components: The component kinds (`COMPONENT_KINDS`, `policy_loss_fn` included) an algorithm of the family
             chooses (its config gets their arguments as fields); a record naming an advantage for a family without
-            one is refused.
+            one is refused. Empty for a family with an `objective`.
         schema: The data it trains on (`SCHEMAS`); `trl-ext train` runs the script of that data
             (`trl_ext.scripts.script_for`).
         per_algorithm_classes: Each algorithm gets its own config and trainer class, built from its record
@@ -91,10 +91,17 @@ class TrainerFamily:
             trained by `AsyncGRPOTrainer`); None where they train synchronously only.
         synchronous_only: Why a family that generates has no asynchronous form yet (the end of the error that
             refuses `--asynchronous true`).
+        objective: For a family whose loss is its TRL trainer's own objective, ported to `trl_ext.losses` and not
+            composed from parts (a divergence over the whole vocabulary, such as GKD's): the ported loss's dotted
+            name (`trl_ext.losses.gkd.gkd_loss`). Such a family has no `components` and its records no
+            `policy_loss_fn`.
+        script: The `trl_ext.scripts` module that trains the family (`trl-ext train`, the examples); empty: the
+            script of its `schema` (`grpo` for `experience`, `dpo`, `sft`, `cpt`).
 
     Raises:
         ValueError: A missing part, `class_names` that are not two class names, `components` without
-            `policy_loss_fn` or naming another kind, or an unknown `schema`.
+            `policy_loss_fn` (for a family without an `objective`; a family with one takes none) or naming another
+            kind, or an unknown `schema`.
     """
 
     name: str
@@ -114,6 +121,8 @@ class TrainerFamily:
     advantage_inputs: tuple[str, ...] = ()
     async_family: str | None = None
     synchronous_only: str = ""
+    objective: str = ""
+    script: str = ""
 
     def __post_init__(self) -> None:
         missing = [name for name in ("name", "description", "class_names") if not getattr(self, name)]
@@ -125,10 +134,15 @@ class TrainerFamily:
                 f"trainer family {self.name!r}: class_names={names!r} must be (config class name, trainer class name)"
             )
         unknown = [kind for kind in self.components if kind not in COMPONENT_KINDS]
-        if unknown or "policy_loss_fn" not in self.components:
+        if self.objective and self.components:
+            raise ValueError(
+                f"trainer family {self.name!r}: components={self.components!r} is not valid with objective="
+                f"{self.objective!r}; a family whose loss is its trainer's own objective composes no parts: ()"
+            )
+        if unknown or not (self.objective or "policy_loss_fn" in self.components):
             raise ValueError(
                 f"trainer family {self.name!r}: components={self.components!r} is not valid; must include "
-                f"'policy_loss_fn' and name only {', '.join(map(repr, COMPONENT_KINDS))}"
+                f"'policy_loss_fn' and name only {', '.join(map(repr, COMPONENT_KINDS))} (or be () with an objective)"
             )
         if self.schema not in SCHEMAS:
             raise ValueError(
@@ -281,4 +295,17 @@ register_family(TrainerFamily(
     "cpt", "`trl.SFTTrainer` on plain text (continued pretraining): the loss on every token of the text column.",
     class_names=("CPTConfig", "CPTTrainer"), components=("policy_loss_fn",), schema="cpt",
     per_algorithm_classes=False, kl_coef_field=None, batch_unit="sequences", geometry=_sequence_length,
+))  # fmt: skip
+register_family(TrainerFamily(
+    "online_dpo", "TRL's experimental `OnlineDPOTrainer` on prompts: two completions sampled per prompt, ranked by the "
+    "reward functions, train a DPO loss (Online DPO).",
+    class_names=("OnlineDPOConfig", "OnlineDPOTrainer"), components=("policy_loss_fn",), schema="experience",
+    per_algorithm_classes=False, kl_coef_field=None, loss_fields_from_trl=("beta", "loss_type", "missing_eos_penalty"),
+    batch_unit="prompts", loss_inputs=("logprob", "ref_logprob", "action_mask"), script="online_dpo",
+    geometry=lambda args: (
+        f"generation  2 completions per prompt, ranked by reward; max_new_tokens {args.max_new_tokens}, temperature "
+        f"{args.temperature:g}, max_length {args.max_length}"
+    ),
+    synchronous_only="Online DPO ranks the two completions of each prompt and trains on the pair in the same step; "
+    "TRL's asynchronous trainer trains GRPO-family losses on scored groups, not on ranked pairs",
 ))  # fmt: skip

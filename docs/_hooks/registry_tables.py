@@ -106,7 +106,6 @@ def _arguments(component: type) -> str:
 
 def _algorithms(group: str | None = None, family: str | None = None) -> list:
     from trl_ext import ALGORITHMS
-    from trl_ext.losses import POLICY_LOSSES
 
     out = []
     for spec in _by_family(ALGORITHMS.values()):
@@ -114,7 +113,7 @@ def _algorithms(group: str | None = None, family: str | None = None) -> list:
             continue
         if group == "agents" and not _multi_turn(spec):
             continue
-        if group in ("verl", "trinity") and (_multi_turn(spec) or _source(POLICY_LOSSES[spec.policy_loss_fn]) != group):
+        if group in ("verl", "trinity") and (_multi_turn(spec) or _record_source(spec) != group):
             continue
         out.append(spec)
     return out
@@ -139,7 +138,7 @@ def about(algorithm: str) -> str:
     if spec.paper is not None:
         paper = spec.paper
         text += f"\n\nPaper: [{paper.title}](https://arxiv.org/abs/{paper.arxiv}) (arXiv {paper.arxiv}, {paper.year})."
-    parts = f"policy loss `{spec.policy_loss_fn}`" + (f", advantage `{spec.advantage_fn}`" if spec.advantage_fn else "")
+    parts = f"policy loss `{spec.loss_name}`" + (f", advantage `{spec.advantage_fn}`" if spec.advantage_fn else "")
     text += f" Trainer [`{trainer}`][{spec.trainer_class.__module__}.{trainer}], config "
     text += f"[`{config}`][{spec.config_class.__module__}.{config}]; {parts}."
     return text
@@ -170,6 +169,13 @@ def _paper(spec, link: bool = True) -> str:
     return f'[{text}](https://arxiv.org/abs/{spec.paper.arxiv} "{title}")' if link else text
 
 
+def _record_source(spec) -> str:
+    """Where an algorithm's loss comes from: its policy loss's source, `trl` for a family's own objective."""
+    from trl_ext.losses import POLICY_LOSSES
+
+    return "trl" if spec.policy_loss_fn is None else _source(POLICY_LOSSES[spec.policy_loss_fn])
+
+
 def algorithms(group: str | None = None, family: str | None = None, base: str = "") -> str:
     rows = []
     for spec in _algorithms(group, family):
@@ -178,7 +184,7 @@ def algorithms(group: str | None = None, family: str | None = None, base: str = 
         if family is None:
             row.append(f"[{spec.trainer}]({base}{FAMILY_PAGES[spec.trainer]})")
         advantage = f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"
-        rows.append([*row, f"`{spec.policy_loss_fn}`", advantage, spec.description, _paper(spec)])
+        rows.append([*row, f"`{spec.loss_name}`", advantage, spec.description, _paper(spec)])
     header = ["algorithm", "trainer / config", *(["family"] if family is None else []), "policy loss", "advantage"]
     return _table([*header, "what", "paper"], rows)
 
@@ -186,7 +192,7 @@ def algorithms(group: str | None = None, family: str | None = None, base: str = 
 def algorithms_short() -> str:
     rows = []
     for spec in _algorithms():
-        parts = f"`{spec.policy_loss_fn}`" + (f" / `{spec.advantage_fn}`" if spec.advantage_fn else "")
+        parts = f"`{spec.loss_name}`" + (f" / `{spec.advantage_fn}`" if spec.advantage_fn else "")
         rows.append([f"`{spec.name}`", f"`trl_ext.{spec.class_names[1]}`", parts, _paper(spec, link=False)])
     return _table(["algorithm", "trainer", "policy loss / advantage", "paper"], rows)
 

@@ -111,7 +111,7 @@ class AlgorithmModelCard:
             rows += [(part, re.sub(r"^(\w+)", r"`\1`", text)) for part, text in args.composition().items()]
         else:
             rows += [
-                ("policy loss", f"`{getattr(args, 'policy_loss_name', spec.policy_loss_fn)}`"),
+                ("policy loss", f"`{getattr(args, 'policy_loss_name', spec.loss_name)}`"),
                 ("advantage", f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"),
             ]
         if spec.family.kl_coef_field is not None and not hasattr(args, "composition"):
