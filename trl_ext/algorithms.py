@@ -334,6 +334,25 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         details="GSPO-token form: the ratio exp(mean_t log r_t) keeps a per-token gradient path, so token-level "
         "advantages work. TRL's equivalent is `loss_type='grpo', importance_sampling_level='sequence', "
         "epsilon=3e-4, epsilon_high=4e-4`."),
+    AlgorithmSpec("vespo", "VESPO: a smooth Gamma weight of the sequence's importance ratio instead of a clip.",
+        Paper("VESPO: Variational Sequence-Level Soft Policy Optimization", "2602.10693"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="vespo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
+        argument_defaults=(("epsilon", 1e-4),),
+        details="TRL 1.16's `loss_type='vespo'` as a registered loss: −sg(φ(W))·A·lp with φ the paper's Gamma weight "
+        "of the sequence ratio W (sampler's correction included), token-mean. The advantage is TRL's group "
+        "normalization (std + 1e-4), so the defaults train TRL's objective; any estimator composes with it, "
+        "asynchronously too."),
+    AlgorithmSpec("luspo", "LUSPO: GSPO's sequence-level clipped objective scaled by each sequence's length.",
+        Paper("Length-Unbiased Sequence Policy Optimization: Revealing and Controlling Response Length Variation "
+              "in RLVR", "2602.05261"),
+        use_reference=True, repeat_times=8,
+        policy_loss_fn="luspo", advantage_fn="grpo", kl_loss_fn="none", entropy_loss_fn="none",
+        argument_defaults=(("epsilon", 1e-4),),
+        details="TRL 1.16's `loss_type='luspo', importance_sampling_level='sequence'` as a registered loss: the "
+        "clipped surrogate of the sequence ratio exp(mean_t log r_t), summed over each sequence's tokens and "
+        "averaged over sequences (a sequence's loss × its length), with GSPO's clip bounds 3e-4 / 4e-4. The "
+        "advantage is TRL's group normalization (std + 1e-4); any estimator composes with it, asynchronously too."),
     AlgorithmSpec("sapo", "SAPO: soft, temperature-controlled gate instead of hard clipping.",
         Paper("Soft Adaptive Policy Optimization", "2511.20347"),
         use_reference=True, repeat_times=8,

@@ -31,6 +31,7 @@ from .gspo import GSPOPolicyLoss
 from .importance_sampling import ImportanceSamplingLoss
 from .inputs import BATCH_INPUTS, WINDOW_INPUTS
 from .kl import KL_FNS, KLFn, get_kl_fn
+from .luspo import LUSPOPolicyLoss
 from .m2po import M2POPolicyLoss, m2po_mask
 from .masked_batch import MaskedBatch, aggregate_loss
 from .mix import MIXCHORDPolicyLoss, MIXPolicyLoss, mu_schedule
@@ -43,6 +44,7 @@ from .sppo import SPPOPolicyLoss
 from .topr import TOPRPolicyLoss
 from .trl_grpo import TRLGRPOLoss
 from .value import clipped_value_loss, explained_variance
+from .vespo import VESPOPolicyLoss
 
 # Every module of the package registers its losses on import: a new loss is one file here (and one algorithm record).
 for _module in pkgutil.iter_modules(__path__):
@@ -75,6 +77,7 @@ __all__ = [
     "ImportanceSamplingLoss",
     "KLCovPolicyLoss",
     "KLFn",
+    "LUSPOPolicyLoss",
     "M2POPolicyLoss",
     "MIXCHORDPolicyLoss",
     "MIXPolicyLoss",
@@ -91,6 +94,7 @@ __all__ = [
     "TOPRPolicyLoss",
     "TRLDPOLoss",
     "TRLGRPOLoss",
+    "VESPOPolicyLoss",
     "aggregate_loss",
     "clipped_value_loss",
     "explained_variance",

@@ -42,8 +42,10 @@ import torch
 
 from ..components import MAX, MEAN, MIN, Argument
 from .base import PolicyLoss
-from .inputs import Metrics, check_float
+from .inputs import Metrics
+from .luspo import clipped_objective, log_importance_weight
 from .masked_batch import MaskedBatch
+from .vespo import gamma_weights, read_sampling_ratio, row_or_token_mean
 
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
 """TRL 1.16's `loss_type` values."""
@@ -59,7 +61,6 @@ _AGGREGATION = {
     "luspo": "seq-mean-token-sum",
 }
 _CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-_LOG_EPS = math.log(1e-8)  # VESPO's lower clamp of log W
 
 
 def aggregation(loss_type: str) -> str:
@@ -137,64 +138,37 @@ class TRLGRPOLoss(PolicyLoss):
         **kwargs,
     ) -> tuple[torch.Tensor, Metrics]:
         b = self.masked_batch(logprob, action_mask, kwargs)
-        if importance_sampling_ratio is not None:  # [B, T] or [B, 1] (sequence-level correction)
-            b.broadcast_rows(importance_sampling_ratio, "importance_sampling_ratio")
-            if importance_sampling_ratio.dim() != 2:
-                raise ValueError(f"{self.name}: importance_sampling_ratio must be [B, T] or [B, 1]")
-            b.read(check_float(self.name, "importance_sampling_ratio", importance_sampling_ratio))
+        sampling_ratio = read_sampling_ratio(self.name, b, importance_sampling_ratio)
         lp = b.select(logprob)
         adv = b.advantages(advantages)
         log_ratio = lp - b.select(b.check("old_logprob", old_logprob))
-        if self.importance_sampling_level == "sequence":
-            weight = (log_ratio.sum(-1) / b.row_tok.clamp(min=1.0)).unsqueeze(-1)  # [B, 1]
-        else:
-            weight = log_ratio
-        ratio = torch.exp(weight)
+        ratio = torch.exp(log_importance_weight(b, log_ratio, self.importance_sampling_level))
 
         metrics: Metrics = {}
         if self.loss_type in _CLIPPED:
-            clipped = ratio.clamp(1.0 - self.epsilon, 1.0 + self.upper)
-            unclipped = ratio if self.delta is None else ratio.clamp(max=self.delta)
-            per_token = -torch.min(unclipped * adv, clipped * adv)
+            per_token, low, high = clipped_objective(ratio, adv, self.epsilon, self.upper, self.delta)
             with torch.no_grad():
-                low = (unclipped < 1.0 - self.epsilon) & (adv < 0)
-                high = (unclipped > 1.0 + self.upper) & (adv > 0)
-                metrics["clip_ratio/low_mean"] = _mean(b, low)
+                metrics["clip_ratio/low_mean"] = row_or_token_mean(b, low)
                 metrics["clip_ratio/low_min"] = _sequence_extreme(b, low, smallest=True)
-                metrics["clip_ratio/high_mean"] = _mean(b, high)
+                metrics["clip_ratio/high_mean"] = row_or_token_mean(b, high)
                 metrics["clip_ratio/high_max"] = _sequence_extreme(b, high, smallest=False)
-                metrics["clip_ratio/region_mean"] = _mean(b, low | high)
+                metrics["clip_ratio/region_mean"] = row_or_token_mean(b, low | high)
         elif self.loss_type == "cispo":
             per_token = -ratio.clamp(max=self.upper).detach() * adv * lp
             with torch.no_grad():
-                metrics["cispo_clip_ratio"] = _mean(b, (ratio > self.upper) & (adv > 0))
+                metrics["cispo_clip_ratio"] = row_or_token_mean(b, (ratio > self.upper) & (adv > 0))
         elif self.loss_type == "sapo":
             tau = torch.where(adv > 0, self.sapo_temperature_pos, self.sapo_temperature_neg).to(ratio.dtype)
             per_token = -torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau * adv
         else:  # vespo
-            phi = self._gamma_weights(b, adv, log_ratio, importance_sampling_ratio)
+            k, lam = (self.vespo_k_pos, self.vespo_k_neg), (self.vespo_lambda_pos, self.vespo_lambda_neg)
+            phi = gamma_weights(b, log_ratio, adv, sampling_ratio, k, lam)
             per_token = -phi * adv * lp
-            metrics["vespo/phi_seq_mean"] = _mean(b, phi)
-        if importance_sampling_ratio is not None and self.loss_type != "vespo":
-            per_token = per_token * importance_sampling_ratio
+            metrics["vespo/phi_seq_mean"] = row_or_token_mean(b, phi)
+        if sampling_ratio is not None and self.loss_type != "vespo":
+            per_token = per_token * sampling_ratio
         per_token = b.select(per_token.expand(b.shape))
         return b.aggregate(per_token, self.loss_agg_mode), metrics
-
-    @torch.no_grad()
-    def _gamma_weights(
-        self, b: MaskedBatch, adv: torch.Tensor, log_ratio: torch.Tensor, sampling_ratio: torch.Tensor | None
-    ) -> torch.Tensor:
-        """VESPO's φ(W) = exp(λ + k·log W − λ·W) per sequence `[B, 1]` (0 where it overflows)."""
-        log_w = b.select(log_ratio.clamp(-20.0, 20.0)).sum(-1, keepdim=True)
-        if sampling_ratio is not None:
-            log_is = torch.log(sampling_ratio).clamp(_LOG_EPS, 20.0)
-            log_w = log_w + log_is.sum(-1, keepdim=True)
-        log_w = log_w.clamp(_LOG_EPS, 20.0)
-        positive = adv >= 0
-        k = torch.where(positive, self.vespo_k_pos, self.vespo_k_neg).to(log_w.dtype)
-        lam = torch.where(positive, self.vespo_lambda_pos, self.vespo_lambda_neg).clamp(min=1e-4).to(log_w.dtype)
-        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
-        return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _sequence_extreme(b: MaskedBatch, x: torch.Tensor, smallest: bool) -> torch.Tensor:
@@ -208,10 +182,3 @@ def _sequence_extreme(b: MaskedBatch, x: torch.Tensor, smallest: bool) -> torch.
     extreme = torch.where(b.row_tok > 0, rows, beyond)
     extreme = extreme.amin() if smallest else extreme.amax()
     return torch.where(extreme == beyond, math.nan, extreme) if rows.numel() else torch.full((), math.nan)
-
-
-def _mean(b: MaskedBatch, x: torch.Tensor) -> torch.Tensor:
-    """TRL's metric mean: over the valid tokens of a `[B, T]` value, over the rows of a `[B, 1]` one."""
-    if x.shape[-1] == 1 and b.shape[1] != 1:
-        return b.mean_over_rows(x.float().squeeze(-1))
-    return b.valid_mean(x.expand(b.shape))

@@ -50,6 +50,8 @@ __all__ = [
     "JSDTrainer",
     "KLCovConfig",
     "KLCovTrainer",
+    "LUSPOConfig",
+    "LUSPOTrainer",
     "M2POConfig",
     "M2POTrainer",
     "MIXCHORDConfig",
@@ -78,6 +80,8 @@ __all__ = [
     "SPPOTrainer",
     "TOPRConfig",
     "TOPRTrainer",
+    "VESPOConfig",
+    "VESPOTrainer",
 ]
 
 
@@ -1210,6 +1214,232 @@ class GSPOTrainer(GRPOFamilyTrainer):
     """
 
     config_class: ClassVar[type[GRPOFamilyConfig]] = GSPOConfig
+
+
+@dataclass
+class VESPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`VESPOTrainer`]: VESPO: a smooth Gamma weight of the sequence's importance ratio instead of a
+    clip. Paper: VESPO: Variational Sequence-Level Soft Policy Optimization (arXiv 2602.10693). TRL 1.16's
+    `loss_type='vespo'` as a registered loss: −sg(φ(W))·A·lp with φ the paper's Gamma weight of the sequence ratio W
+    (sampler's correction included), token-mean. The advantage is TRL's group normalization (std + 1e-4), so the
+    defaults train TRL's objective; any estimator composes with it, asynchronously too.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the vespo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'vespo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `vespo`, the vespo
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `vespo`'s arguments configure `vespo`; with another loss, one that is
+            set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the vespo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        k_pos (`float`, *optional*, defaults to `2.0`):
+            Gamma shape k for A ≥ 0 (TRL's `vespo_k_pos`): φ peaks at W = k/λ.
+        lambda_pos (`float`, *optional*, defaults to `3.0`):
+            Gamma rate λ for A ≥ 0 (TRL's `vespo_lambda_pos`).
+        k_neg (`float`, *optional*, defaults to `3.0`):
+            Gamma shape k for A < 0 (TRL's `vespo_k_neg`).
+        lambda_neg (`float`, *optional*, defaults to `2.0`):
+            Gamma rate λ for A < 0 (TRL's `vespo_lambda_neg`).
+        loss_agg_mode (`str`, *optional*, defaults to `'token-mean'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `0.0001`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "vespo"
+
+    kl_loss_fn: str = algorithm_field("vespo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("vespo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("vespo", "kl_penalty_fn")
+    num_generations: int = algorithm_field("vespo", "num_generations")
+    policy_loss_fn: str = algorithm_field("vespo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("vespo", "advantage_fn")
+    k_pos: float = algorithm_field("vespo", "k_pos")
+    lambda_pos: float = algorithm_field("vespo", "lambda_pos")
+    k_neg: float = algorithm_field("vespo", "k_neg")
+    lambda_neg: float = algorithm_field("vespo", "lambda_neg")
+    loss_agg_mode: str = algorithm_field("vespo", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("vespo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("vespo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("vespo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("vespo", "rank_penalty")
+    std_cal_level: str = algorithm_field("vespo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("vespo", "std_unbiased")
+    group_of_one: str = algorithm_field("vespo", "group_of_one")
+
+
+class VESPOTrainer(GRPOFamilyTrainer):
+    """VESPO: a smooth Gamma weight of the sequence's importance ratio instead of a clip. (config: `VESPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `VESPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = VESPOConfig
+
+
+@dataclass
+class LUSPOConfig(GRPOFamilyConfig):
+    """
+    Configuration of [`LUSPOTrainer`]: LUSPO: GSPO's sequence-level clipped objective scaled by each sequence's length.
+    Paper: Length-Unbiased Sequence Policy Optimization: Revealing and Controlling Response Length Variation in RLVR
+    (arXiv 2602.05261). TRL 1.16's `loss_type='luspo', importance_sampling_level='sequence'` as a registered loss: the
+    clipped surrogate of the sequence ratio exp(mean_t log r_t), summed over each sequence's tokens and averaged over
+    sequences (a sequence's loss × its length), with GSPO's clip bounds 3e-4 / 4e-4. The advantage is TRL's group
+    normalization (std + 1e-4); any estimator composes with it, asynchronously too.
+
+    Parameters specific to this algorithm:
+
+        kl_loss_fn (`str`, *optional*, defaults to `'none'`):
+            KL estimator of the KL term `beta`·agg(KL(π‖π_ref)), aggregated with `loss_agg_mode` (used when `beta` > 0):
+            `abs`, `corrected_k3`, `k1`, `k2`, `k3`, `kl`, `low_var_kl`, `mse` (formulas in `trl_ext.losses.kl`; `k2` =
+            ½(log r)², `k3` is TRL's), or `none` (no KL term: its coefficient becomes 0).
+        entropy_loss_fn (`str`, *optional*, defaults to `'none'`):
+            Entropy bonus: `default` subtracts `entropy_coef`·agg(entropy), aggregated with `loss_agg_mode`; `none`
+            disables it.
+        kl_penalty_fn (`str`, *optional*, defaults to `'none'`):
+            KL in the reward (Trinity-RFT's `kl_penalty_fn`): token reward = score − coef·KL(π_old ‖ π_ref) on every
+            completion token, the outcome score on the last one, before the advantage is computed. The KL estimator
+            (`k1`, `k2`, `k3`, `low_var_kl`, `abs`, `corrected_k3`) or `none` (default). Needs a reference model (loaded
+            even with `beta=0`). Estimators that take token rewards (`reinforceplusplus`, `remax`, the `*_verl` ones)
+            see them per token; the per-sample estimators see each completion's sum, score − coef·Σ_t KL_t, as the
+            reference's trainer-side (`*_verl`) estimators compute it.
+        num_generations (`int`, *optional*, defaults to `8`):
+            Completions sampled per prompt (the group of the group-relative advantages): the luspo algorithm's group
+            size, Trinity-RFT's `repeat_times`.
+        policy_loss_fn (`str`, *optional*, defaults to `'luspo'`):
+            The policy loss, a `trl_ext.losses` name (`trl-ext list` shows them); default `luspo`, the luspo
+            algorithm's. Another loss composes with the algorithm's advantage, KL and entropy terms: its arguments go in
+            `policy_loss_fn_args`. The fields of `luspo`'s arguments configure `luspo`; with another loss, one that is
+            set is passed on to it if it takes the argument (else an error).
+        advantage_fn (`str`, *optional*, defaults to `'grpo'`):
+            The advantage function, a `trl_ext.advantages` name (`trl-ext list` shows them); default `grpo`, the luspo
+            algorithm's. Another one composes with the algorithm's loss: its arguments go in `advantage_fn_args`. The
+            fields of `grpo`'s arguments configure `grpo`; with another function, one that is set is passed on to it if
+            it takes the argument (else an error).
+        clip_range_low (`float`, *optional*, defaults to `0.0003`):
+            Lower clip ε_low (TRL's `epsilon`); GSPO's 3e-4.
+        clip_range_high (`float`, *optional*, defaults to `0.0004`):
+            Upper clip ε_high (TRL's `epsilon_high`); GSPO's 4e-4.
+        ratio_level (`str`, *optional*, defaults to `'sequence'`):
+            `sequence`: the row's mean log-ratio (GSPO's ratio, the paper's); `token`: one ratio per token (TRL's
+            `importance_sampling_level`).
+        ratio_cap (`float | None`, *optional*, defaults to `None`):
+            Upper bound δ of the unclipped ratio (two-sided clipping, TRL's `delta`), > 1.
+        loss_agg_mode (`str`, *optional*, defaults to `'seq-mean-token-sum'`):
+            How the per-token loss is reduced over the optimizer window (all micro-batches of one optimizer step, on all
+            processes): `token-mean` (Σ/number of tokens, DAPO), `token-sum` (Σ, unnormalized: verl's),
+            `seq-mean-token-mean` (mean over sequences of each sequence's token mean, GRPO), `seq-mean-token-sum` (mean
+            over sequences of token sums), `seq-mean-token-sum-norm` (Dr. GRPO: Σ / (sequences ·
+            max_completion_length)). The result does not depend on how the window is split into micro-batches and
+            processes.
+        advantage_epsilon (`float`, *optional*, defaults to `0.0001`):
+            ε of (R − mean)/(std + ε) (TRL's own GRPO uses 1e-4). The std is the unbiased group std; a group whose
+            rewards are all equal gets advantage 0. (the `grpo` advantage's `epsilon`)
+        std_threshold (`float | None`, *optional*, defaults to `None`):
+            Drop (mask out) the groups whose reward std is at or below this value.
+        duplicate_experiences (`bool`, *optional*, defaults to `False`):
+            With `std_threshold`: replace the rows of dropped groups by copies of randomly chosen kept groups, so every
+            step trains on a full batch (Polaris, https://hkunlp.github.io/blog/2025/Polaris); the reference's
+            `duplicate_experiences`.
+        rank_penalty (`float | None`, *optional*, defaults to `None`):
+            Rank penalty (arXiv 2506.02355, as Trinity-RFT): the group mean and std are taken over the rewards R·(1 −
+            rank/n·rank_penalty), rank 0 being the least likely sample by mean token log-prob; the numerator keeps R.
+            Needs `logprobs` and `response_mask` (in a trainer: the sampling policy's, one extra forward pass without
+            gradients unless TRL computed them); None: off.
+        std_cal_level (`str`, *optional*, defaults to `'group'`):
+            Divide by the std of the `group` or of the whole `batch` (the mean stays the group mean), or `none`: R −
+            group mean (Dr. GRPO, arXiv 2503.20783). TRL's `scale_rewards` sets it in a training config.
+        std_unbiased (`bool`, *optional*, defaults to `True`):
+            The group std with Bessel's correction (Trinity-RFT, verl); False: the population std (TRL's asynchronous
+            GRPO worker).
+        group_of_one (`str`, *optional*, defaults to `'reward'`):
+            A group of one sample (or one scored sample): `reward` centres it on 0 with std 1, A = R/(1 + ε) (verl,
+            Trinity-RFT); `zero` centres it on its own reward, A = 0 (TRL's asynchronous GRPO worker).
+
+    Every other parameter is `GRPOFamilyConfig`'s.
+    """
+
+    algorithm: ClassVar[str] = "luspo"
+
+    kl_loss_fn: str = algorithm_field("luspo", "kl_loss_fn")
+    entropy_loss_fn: str = algorithm_field("luspo", "entropy_loss_fn")
+    kl_penalty_fn: str = algorithm_field("luspo", "kl_penalty_fn")
+    num_generations: int = algorithm_field("luspo", "num_generations")
+    policy_loss_fn: str = algorithm_field("luspo", "policy_loss_fn")
+    advantage_fn: str = algorithm_field("luspo", "advantage_fn")
+    clip_range_low: float = algorithm_field("luspo", "clip_range_low")
+    clip_range_high: float = algorithm_field("luspo", "clip_range_high")
+    ratio_level: str = algorithm_field("luspo", "ratio_level")
+    ratio_cap: float | None = algorithm_field("luspo", "ratio_cap")
+    loss_agg_mode: str = algorithm_field("luspo", "loss_agg_mode")
+    advantage_epsilon: float = algorithm_field("luspo", "advantage_epsilon")
+    std_threshold: float | None = algorithm_field("luspo", "std_threshold")
+    duplicate_experiences: bool = algorithm_field("luspo", "duplicate_experiences")
+    rank_penalty: float | None = algorithm_field("luspo", "rank_penalty")
+    std_cal_level: str = algorithm_field("luspo", "std_cal_level")
+    std_unbiased: bool = algorithm_field("luspo", "std_unbiased")
+    group_of_one: str = algorithm_field("luspo", "group_of_one")
+
+
+class LUSPOTrainer(GRPOFamilyTrainer):
+    """LUSPO: GSPO's sequence-level clipped objective scaled by each sequence's length. (config: `LUSPOConfig`).
+
+    The `GRPOFamilyTrainer` of this algorithm: its constructor is `GRPOFamilyTrainer`'s, which documents every argument;
+    `args` is a `LUSPOConfig`, or TRL's `trl.GRPOConfig` / a `transformers.TrainingArguments`, converted to one.
+    """
+
+    config_class: ClassVar[type[GRPOFamilyConfig]] = LUSPOConfig
 
 
 @dataclass
@@ -3063,6 +3293,18 @@ class OnPolicyDistillConfig(DistillFamilyConfig):
         reward_advantage_fn (`str`, *optional*, defaults to `'grpo'`):
             Advantage of the reward term: `grpo` ((R − group mean)/(group std + 1e-6)), `rloo` (R − mean of the group's
             other rewards) or `reinforce` (R itself).
+        teacher_model_server_url (`str | None`, *optional*, defaults to `None`):
+            Base URL of a vLLM server serving the teacher (e.g. `http://localhost:8001`), as TRL's
+            `ServerDistillationConfig`: it scores every completion instead of a local teacher, in both the sampled-token
+            and the top-k mode (not `teacher_top_k=-1`). Start it with `vllm serve <teacher> --logprobs-mode
+            processed_logprobs` (and `--max-logprobs -1` for `teacher_top_k` > 20); the trainer asks it through TRL's
+            `VLLMClient` (vLLM installed) and waits `vllm_server_timeout` seconds for it.
+        teacher_server_urls (`dict[str, str] | str | None`, *optional*, defaults to `None`):
+            vLLM servers serving teachers, by `teacher_id`, as TRL's `AsyncDistillationConfig` (a JSON object on the
+            command line, e.g. `{"math": "http://localhost:8002", "code": "http://localhost:8003"}`), each served as for
+            `teacher_model_server_url`. One entry scores every completion; with several, each dataset row's `teacher_id`
+            column names the teacher of its completions (multi-teacher on-policy distillation). The trainer's
+            `teacher_model` may add local teachers by `teacher_id` (`{teacher_id: path or model}`).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
@@ -3206,6 +3448,18 @@ class JSDConfig(DistillFamilyConfig):
         reward_advantage_fn (`str`, *optional*, defaults to `'grpo'`):
             Advantage of the reward term: `grpo` ((R − group mean)/(group std + 1e-6)), `rloo` (R − mean of the group's
             other rewards) or `reinforce` (R itself).
+        teacher_model_server_url (`str | None`, *optional*, defaults to `None`):
+            Base URL of a vLLM server serving the teacher (e.g. `http://localhost:8001`), as TRL's
+            `ServerDistillationConfig`: it scores every completion instead of a local teacher, in both the sampled-token
+            and the top-k mode (not `teacher_top_k=-1`). Start it with `vllm serve <teacher> --logprobs-mode
+            processed_logprobs` (and `--max-logprobs -1` for `teacher_top_k` > 20); the trainer asks it through TRL's
+            `VLLMClient` (vLLM installed) and waits `vllm_server_timeout` seconds for it.
+        teacher_server_urls (`dict[str, str] | str | None`, *optional*, defaults to `None`):
+            vLLM servers serving teachers, by `teacher_id`, as TRL's `AsyncDistillationConfig` (a JSON object on the
+            command line, e.g. `{"math": "http://localhost:8002", "code": "http://localhost:8003"}`), each served as for
+            `teacher_model_server_url`. One entry scores every completion; with several, each dataset row's `teacher_id`
+            column names the teacher of its completions (multi-teacher on-policy distillation). The trainer's
+            `teacher_model` may add local teachers by `teacher_id` (`{teacher_id: path or model}`).
 
     Every other parameter is `GRPOFamilyConfig`'s.
     """
