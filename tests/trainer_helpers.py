@@ -168,3 +168,57 @@ def child_loop(worker):
         heartbeat=SimpleNamespace(value=0.0), stage=SimpleNamespace(value=b""),
     )  # fmt: skip
     return RolloutLoop(worker._config, channels, receiver=None)
+
+
+def build_cross_tokenizer():
+    """A second byte-level BPE tokenizer, trained in-process on the toy task's text: another vocabulary than the toy
+    tokenizer's (330 entries, eos `<|endoftext|>`, pad `<pad>`) whose merges cross spaces in process (`" c c c"` is
+    `Ġ`, `cĠcĠ`, `c` where the toy tokenizer has `Ġc` three times), for cross-tokenizer distillation. It shares the 256
+    byte tokens and the eos string with the toy tokenizer (saved beside a Qwen2 model, `AutoTokenizer` reloads it as
+    a Qwen2 tokenizer: Qwen2's pre-tokenizer, and `<|endoftext|>` added when missing, past the model's vocabulary)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from trl_ext.toy import CHAT_TEMPLATE, LETTERS, PROMPT_TEMPLATE
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=330,
+        special_tokens=["<|endoftext|>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [PROMPT_TEMPLATE.format(letter=c) + " " + " ".join([c] * n) for c in LETTERS for n in range(1, 7)]
+    backend.train_from_iterator(corpus * 4, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|endoftext|>",
+        pad_token="<pad>",
+        padding_side="left",
+        model_max_length=256,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def served_teacher(trainer, inputs: dict, k: int) -> dict[str, torch.Tensor]:
+    """What TRL's vLLM teacher server returns for a self-distillation batch (SDFT, SDPO), computed from the trainer's
+    own teacher: the sampled tokens' log-probs and the top-`k` log-probs and ids, −inf / 0 past each completion's
+    end."""
+    import math
+
+    width = inputs["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = trainer._forward_logits(
+            trainer.teacher_model, inputs["teacher_input_ids"], inputs["teacher_attention_mask"], width
+        ).log_softmax(-1)
+    real = inputs["completion_mask"].bool()
+    actual = logits.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    top, ids = logits.topk(k, dim=-1)
+    return {
+        "actual_logprobs": torch.where(real, actual, -math.inf),
+        "topk_logprobs": torch.where(real.unsqueeze(-1), top, -math.inf),
+        "topk_token_ids": torch.where(real.unsqueeze(-1), ids, 0),
+    }

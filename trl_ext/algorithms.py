@@ -526,8 +526,103 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {s.name: s for s in [
         details="TRL's experimental `OnlineDPOTrainer` with the ported loss: the policy samples two completions of "
         "each prompt, the reward functions rank them (`missing_eos_penalty` lowers a completion without an EOS), and "
         "the pair trains `loss_type` `sigmoid` −log σ(βΔ) or `ipo` (Δ − 1/(2β))² on the summed log-ratios Δ (not "
-        "length-normalized, unlike DPOConfig's `ipo`); `beta` may list one β per epoch. TRL's equivalent is "
-        "`trl.experimental.online_dpo.OnlineDPOTrainer` with the same config."),
+        "length-normalized, unlike DPOConfig's `ipo`); `beta` may list one β per epoch, and trl_ext's "
+        "`label_smoothing` > 0 makes `sigmoid` conservative DPO. TRL's equivalent is "
+        "`trl.experimental.online_dpo.OnlineDPOTrainer` with the same config (`label_smoothing` 0)."),
+    AlgorithmSpec("sdft", "SDFT: on-policy self-distillation from the model itself prompted with a demonstration.",
+        Paper("Self-Distillation Enables Continual Learning", "2601.19897"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn=None, advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="sdft", class_prefix="SDFT", display_name="SDFT",
+        details="TRL's experimental `SDFTTrainer` with the ported loss (`trl_ext.losses.self_distillation`): the "
+        "student samples completions of each `prompt`, the teacher (the initial, live or EMA weights: "
+        "`teacher_model_kind`) scores them prompted with the row's `privileged_context` (a demonstration), and the "
+        "student is pulled toward the teacher's next-token distributions: the generalized JSD (`distillation_alpha`) "
+        "over the student's top-k (`distillation_topk`, default), the whole vocabulary or the sampled token "
+        "(`distillation_mode`), averaged per completion. No reward. TRL's equivalent is "
+        "`trl.experimental.sdft.SDFTTrainer` with the same config."),
+    AlgorithmSpec("a2po", "A*-PO: V* estimated offline from reference samples, one completion per prompt regressed "
+        "onto the optimal advantage.",
+        Paper("Accelerating RL for LLM Reasoning with Optimal Advantage Regression", "2505.20686"),
+        use_reference=True, repeat_times=1,
+        policy_loss_fn="a2po", advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="a2po", class_prefix="A2PO",
+        details="TRL's experimental `A2POTrainer` with the ported loss (`trl_ext.losses.a2po`). Stage 1, before "
+        "training: `num_value_samples` completions of the reference policy per prompt estimate V*(x) = "
+        "β₁·log mean_i exp(r_i/β₁) (`beta1`; `trl_ext.advantages.a2po.optimal_value`), and with "
+        "`filter_all_incorrect` the prompts whose samples all score 0 are dropped. Stage 2: one completion per "
+        "prompt, loss = mean of (β₂·log π(y|x)/π_ref(y|x) − (r − V*(x)))² (`beta2`), normalized over the optimizer "
+        "window. The reward is assumed binary. TRL's equivalent is `trl.experimental.a2po.A2POTrainer` with the "
+        "same config."),
+    AlgorithmSpec("tpo", "Triple Preference Optimization: a preference loss on (chosen, rejected) plus the NLL of a "
+        "gold reference completion.",
+        Paper("Triple Preference Optimization: Achieving Better Alignment using a Single Step Optimization",
+              "2405.16681"),
+        use_reference=False, repeat_times=1,
+        policy_loss_fn="tpo", advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="tpo", class_prefix="TPO", display_name="TPO",
+        details="TRL's experimental `TPOTrainer` with the ported loss (`trl_ext.losses.tpo`): per triple, "
+        "`loss_type` (`sigmoid` −log σ(β(log π(y_c) − log π(y_r))), `hinge`, `ipo`, or the length-normalized "
+        "`tpo-l` with its margin `tpo_l_gamma`) on the chosen and rejected completions, plus `tpo_alpha` times the "
+        "token-mean NLL of the reference completions; no reference model. Normalized over the optimizer window. "
+        "TRL's equivalent is `trl.experimental.tpo.TPOTrainer` with the same config."),
+    AlgorithmSpec("gkd", "Generalized Knowledge Distillation: the generalized JSD to a teacher over the whole "
+        "vocabulary, on a mix of the student's own completions and the dataset's.",
+        Paper("On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes", "2306.13649"),
+        use_reference=False, repeat_times=1,
+        policy_loss_fn=None, advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="gkd", class_prefix="GKD", display_name="GKD",
+        details="TRL's experimental `GKDTrainer` with the ported loss (`trl_ext.losses.gkd`): with probability "
+        "`lmbda` a batch's completions are sampled from the student (`temperature`, `max_new_tokens`), else they "
+        "are the dataset's, or the teacher's samples with `seq_kd`; the loss is the generalized JSD (`beta`: 0 "
+        "forward KL, 1 reverse KL) between the student's and the teacher's next-token distributions at every "
+        "completion token, summed and divided by the optimizer window's completion tokens. Rows are chat "
+        "`messages` (the last one the completion); the teacher (`teacher_model_name_or_path`) shares the "
+        "student's vocabulary. TRL's equivalent is `trl.experimental.gkd.GKDTrainer` with the same config."),
+    AlgorithmSpec("iw_opd", "IW-OPD: on-policy distillation whose per-token teacher log-ratio is weighted down as the "
+        "student's rollout drifts from the teacher.",
+        Paper("On the Position Bias of On-Policy Distillation", "2606.22600"),
+        use_reference=False, repeat_times=1,
+        policy_loss_fn=None, advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="iw_opd", class_prefix="IWOPD", display_name="IW-OPD",
+        details="TRL's experimental `IWOPDTrainer` with the ported loss (`trl_ext.losses.iw_opd`): the student "
+        "samples its completions of chat `messages` prompts; with a_t = log π_teacher(y_t) − log π_student(y_t) "
+        "(vLLM's sampler log-probs where used) and D_<t the |a| accumulated before token t over the row's total D, "
+        "the loss is −Σ_t (1 + γ·(1 − D_<t/D))·a_t·log π_student(y_t), weights and advantages detached "
+        "(`iw_opd_gamma` γ, `iw_opd_epsilon` the floor of D), divided by the optimizer window's completion tokens. "
+        "`distillation_objective='jsd'` trains TRL's generalized JSD instead (`beta`, `loss_top_k`, "
+        "`loss_add_tail`, `reverse_kl_top_1_mode`, `lmbda`). The teacher is local (`teacher_model_name_or_path`, "
+        "sharing the student's tokenizer) or a vLLM server (`use_teacher_server`). TRL's equivalent is "
+        "`trl.experimental.iw_opd.IWOPDTrainer` with the same config, which normalizes by the dataloader's labels "
+        "instead (see docs/algorithms/iw_opd.md)."),
+    AlgorithmSpec("gold", "GOLD: on-policy distillation from a teacher of any model family (Universal Logit "
+        "Distillation on byte-aligned spans across tokenizers).",
+        Paper("Towards Cross-Tokenizer Distillation: the Universal Logit Distillation Loss for LLMs", "2402.12030"),
+        use_reference=False, repeat_times=1,
+        policy_loss_fn=None, advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="gold", class_prefix="GOLD", display_name="GOLD",
+        details="TRL's experimental `GOLDTrainer` (General Online Logit Distillation, the Hugging Face blog post "
+        "\"Unlocking On-Policy Distillation for Any Model Family\", 2025) with the ported losses "
+        "(`trl_ext.losses.gold`): with probability `lmbda` a micro-batch's completions are sampled from the student, "
+        "else they are the dataset's. With `use_uld_loss=True` the teacher re-tokenizes the text with its own "
+        "tokenizer, the two tokenizations are aligned by byte offsets and split tokens merged "
+        "(`uld_token_merge_strategy`), and the student's sorted probabilities are pulled to the teacher's (ULD; "
+        "`uld_use_hybrid_loss`: a JSD over the tokens both vocabularies share); else the generalized JSD (`beta`) "
+        "with one tokenizer. TRL's equivalent is `trl.experimental.gold.GOLDTrainer` with the same config."),
+    AlgorithmSpec("sdpo", "SDPO: a GRPO-style policy loss plus self-distillation from the model given feedback.",
+        Paper("Reinforcement Learning via Self-Distillation", "2601.20802"),
+        use_reference=False, repeat_times=8,
+        policy_loss_fn=None, advantage_fn=None, kl_loss_fn="none", entropy_loss_fn="none",
+        trainer="sdpo", class_prefix="SDPO", display_name="SDPO",
+        details="TRL's experimental `SDPOTrainer` with the ported objective (`trl_ext.losses.self_distillation."
+        "SDPOLoss`): the reward functions score `num_generations` completions per prompt; a completion whose group "
+        "holds another successful one (reward ≥ `success_reward_threshold`) is scored by the model itself (an EMA "
+        "teacher by default) reprompted with that solution, and the loss is (1 − `distillation_weight`)·TRL's GRPO "
+        "clip loss on the group-normalized advantages (`loss_type`, `epsilon`, `epsilon_high`, through "
+        "`trl_ext.losses.trl_grpo.TRLGRPOLoss`) + `distillation_weight`·the self-distillation (sampled-token reverse "
+        "KL by default). Its loss is the trainer's own objective, not a composed policy loss and advantage: "
+        "`policy_loss_fn` and `advantage_fn` are None. TRL's equivalent is `trl.experimental.sdpo.SDPOTrainer` with "
+        "the same config."),
 ]}
 # fmt: on
 

@@ -75,7 +75,7 @@ def list_algorithms() -> str:
             continue
         lines.append(f"{family.name}: {family.description}")
         for spec in members:
-            parts = spec.loss_name + (f" / {spec.advantage_fn}" if spec.advantage_fn else "")
+            parts = spec.loss_name.rsplit(".", 1)[-1] + (f" / {spec.advantage_fn}" if spec.advantage_fn else "")
             paper = f"arXiv {spec.paper.arxiv}" if spec.paper else ""
             lines.append(f"  {spec.name:<18} {spec.class_names[1]:<25} {parts:<30} {paper}".rstrip())
     untrained = [name for name, spec in ALGORITHMS.items() if not spec.has_trainer]

@@ -297,8 +297,8 @@ register_family(TrainerFamily(
     per_algorithm_classes=False, kl_coef_field=None, batch_unit="sequences", geometry=_sequence_length,
 ))  # fmt: skip
 register_family(TrainerFamily(
-    "online_dpo", "TRL's experimental `OnlineDPOTrainer` on prompts: two completions sampled per prompt, ranked by the "
-    "reward functions, train a DPO loss (Online DPO).",
+    "online_dpo",
+    "TRL's experimental `OnlineDPOTrainer`: two sampled completions per prompt, ranked by reward, train DPO.",
     class_names=("OnlineDPOConfig", "OnlineDPOTrainer"), components=("policy_loss_fn",), schema="experience",
     per_algorithm_classes=False, kl_coef_field=None, loss_fields_from_trl=("beta", "loss_type", "missing_eos_penalty"),
     batch_unit="prompts", loss_inputs=("logprob", "ref_logprob", "action_mask"), script="online_dpo",
@@ -308,4 +308,84 @@ register_family(TrainerFamily(
     ),
     synchronous_only="Online DPO ranks the two completions of each prompt and trains on the pair in the same step; "
     "TRL's asynchronous trainer trains GRPO-family losses on scored groups, not on ranked pairs",
+))  # fmt: skip
+register_family(TrainerFamily(
+    "sdft", "TRL's experimental `SDFTTrainer`: the model prompted with a demonstration teaches itself without it.",
+    class_names=("SDFTConfig", "SDFTTrainer"), components=(), schema="experience", per_algorithm_classes=False,
+    kl_coef_field=None, objective="trl_ext.losses.self_distillation.SelfDistillationLoss", script="sdft",
+    loss_fields_from_trl=("distillation_mode", "distillation_alpha", "distillation_topk", "distillation_add_tail",
+                          "distillation_is_clip", "teacher_model_kind"),
+    synchronous_only="SDFT distills each completion against the teacher's logits in the step that samples it; "
+    "TRL's asynchronous trainer trains GRPO-family losses on scored groups",
+))  # fmt: skip
+register_family(TrainerFamily(
+    "a2po", "TRL's experimental `A2POTrainer`: V* from reference samples, then regression onto the optimal advantage.",
+    class_names=("A2POConfig", "A2POTrainer"), components=("policy_loss_fn",), schema="experience",
+    per_algorithm_classes=False, kl_coef_field=None,
+    loss_fields_from_trl=("num_value_samples", "beta1", "beta2", "filter_all_incorrect"), batch_unit="prompts",
+    loss_inputs=("logprob", "ref_logprob", "action_mask", "advantages", "global_valid_seqs"), script="a2po",
+    geometry=lambda args: (
+        f"generation  1 completion per prompt; stage 1: num_value_samples {args.num_value_samples} reference "
+        f"completions per prompt for V*; max_completion_length {args.max_completion_length}, temperature "
+        f"{args.temperature:g}"
+    ),
+    synchronous_only="A*-PO estimates V* over the whole dataset before training and regresses one completion per "
+    "prompt onto it; TRL's asynchronous trainer trains GRPO-family losses on scored groups",
+))  # fmt: skip
+register_family(TrainerFamily(
+    "tpo", "TRL's experimental `TPOTrainer` on (chosen, rejected, reference) triples: preference plus gold NLL.",
+    class_names=("TPOConfig", "TPOTrainer"), components=("policy_loss_fn",), schema="dpo",
+    per_algorithm_classes=False, kl_coef_field=None,
+    loss_fields_from_trl=("loss_type", "beta", "label_smoothing", "tpo_alpha", "tpo_l_gamma"), batch_unit="triples",
+    geometry=_sequence_length, script="tpo",
+    loss_inputs=("logprob", "action_mask", "expert_mask", "global_valid_seqs", "expert_valid_seqs",
+                 "expert_valid_toks"),
+))  # fmt: skip
+register_family(TrainerFamily(
+    "gkd", "TRL's experimental `GKDTrainer`: generalized JSD to a teacher on dataset and student completions.",
+    class_names=("GKDConfig", "GKDTrainer"), components=(), schema="sft", per_algorithm_classes=False,
+    kl_coef_field=None, objective="trl_ext.losses.gkd.gkd_loss", script="gkd", batch_unit="sequences",
+    loss_fields_from_trl=("lmbda", "beta", "temperature", "seq_kd", "max_new_tokens"),
+    geometry=lambda args: (
+        f"distill     teacher {args.teacher_model_name_or_path or '(the trainer argument)'}; lmbda {args.lmbda:g} of "
+        f"the batches completed by the student (max_new_tokens {args.max_new_tokens}, temperature "
+        f"{args.temperature:g}){', the others by the teacher (seq_kd)' if args.seq_kd else ''}; beta {args.beta:g}"
+    ),
+))  # fmt: skip
+register_family(TrainerFamily(
+    "iw_opd", "TRL's experimental `IWOPDTrainer`: a teacher's log-ratio on sampled tokens, importance-weighted.",
+    class_names=("IWOPDConfig", "IWOPDTrainer"), components=(), schema="experience", per_algorithm_classes=False,
+    kl_coef_field=None, objective="trl_ext.losses.iw_opd.IWOPDObjective", script="iw_opd",
+    loss_fields_from_trl=("distillation_objective", "iw_opd_gamma", "iw_opd_epsilon", "beta", "temperature",
+                          "loss_top_k", "loss_add_tail", "lmbda"),
+    geometry=lambda args: (
+        "distill     teacher "
+        + (f"server {args.teacher_model_server_url}" if args.use_teacher_server
+           else args.teacher_model_name_or_path or "(the trainer argument)")
+        + f"; {args.generation_batch_size} prompts x num_generations {args.num_generations} per process and step, "
+        f"lmbda {args.lmbda:g} of the steps on the student's completions (max_completion_length "
+        f"{args.max_completion_length}, temperature {args.temperature:g}); objective {args.distillation_objective}"
+    ),
+))  # fmt: skip
+register_family(TrainerFamily(
+    "gold", "TRL's experimental `GOLDTrainer`: distillation from a teacher of any tokenizer (ULD) or by JSD.",
+    class_names=("GOLDConfig", "GOLDTrainer"), components=(), schema="sft", per_algorithm_classes=False,
+    kl_coef_field=None, objective="trl_ext.losses.gold.ULDLoss", script="gold", batch_unit="sequences",
+    loss_fields_from_trl=("lmbda", "beta", "temperature", "use_uld_loss", "max_completion_length"),
+    geometry=lambda args: (
+        f"distill     teacher {args.teacher_model_name_or_path or '(the trainer argument)'}; lmbda {args.lmbda:g} of "
+        f"the micro-batches completed by the student (max_completion_length {args.max_completion_length}, "
+        f"temperature {args.temperature:g}); "
+        + (f"ULD ({'hybrid, ' if args.uld_use_hybrid_loss else ''}{args.uld_token_merge_strategy} merge)"
+           if args.use_uld_loss else f"generalized JSD, beta {args.beta:g}")
+    ),
+))  # fmt: skip
+register_family(TrainerFamily(
+    "sdpo", "TRL's experimental `SDPOTrainer`: GRPO plus self-distillation from the model shown a successful sibling.",
+    class_names=("SDPOConfig", "SDPOTrainer"), components=(), schema="experience", per_algorithm_classes=False,
+    kl_coef_field=None, objective="trl_ext.losses.self_distillation.SDPOLoss", script="sdpo",
+    loss_fields_from_trl=("distillation_weight", "distillation_mode", "distillation_alpha", "distillation_topk",
+                          "distillation_is_clip", "loss_type", "epsilon", "teacher_model_kind"),
+    synchronous_only="SDPO builds each completion's teacher from its group's rewards and distills it in the step that "
+    "samples it; TRL's asynchronous trainer trains GRPO-family losses on scored groups",
 ))  # fmt: skip

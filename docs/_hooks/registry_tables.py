@@ -73,6 +73,11 @@ FAMILY_PAGES = {
 }
 
 
+def family_page(family: str) -> str:
+    """The page of a trainer family: `FAMILY_PAGES`, else `algorithms/<family>.md` (a TRL trainer's own family)."""
+    return FAMILY_PAGES.get(family, f"algorithms/{family}.md")
+
+
 def _cell(text: object) -> str:
     """One table cell: on one line, pipes escaped."""
     return " ".join(str(text).split()).replace("|", "\\|")
@@ -182,7 +187,7 @@ def algorithms(group: str | None = None, family: str | None = None, base: str = 
         config, trainer = spec.class_names
         row = [f"`{spec.name}`", f"`{trainer}`<br>`{config}`"]
         if family is None:
-            row.append(f"[{spec.trainer}]({base}{FAMILY_PAGES[spec.trainer]})")
+            row.append(f"[{spec.trainer}]({base}{family_page(spec.trainer)})")
         advantage = f"`{spec.advantage_fn}`" if spec.advantage_fn else "—"
         rows.append([*row, f"`{spec.loss_name}`", advantage, spec.description, _paper(spec)])
     header = ["algorithm", "trainer / config", *(["family"] if family is None else []), "policy loss", "advantage"]

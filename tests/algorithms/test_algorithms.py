@@ -61,11 +61,36 @@ VERL_ALGORITHMS = {"gpg": "gpg", "geo_mean": "grpo", "dro": "grpo", "clip_cov": 
 VERL_ALGORITHMS |= {"dppo_tv": "grpo", "dppo_kl": "grpo"}
 # trl_ext's own records beyond the references' tables: the asynchronous trainer's (TRL's AsyncGRPOTrainer)
 OWN_ALGORITHMS = {"async_grpo": ("ppo", "grpo", "async")}
+# TRL 1.16's own methods: its newest GRPO loss types (registered losses on the grpo family) and its experimental
+# trainers, each a family of its own (policy loss None: the family's objective, ported)
+TRL_ALGORITHMS = {
+    "vespo": ("vespo", "grpo", "grpo"),
+    "luspo": ("luspo", "grpo", "grpo"),
+    "a2po": ("a2po", None, "a2po"),
+    "gkd": (None, None, "gkd"),
+    "gold": (None, None, "gold"),
+    "iw_opd": (None, None, "iw_opd"),
+    "sdft": (None, None, "sdft"),
+    "sdpo": (None, None, "sdpo"),
+    "tpo": ("tpo", None, "tpo"),
+    "online_dpo": ("dpo", None, "online_dpo"),
+}
 
 
 def test_table_has_exactly_the_reference_algorithms():
     assert len(REFERENCE_FLAGS) == 25
-    assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS) | set(VERL_ALGORITHMS) | set(OWN_ALGORITHMS)
+    assert set(trl_ext.ALGORITHMS) == set(REFERENCE_FLAGS) | set(VERL_ALGORITHMS) | set(OWN_ALGORITHMS) | set(
+        TRL_ALGORITHMS
+    )
+
+
+@pytest.mark.parametrize("name", sorted(TRL_ALGORITHMS))
+def test_trl_methods_name_their_parts_and_family(name):
+    spec = trl_ext.get_algorithm(name)
+    assert (spec.policy_loss_fn, spec.advantage_fn, spec.trainer) == TRL_ALGORITHMS[name]
+    assert spec.paper is not None and spec.trainer_class.__name__.endswith("Trainer")
+    if spec.policy_loss_fn is None:  # the family's own objective, a ported loss in trl_ext.losses
+        assert spec.loss_name == spec.family.objective and spec.loss_name.startswith("trl_ext.losses.")
 
 
 @pytest.mark.parametrize("name", sorted(OWN_ALGORITHMS))
@@ -171,7 +196,9 @@ def test_rl_algorithms_have_an_advantage():
     table has none: Trinity-RFT selects RAFT's experiences outside the advantage step), so that the record names
     what its trainer builds."""
     no_advantage = {name for name, spec in trl_ext.ALGORITHMS.items() if spec.advantage_fn is None}
-    assert no_advantage == {"sft", "cpt", "dpo"}
+    # and TRL's experimental trainers, which compute their own targets (A*-PO's V*) or train no advantage at all
+    trl_trainers = {name for name, (_, advantage, _) in TRL_ALGORITHMS.items() if advantage is None}
+    assert no_advantage == {"sft", "cpt", "dpo"} | trl_trainers
     assert trl_ext.get_algorithm("raft").advantage_fn == "raft"
 
 
@@ -191,7 +218,7 @@ def test_unhashable_algorithm_name():
 WITH_TRAINER = {
     "grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus", "rloo", "raft",
     "mix", "mix_chord", "on_policy_distill", "dpo", "sft", "m2po", "multi_step_grpo", "gigpo", "ppo", "dapo", "cpt",
-    "jsd", "grpo_verl", *VERL_ALGORITHMS, *OWN_ALGORITHMS,
+    "jsd", "grpo_verl", *VERL_ALGORITHMS, *OWN_ALGORITHMS, *TRL_ALGORITHMS,
 }  # fmt: skip
 
 

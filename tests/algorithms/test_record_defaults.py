@@ -30,7 +30,8 @@ def test_config_defaults_are_the_records(name, tmp_path):
     config = spec.config_class(output_dir=str(tmp_path), **CPU)
     chosen = {kind: getattr(config, kind) for kind in COMPONENT_FIELDS if hasattr(config, kind)}
     assert chosen == {kind: getattr(spec, kind) for kind in chosen}
-    components = [POLICY_LOSSES[spec.policy_loss_fn]]
+    # a family whose loss is its TRL trainer's own objective composes no parts: no component fields
+    components = [POLICY_LOSSES[spec.policy_loss_fn]] if spec.policy_loss_fn is not None else []
     if spec.advantage_fn is not None:
         components.append(ADVANTAGE_FNS[spec.advantage_fn])
     if spec.family.kl_coef_field == "beta":  # the KL term of `beta`: its arguments are the config's fields

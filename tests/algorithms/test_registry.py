@@ -147,13 +147,14 @@ def test_builtin_configs_are_built_from_their_records(name):
     base_fields = {f.name for f in dataclasses.fields(get_family_classes(spec.trainer).config_base)}
     own = {f.name: f for f in dataclasses.fields(config_class)}
     papers = dict(spec.paper_settings)  # DAPO: the paper's settings, beside Trinity-RFT's record
+    own_defaults = {**dict(spec.argument_defaults), **papers}  # the record's own defaults (VESPO: TRL's ε)
     for component in [POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS.get(spec.advantage_fn), KLFn]:
         for argument in config_arguments(component) if component else ():
             field = own[argument.field_name]
             if argument.config_unset:
                 assert field.default is None, argument
             else:
-                assert field.default == papers.get(argument.name, argument.default), argument
+                assert field.default == own_defaults.get(argument.name, argument.default), argument
             assert field.metadata["help"].startswith(argument.help), argument
     assert set(own) == base_fields | {field_name for field_name, _, _ in algorithm_fields(name)}
     for field_name in papers.keys() & base_fields:  # a family setting: the base's field, the paper's default

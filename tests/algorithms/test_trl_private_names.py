@@ -13,11 +13,26 @@ import re
 import pytest
 import trl
 from trl.experimental.async_grpo import AsyncGRPOTrainer
+from trl.experimental.iw_opd import IWOPDTrainer
+from trl.experimental.online_dpo import OnlineDPOTrainer
+from trl.experimental.sdft import SDFTTrainer
+from trl.experimental.sdpo import SDPOTrainer
+from trl.experimental.tpo import TPOTrainer
 
 import trl_ext
 from trl_ext.trainers.core.trl_private_names import ADAPTER_MODULES, REPLACED_TRL_FUNCTIONS, TRL_PRIVATE_NAMES
 
-TRL_TRAINERS = (trl.GRPOTrainer, trl.DPOTrainer, trl.SFTTrainer, AsyncGRPOTrainer)
+TRL_TRAINERS = (
+    trl.GRPOTrainer,
+    trl.DPOTrainer,
+    trl.SFTTrainer,
+    AsyncGRPOTrainer,
+    OnlineDPOTrainer,
+    IWOPDTrainer,
+    SDFTTrainer,
+    SDPOTrainer,
+    TPOTrainer,
+)
 PACKAGE = pathlib.Path(trl_ext.__file__).parent
 
 

@@ -63,7 +63,7 @@ def test_algorithm_help_prints_every_flag(capsys, algorithm, own_flag):
     assert out.startswith(f"usage: trl-ext train --algorithm {algorithm} [-h]")
     for flag in (own_flag, "--learning_rate", "--dataset_name", "--model_name_or_path", "--use_peft"):
         assert f"\n  {flag} " in out, flag  # the algorithm's, TRL's config, script, model flags
-    assert "name of a packaged recipe: asymre" in re.sub(r"\s+", " ", out)  # the --config epilog
+    assert "name of a packaged recipe: a2po, asymre" in re.sub(r"\s+", " ", out)  # the --config epilog
 
 
 # ----------------------------------------------------------------------------------------------- usage errors
@@ -319,7 +319,7 @@ def test_config_name_reads_the_packaged_recipe(tmp_path, monkeypatch):
         with pytest.raises(
             UsageError,
             match=rf"^--config {re.escape(missing)}: no such file, nor a packaged recipe; "
-            r"give a YAML file or one of asymre, async_grpo, cispo, clip_cov, cpt, dapo, dpo, .*sapo",
+            r"give a YAML file or one of a2po, asymre, async_grpo, cispo, clip_cov, cpt, dapo, dpo, .*sapo",
         ):
             grpo.main("sapo", ["--config", missing])
     (tmp_path / "bad.yaml").write_text("tau_neg: 1.1\nnot_a_flag: 3\n")

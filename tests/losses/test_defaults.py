@@ -71,6 +71,15 @@ EXPECTED_DEFAULTS: dict[str, dict] = {
         "loss_agg_mode": "token-mean",
     },
     "sapo": {"tau_pos": 1.0, "tau_neg": 1.05, "loss_agg_mode": "token-mean", "detach_gate": False},
+    # TRL 1.16's loss types (trl.GRPOConfig's defaults; LUSPO's clip bounds are GSPO's paper's, which it keeps)
+    "vespo": {"k_pos": 2.0, "lambda_pos": 3.0, "k_neg": 3.0, "lambda_neg": 2.0, "loss_agg_mode": "token-mean"},
+    "luspo": {
+        "clip_range_low": 3e-4,
+        "clip_range_high": 4e-4,
+        "ratio_level": "sequence",
+        "ratio_cap": None,
+        "loss_agg_mode": "seq-mean-token-sum",
+    },
     "topr": {"advantage_threshold": 0.0, "loss_agg_mode": "token-mean"},
     "sppo": {"epsilon": 0.3, "loss_agg_mode": "token-mean"},
     "rec": {
@@ -99,6 +108,8 @@ EXPECTED_DEFAULTS: dict[str, dict] = {
         **_MIX_SHARED,
     },
     "dpo": {"beta": 0.1, "label_smoothing": 0.0},
+    "tpo": {"loss_type": "sigmoid", "beta": 0.01, "label_smoothing": 0.0, "tpo_alpha": 1.0, "tpo_l_gamma": 0.5},
+    "a2po": {"beta2": 0.001},  # trl.experimental.a2po.A2POConfig's
     "m2po": {"m2_threshold": 0.04, "loss_agg_mode": "token-mean", "log_ratio_clip": 20.0},
     # verl 0.9.1 (ActorConfig: clip_ratio 0.2, loss_agg_mode token-mean; dro_beta has no verl default)
     "gpg": {"loss_agg_mode": "token-mean"},
@@ -224,7 +235,7 @@ DOCUMENTED_DEVIATIONS: dict[str, set[str]] = {
 
 def test_policy_loss_names():
     assert set(POLICY_LOSSES) == set(EXPECTED_DEFAULTS)
-    assert len(POLICY_LOSSES) == 24
+    assert len(POLICY_LOSSES) == 28
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_DEFAULTS))
@@ -282,10 +293,14 @@ def test_reference_init_defaults_match_except_documented(name):
 
 VERL_LOSSES = {"gpg", "geo_mean", "dro", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl"}
 """The losses ported from verl 0.9.1 (not Trinity-RFT classes: their defaults are pinned in EXPECTED_DEFAULTS)."""
+TRL_LOSSES = {"a2po", "vespo", "luspo", "tpo"}
+"""TRL 1.16's losses registered as policy losses: GRPO loss types and experimental trainers' (their defaults:
+TRL's configs', pinned above)."""
 
 
 def test_reference_args_cover_every_reference_class():
-    assert set(REFERENCE_INIT) == set(POLICY_LOSSES) - {"importance_sampling", "decoupled_ppo"} - VERL_LOSSES
+    ours = set(POLICY_LOSSES) - {"importance_sampling", "decoupled_ppo"} - VERL_LOSSES - TRL_LOSSES
+    assert set(REFERENCE_INIT) == ours
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_DEFAULTS))

@@ -39,6 +39,10 @@ def reads_of(case_id: str, name: str) -> list[str]:
     """The per-token inputs a loss case reads."""
     if name == "dpo":
         return ["logprob", "ref_logprob"]
+    if name == "tpo":
+        return ["logprob"]
+    if name == "a2po":
+        return ["logprob", "ref_logprob", "advantages"]
     if case_id == "ppo-fallback" or name in ("opmd", "gpg"):
         return ["logprob", "advantages"]
     if name.startswith("sft"):
@@ -270,6 +274,7 @@ def _window_batch(name):
     batch = full_batch() if name.startswith("mix") else make_batch()
     if not name.startswith("mix"):
         batch.update(global_valid_toks=torch.tensor(30.0), global_valid_seqs=8, normalizer=40.0)
+        batch.update(expert_valid_toks=torch.tensor(6.0), expert_valid_seqs=2)  # tpo: its reference rows
     return {k: batch[k] for k in POLICY_LOSSES[name].inputs() if k in batch}
 
 

@@ -76,6 +76,7 @@ CASES = [
     ("mix-dynamic", "mix", {"use_dynamic_bsz": True}),
     ("mix_chord", "mix_chord", {"mu_warmup_steps": 2, "mu_decay_steps": 4, "mu_peak": 0.5}),
     ("dpo", "dpo", {"label_smoothing": 0.1}),
+    ("tpo", "tpo", {"loss_type": "ipo", "tpo_alpha": 0.5}),
     ("m2po", "m2po", {"m2_threshold": 0.01}),
     ("gpg", "gpg", {}),
     ("geo_mean", "geo_mean", {"clip_range_low": 0.1, "clip_range_high": 0.3}),
@@ -85,6 +86,10 @@ CASES = [
     ("kl_cov", "kl_cov", {"kl_cov_ratio": 0.2}),
     ("dppo_tv", "dppo_tv", {"clip_range_low": 0.05, "clip_range_high": 0.1}),
     ("dppo_kl", "dppo_kl", {"clip_range": 0.01}),
+    ("a2po", "a2po", {"beta2": 0.5}),
+    ("vespo", "vespo", {"k_neg": 2.0}),
+    ("luspo", "luspo", {}),
+    ("luspo-token-delta", "luspo", {"ratio_level": "token", "ratio_cap": 1.5, "clip_range_high": 0.3}),
 ]
 CASE_IDS = [c[0] for c in CASES]
 CASE_ARGS = [c[1:] for c in CASES]
@@ -119,6 +124,8 @@ EXPECTED_INPUTS = {
     "gspo": _PG,
     "cispo": _PG,
     "sapo": _PG,
+    "vespo": ("logprob", "old_logprob", "action_mask", "advantages", "importance_sampling_ratio", *_WINDOW),
+    "luspo": _PG,
     "topr": _PG,
     "sppo": _PG,
     "rec": ("logprob", "old_logprob", "action_mask", "advantages", "global_valid_toks", "global_valid_seqs"),
@@ -130,6 +137,8 @@ EXPECTED_INPUTS = {
     "mix": _MIX,
     "mix_chord": _MIX,
     "dpo": ("logprob", "ref_logprob", "action_mask", "global_valid_seqs"),
+    "tpo": ("logprob", "action_mask", "expert_mask", "global_valid_seqs", "expert_valid_seqs", "expert_valid_toks"),
+    "a2po": ("logprob", "ref_logprob", "action_mask", "advantages", "global_valid_seqs"),
     "m2po": ("logprob", "old_logprob", "action_mask", "advantages", "window_selected", *_WINDOW),
     "gpg": ("logprob", "action_mask", "advantages", "importance_sampling_ratio", *_WINDOW),
     "geo_mean": (

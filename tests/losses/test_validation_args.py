@@ -60,6 +60,10 @@ BAD_ARGS = [
     ("cispo", {"enable_mask_clip": 1}, r"enable_mask_clip=1 .*must be True or False"),
     # sapo
     ("sapo", {"tau_pos": 0}, r"sapo: tau_pos=0 is not valid; must be > 0$"),
+    ("vespo", {"k_pos": -1.0}, r"vespo: k_pos=-1\.0 is not valid; must be >= 0$"),
+    ("vespo", {"lambda_neg": "2"}, r"vespo: lambda_neg='2' is not valid"),
+    ("luspo", {"ratio_level": "row"}, r"luspo: ratio_level='row' is not valid; must be one of 'sequence', 'token'$"),
+    ("luspo", {"ratio_cap": 0.9}, r"luspo: ratio_cap=0\.9 is not valid; must be > 1 or None$"),
     ("sapo", {"tau_neg": -1.0, "tau_pos": 0.5}, r"tau_neg=-1\.0 .*must be > 0"),
     ("sapo", {"tau_neg": 0.9}, r"tau_neg=0\.9 is not valid; must be >= tau_pos \(1\.0\)"),
     ("sapo", {"tau_pos": 2.0}, r"tau_neg=1\.05 .*must be >= tau_pos \(2\.0\)"),
@@ -144,6 +148,14 @@ BAD_ARGS = [
     ("dpo", {"beta": -0.1}, r"beta=-0\.1 .*must be > 0"),
     ("dpo", {"label_smoothing": 0.5}, r"label_smoothing=0\.5 .*must be in \[0, 0\.5\)"),
     ("dpo", {"label_smoothing": -0.1}, r"label_smoothing=-0\.1 .*must be in \[0, 0\.5\)"),
+    # tpo
+    ("tpo", {"loss_type": "simpo"}, r"tpo: loss_type='simpo' is not valid; must be one of 'sigmoid', 'hinge', 'ipo'"),
+    ("tpo", {"beta": 0.0}, r"tpo: beta=0\.0 is not valid; must be > 0$"),
+    ("tpo", {"tpo_alpha": -0.5}, r"tpo: tpo_alpha=-0\.5 is not valid; must be >= 0$"),
+    ("tpo", {"tpo_l_gamma": math.nan}, r"tpo: tpo_l_gamma=nan is not valid; must be a finite number$"),
+    # a2po
+    ("a2po", {"beta2": 0}, r"a2po: beta2=0 is not valid; must be > 0$"),
+    ("a2po", {"beta2": math.nan}, r"a2po: beta2=nan is not valid; must be finite and > 0$"),
     # m2po
     ("m2po", {"m2_threshold": -0.01}, r"m2po: m2_threshold=-0\.01 is not valid; must be >= 0$"),
     ("m2po", {"m2_threshold": math.inf}, r"m2_threshold=inf .*must be finite and >= 0"),

@@ -113,6 +113,8 @@ CASES = [
     ("mix_chord-sft", "mix_chord", {"enable_phi_function": False, "grpo_loss_agg_mode": "seq-mean-token-mean"}),
     ("dpo", "dpo", {}),
     ("dpo-ls", "dpo", {"beta": 0.5, "label_smoothing": 0.1}),
+    ("tpo", "tpo", {"beta": 0.5, "label_smoothing": 0.1}),  # expert_mask: the reference rows
+    ("tpo-l", "tpo", {"loss_type": "tpo-l", "tpo_alpha": 0.5}),
     ("m2po", "m2po", {"m2_threshold": 0.01}),
     ("gpg", "gpg", {"loss_agg_mode": "seq-mean-token-mean"}),
     ("geo_mean", "geo_mean", {"clip_range": 0.1}),
@@ -121,6 +123,12 @@ CASES = [
     ("kl_cov", "kl_cov", {"kl_cov_ratio": 0.2, "loss_agg_mode": "seq-mean-token-mean"}),
     ("dppo_tv", "dppo_tv", {"clip_range": 0.05}),
     ("dppo_kl", "dppo_kl", {"clip_range_low": 0.01, "clip_range_high": 0.02}),
+    ("a2po", "a2po", {}),
+    ("a2po-beta2", "a2po", {"beta2": 0.5}),
+    ("vespo", "vespo", {}),
+    ("vespo-seq-mean", "vespo", {"lambda_pos": 1.0, "loss_agg_mode": "seq-mean-token-mean"}),
+    ("luspo", "luspo", {}),
+    ("luspo-token", "luspo", {"ratio_level": "token", "clip_range_low": 0.2, "clip_range_high": 0.2}),
 ]
 CASE_IDS = [c[0] for c in CASES]
 

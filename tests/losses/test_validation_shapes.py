@@ -31,7 +31,8 @@ USES_OLD = [
 ]
 USES_OLD += ["geo_mean", "dro"]
 USES_OLD += ["clip_cov", "kl_cov", "dppo_tv", "dppo_kl"]
-USES_ADVANTAGES = [*USES_OLD, "opmd", "gpg"]
+USES_OLD += ["vespo", "luspo"]
+USES_ADVANTAGES = [*USES_OLD, "opmd", "gpg", "a2po"]
 ALL_NAMES = sorted(POLICY_LOSSES)
 ADV_SHAPE_RE = r"advantages has shape \(.*\); expected \[B\], \[B, 1\] or \[B, T\] with B=4, T=5"
 
@@ -43,7 +44,7 @@ def call(name, **overrides):
 
 
 def test_shape_lists_are_complete():
-    assert set(USES_ADVANTAGES) | {"sft", "sft_is", "sft_phi", "dpo"} == set(POLICY_LOSSES)
+    assert set(USES_ADVANTAGES) | {"sft", "sft_is", "sft_phi", "dpo", "tpo"} == set(POLICY_LOSSES)
 
 
 @pytest.mark.parametrize("name", USES_OLD)

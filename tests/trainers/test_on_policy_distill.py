@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM
 import trl_ext
 from trl_ext import GRPOConfig, GRPOTrainer, OnPolicyDistillConfig, OnPolicyDistillTrainer
 from trl_ext.toy import FAST_TRAINING, build_tokenizer, toy_dataset, toy_reward
+from trl_ext.trainers.distill.teachers import TeacherBatch
 
 
 def _trainer(student, teacher, tmp_path, reward=None, dataset=None, **overrides):
@@ -80,7 +81,7 @@ def test_attached_to_the_algorithm_table():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"policy_loss_fn": "nope"}, r"policy_loss_fn='nope' is not valid; must be one of 'cispo', "),
+        ({"policy_loss_fn": "nope"}, r"policy_loss_fn='nope' is not valid; must be one of .*'cispo', "),
         (
             {"policy_loss_fn": "mix"},
             r"policy_loss_fn='mix' cannot train in the distill family's trainer: it needs `expert_mask`",
@@ -320,9 +321,12 @@ def test_student_with_a_larger_output_layer(tiny_model, tiny_teacher, tmp_path):
     rows = student.get_output_embeddings().weight.shape[0]
     student.resize_token_embeddings(rows + 16)
     trainer = _trainer(student, tiny_teacher, tmp_path)
-    assert trainer._student_may_exceed_teacher
-    ids = torch.tensor([[5, 6, 7, rows + 3, 8]])
-    logps, valid = trainer._teacher_logps(ids, torch.ones_like(ids), 3, batch_size=1)
+    teacher = trainer.teachers.teachers["default"]
+    assert teacher.student_may_exceed and teacher.vocab_rows == rows
+    prompt, completion = torch.tensor([[5, 6]]), torch.tensor([[7, rows + 3, 8]])
+    batch = TeacherBatch(prompt, torch.ones_like(prompt), completion, torch.ones_like(completion),
+                         torch.ones_like(completion, dtype=torch.bool), batch_size=1)  # fmt: skip
+    logps, valid = teacher.sampled_token_logprobs(batch)
     assert valid.tolist() == [[True, False, True]] and torch.isfinite(logps).all()
     trainer.train()
     assert all(np.isfinite(logged(trainer, "kl/mean")))

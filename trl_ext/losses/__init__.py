@@ -16,6 +16,7 @@ import importlib
 import pkgutil
 
 from ..components import MAX, MEAN, MIN, SHARE, Argument
+from .a2po import A2POPolicyLoss
 from .aggregation import EPS, LOSS_AGG_MODES
 from .base import POLICY_LOSSES, PolicyLoss, get_policy_loss, register_policy_loss
 from .cispo import CISPOPolicyLoss
@@ -42,6 +43,7 @@ from .sapo import SAPOPolicyLoss
 from .sft import SFTISLoss, SFTLoss, SFTPhiLoss
 from .sppo import SPPOPolicyLoss
 from .topr import TOPRPolicyLoss
+from .tpo import TPOLoss
 from .trl_grpo import TRLGRPOLoss
 from .value import clipped_value_loss, explained_variance
 from .vespo import VESPOPolicyLoss
@@ -62,6 +64,7 @@ __all__ = [
     "POLICY_LOSSES",
     "SHARE",
     "WINDOW_INPUTS",
+    "A2POPolicyLoss",
     "Argument",
     "CISPOPolicyLoss",
     "ClipCovPolicyLoss",
@@ -92,6 +95,7 @@ __all__ = [
     "SFTPhiLoss",
     "SPPOPolicyLoss",
     "TOPRPolicyLoss",
+    "TPOLoss",
     "TRLDPOLoss",
     "TRLGRPOLoss",
     "VESPOPolicyLoss",

@@ -129,8 +129,15 @@ def teacher_top_k(
 
 def generalized_jsd(student: torch.Tensor, teacher: torch.Tensor, beta: float) -> torch.Tensor:
     """The generalized JSD of each row of the log-probs `student` / `teacher` `[N, C]` over its C categories (see
-    the module docstring), `[N]`. A category with probability 0 (log-prob −inf) contributes p·log(p/q) = 0 for its
-    own model's term; where the other model's probability is 0, the (forward / reverse) KL is +inf as it should."""
+    the module docstring), `[N]`: the sum of `generalized_jsd_terms` over the categories."""
+    return generalized_jsd_terms(student, teacher, beta).sum(-1)
+
+
+def generalized_jsd_terms(student: torch.Tensor, teacher: torch.Tensor, beta: float) -> torch.Tensor:
+    """Each category's term of the generalized JSD between the log-probs `student` / `teacher` `[..., C]` (the same
+    shape out), whose sum over the last dimension is `generalized_jsd`. A category with probability 0 (log-prob
+    −inf) contributes p·log(p/q) = 0 for its own model's term; where the other model's probability is 0, the
+    (forward / reverse) KL term is +inf as it should."""
     s_valid, t_valid = student > -math.inf, teacher > -math.inf
     s, t = torch.where(s_valid, student, 0.0), torch.where(t_valid, teacher, 0.0)  # finite: no NaN gradients
     if beta == 0.0:
@@ -145,7 +152,7 @@ def generalized_jsd(student: torch.Tensor, teacher: torch.Tensor, beta: float) -
         terms = beta * torch.where(t_valid, t.exp() * (t - mixture), 0.0) + (1 - beta) * torch.where(
             s_valid, s.exp() * (s - mixture), 0.0
         )
-    return terms.sum(-1)
+    return terms
 
 
 class DenseDistillation(NamedTuple):

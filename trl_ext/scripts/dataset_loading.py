@@ -202,6 +202,18 @@ DPO_COLUMNS = RequiredColumns(
     "DPO needs 'chosen' and 'rejected' columns (the preferred and the dispreferred response, as text or chat "
     "messages); 'prompt' is optional: without it TRL's DPOTrainer takes their common beginning as the prompt",
 )
+TPO_COLUMNS = RequiredColumns(
+    "TPO",
+    (("chosen", "rejected", "reference"),),
+    "TPO needs 'chosen', 'rejected' and 'reference' columns (the preferred, the dispreferred and the gold response, "
+    "as text or chat messages); 'prompt' is optional: without it TRL's TPOTrainer takes their common beginning",
+)
+CHAT_COLLATOR_COLUMNS = RequiredColumns(
+    "GKD",
+    (("messages",), ("input_ids",)),
+    "GKD needs a 'messages' column (chat messages, the last one the completion: TRL's DataCollatorForChatML) or "
+    "tokenized 'input_ids'",
+)
 
 
 def sft_columns(text_field: str) -> RequiredColumns:
@@ -234,7 +246,11 @@ def required_columns(algorithm: str, training_args) -> RequiredColumns | None:
     family = get_algorithm(algorithm).family.name
     if family == "dpo":
         return DPO_COLUMNS
-    if family in ("sft", "cpt"):
+    if family == "tpo":
+        return TPO_COLUMNS
+    if family == "gkd":
+        return CHAT_COLLATOR_COLUMNS
+    if family in ("sft", "cpt", "gold"):  # GOLD prepares its rows as trl.SFTTrainer does
         if (getattr(training_args, "dataset_kwargs", None) or {}).get("skip_prepare_dataset"):
             return None
         if family == "cpt":

@@ -17,7 +17,10 @@ stamped task term. μ is the sampler's log-prob, as in the synchronous trainer (
 `AsyncJSDConfig`): `AsyncGRPOConfig` with the synchronous family's teacher fields (`TeacherArguments`, checked by the
 same `check_teacher_fields`). The dense modes (`teacher_top_k` ≠ 0) are refused by name: their divergence needs the
 teacher's top-k (or hidden states) beside the student's own in the loss pass, which the packed-row loss does not
-compute.
+compute. So are the served teachers (`teacher_model_server_url`, `teacher_server_urls`): a server scores token
+sequences, but the teacher here scores TRL's packed prefix-tree rows, which carry no per-sample sequence and none of
+the dataset's columns (`teacher_id`); asking a server belongs in the rollout worker, where TRL's asynchronous
+distillation asks it.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from trl.experimental.async_grpo.async_grpo_trainer import TREE_ATTENTION
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path
 
 from ..core.arguments import TeacherArguments
-from ..distill.config import check_teacher_fields
-from ..distill.trainer import compare_vocabularies, output_rows
+from ..distill.config import ServedTeacherArguments, check_teacher_fields
+from ..distill.model_parts import compare_vocabularies, output_rows
 from .config import AsyncGRPOConfig
 from .packed_rows import PackedRow
 
@@ -42,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class AsyncDistillConfig(TeacherArguments, AsyncGRPOConfig):
+class AsyncDistillConfig(ServedTeacherArguments, TeacherArguments, AsyncGRPOConfig):
     """The base of the distillation algorithms' asynchronous configs: `AsyncGRPOConfig` with the teacher (see the
     module docstring)."""
 
@@ -58,6 +61,14 @@ class AsyncDistillConfig(TeacherArguments, AsyncGRPOConfig):
                 "loss pass on the packed rows); set teacher_top_k=0 (the sampled-token advantage) or train "
                 "synchronously"
             )
+        for name in ("teacher_model_server_url", "teacher_server_urls"):
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"{type(self).__name__}: {name}={getattr(self, name)!r} asks a vLLM server for the teacher's "
+                    "log-probs, which the asynchronous trainer cannot do (its teacher scores TRL's packed rows, which "
+                    "hold no per-sample sequence nor the dataset's teacher_id column); use a local teacher "
+                    "(teacher_model_name_or_path) or train synchronously"
+                )
         super().__post_init__()
 
     def use_toy_task(self) -> None:

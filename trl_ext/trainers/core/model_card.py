@@ -127,7 +127,7 @@ class AlgorithmModelCard:
             )
         return (
             "## trl_ext\n\n"
-            f"Trained with trl_ext's {display_name(self.algorithm)} trainer (Trinity-RFT's algorithm on TRL){source}."
+            f"Trained with trl_ext's {display_name(self.algorithm)} trainer on TRL{source}."
             "\n\n| setting | value |\n|---|---|\n" + table + "\n"
         )
 

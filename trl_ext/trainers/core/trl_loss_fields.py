@@ -39,10 +39,10 @@ TRL_LOSS_FIELDS: dict[str, str] = {
     "delta": "{dual_clip}",
     "sapo_temperature_pos": "use `SAPOConfig.tau_pos`",
     "sapo_temperature_neg": "use `SAPOConfig.tau_neg`",
-    "vespo_k_pos": "{trl}",
-    "vespo_lambda_pos": "{trl}",
-    "vespo_k_neg": "{trl}",
-    "vespo_lambda_neg": "{trl}",
+    "vespo_k_pos": "use `VESPOConfig.k_pos`",
+    "vespo_lambda_pos": "use `VESPOConfig.lambda_pos`",
+    "vespo_k_neg": "use `VESPOConfig.k_neg`",
+    "vespo_lambda_neg": "use `VESPOConfig.lambda_neg`",
 }
 TRL_LOSS_HINT = "TRL's own losses are trained by `trl_ext.GRPOTrainer` / `trl_ext.GRPOConfig(loss_type=...)`"
 _GENERIC_HINTS = {

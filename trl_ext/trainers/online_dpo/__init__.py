@@ -1,0 +1,1 @@
+"""The Online DPO family: TRL's experimental OnlineDPOTrainer with the ported Online DPO loss."""

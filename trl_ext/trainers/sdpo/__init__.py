@@ -1,0 +1,1 @@
+"""The SDPO family: TRL's experimental SDPOTrainer (self-distillation policy optimization) with the ported objective."""

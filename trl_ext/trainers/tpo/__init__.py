@@ -1,0 +1,1 @@
+"""The TPO family: TRL's experimental TPOTrainer with the trl_ext TPO loss."""
