@@ -356,6 +356,8 @@ register_family(TrainerFamily(
     "iw_opd", "TRL's experimental `IWOPDTrainer`: a teacher's log-ratio on sampled tokens, importance-weighted.",
     class_names=("IWOPDConfig", "IWOPDTrainer"), components=(), schema="experience", per_algorithm_classes=False,
     kl_coef_field=None, objective="trl_ext.losses.iw_opd.IWOPDObjective", script="iw_opd",
+    synchronous_only="IW-OPD is TRL's IWOPDTrainer objective, scored by its teacher on each generated batch; TRL's "
+    "asynchronous trainer trains GRPO-family losses on scored groups",
     loss_fields_from_trl=("distillation_objective", "iw_opd_gamma", "iw_opd_epsilon", "beta", "temperature",
                           "loss_top_k", "loss_add_tail", "lmbda"),
     geometry=lambda args: (

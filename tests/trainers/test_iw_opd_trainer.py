@@ -357,13 +357,13 @@ def test_script_trains_the_toy(toy_cache, tiny_model, tiny_teacher, tmp_path):
 
 @pytest.mark.slow
 def test_the_example_learns_the_toy(toy_cache, tiny_model, tiny_teacher, tmp_path):
-    """The example's run as is (120 steps, ~1-2 min on 2 CPU cores): the student's toy reward on held-out prompts
-    rises from about 1/8 to the teacher's."""
+    """The example's run as is (120 steps, ~25 s of training on one CPU thread): the student's toy reward on the
+    held-out prompts reaches the teacher's (60 steps reach 0.3-0.8, too unsteady to assert in the default tier)."""
     from trl_ext.scripts.iw_opd import main
 
     trainer = main(["--output_dir", str(tmp_path), "--save_strategy", "no"])
     rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
-    assert rewards[0] < 0.35 and min(rewards[-3:]) > 0.8, rewards
+    assert rewards[0] < 0.3 and min(rewards[-3:]) > 0.8, rewards
 
 
 def test_script_usage_errors(toy_cache, tiny_model, random_tiny_model, tmp_path):

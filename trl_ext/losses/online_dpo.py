@@ -55,11 +55,9 @@ class OnlineDPOLoss(DPOLoss):
     pairs (module docstring). The `dpo` loss's inputs, metrics and arguments (`beta`, `label_smoothing`), and
     `loss_type` (`ONLINE_DPO_LOSS_TYPES`), checked at construction.
 
-    Args:
-        backend: Accepted for signature compatibility and ignored (as every policy loss's).
-        loss_type: `sigmoid` (default) or `ipo`.
-        beta: β > 0 (default 0.1).
-        label_smoothing: ε in [0, 0.5) (default 0, TRL's loss); > 0 only with `sigmoid`.
+    Its keyword arguments: `loss_type`, `sigmoid` (default) or `ipo`; `beta`, β > 0 (default 0.1);
+    `label_smoothing`, ε in [0, 0.5) (default 0, TRL's loss), > 0 only with `sigmoid`; and `backend`, accepted for
+    signature compatibility and ignored (as every policy loss's).
 
     Raises:
         ValueError: An unknown argument or an invalid value, naming the argument and its allowed values.

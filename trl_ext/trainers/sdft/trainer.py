@@ -191,7 +191,9 @@ class SDFTTrainer(SelfDistillationAdapter, TRLSDFTTrainer):
                 `output_dir="<model name>-SDFT"`.
             train_dataset: The rows, as TRL reads them: `prompt` (text or chat messages) and `privileged_context` (the
                 demonstration the teacher sees: text, or chat messages whose contents are joined).
-            eval_dataset, processing_class, callbacks, optimizers, peft_config: TRL's, passed on.
+
+        The other arguments (`eval_dataset`, `processing_class`, `callbacks`, `optimizers`, `peft_config`) are TRL's,
+        passed on.
 
         Raises:
             TypeError: `args` is another trainer's config.

@@ -67,7 +67,9 @@ class SDPOTrainer(SelfDistillationAdapter, TRLSDPOTrainer):
                 `output_dir="<model name>-SDPO"`.
             train_dataset: The rows, as TRL reads them: `prompt`, and optionally `privileged_context` (environment
                 feedback, used with `include_environment_feedback=True`); the other columns go to the reward functions.
-            eval_dataset, processing_class, reward_processing_classes, callbacks, optimizers, peft_config: TRL's.
+
+        The other arguments (`eval_dataset`, `processing_class`, `reward_processing_classes`, `callbacks`,
+        `optimizers`, `peft_config`) are TRL's.
 
         Raises:
             TypeError: `args` is another trainer's config.

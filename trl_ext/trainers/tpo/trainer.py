@@ -95,7 +95,9 @@ class TPOTrainer(CountWindowInLoop, TRLTPOTrainer):
             eval_dataset: The same, or a dict of such datasets.
             quantization_config (BitsAndBytesConfig | None): Quantization of a model loaded from `model` (a path /
                 Hub id), set into `args.model_init_kwargs` (QLoRA with `peft_config`), as `trl.DPOTrainer` takes it.
-            data_collator, processing_class, compute_metrics, callbacks, optimizers, peft_config: TRL's.
+
+        The other arguments (`data_collator`, `processing_class`, `compute_metrics`, `callbacks`, `optimizers`,
+        `peft_config`) are TRL's.
 
         Raises:
             TypeError: `args` is a config of another trainer (another trl_ext or TRL trainer's) or not a
