@@ -125,6 +125,16 @@ def test_trl_config_is_converted(random_tiny_model, random_teacher, tmp_path):
     assert trainer.loss_objective.iw_opd_gamma == 1.5
 
 
+def test_the_teacher_named_by_the_config(random_tiny_model, random_teacher, tmp_path):
+    """TRL's trainer reads only its `teacher_model` argument; trl_ext's also the config's field, and refuses to start
+    without any teacher (TRL's fails at the first loss)."""
+    args = IWOPDConfig(**settings(tmp_path, teacher_model_name_or_path=random_teacher))
+    trainer = IWOPDTrainer(model=random_tiny_model, args=args, train_dataset=prompts(4))
+    assert trainer.teacher_model.config._name_or_path == random_teacher
+    with pytest.raises(ValueError, match=r"^IWOPDTrainer: no teacher: pass teacher_model, set args.teacher_model_name"):
+        IWOPDTrainer(model=random_tiny_model, args=IWOPDConfig(**settings(tmp_path)), train_dataset=prompts(4))
+
+
 # ------------------------------------------------------------------------------------------- parity with TRL
 
 

@@ -15,7 +15,9 @@ before the generation: the dataset's completion tokens, none for prompt-only row
 gradients NaN), and each repeat of the generation batch again (TRL's dataloader yields it once per accumulation
 step), so its update shrinks with the accumulation steps; its server JSD paths average each micro-batch instead.
 The two agree on one process with one accumulation step when the batch's labels are the tokens trained (off-policy
-rows, `lmbda=0`). Evaluation divides by each batch's own trained tokens.
+rows, `lmbda=0`). Evaluation divides by each batch's own trained tokens. And one addition: without a `teacher_model`
+argument the teacher is the config's `teacher_model_name_or_path`, which TRL's trainer does not read (it then fails at
+the first loss); a trainer without any teacher is an error when it is built.
 """
 
 from __future__ import annotations
