@@ -110,6 +110,7 @@ def test_a_family_is_registered_once_with_every_part():
     with pytest.raises(TypeError, match="register_family takes a TrainerFamily"):
         register_family("grpo")
     registered = "grpo, mix, distill, critic, async, dpo, sft, cpt"
+    registered += ", online_dpo, sdft, a2po, tpo, gkd, iw_opd, gold, sdpo"  # TRL's experimental trainers
     with pytest.raises(ValueError, match=f"unknown trainer family 'value'; registered: {registered}"):
         trl_ext.get_family("value")
     assert isinstance(grpo, TrainerFamily) and set(trl_ext.FAMILIES) == set(registered.split(", "))
