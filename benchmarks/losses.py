@@ -53,6 +53,7 @@ from typing import Any
 
 import torch
 from plain_losses import (  # benchmarks/: the script's own folder
+    plain_a2po,
     plain_cispo,
     plain_clip_cov,
     plain_decoupled_ppo,
@@ -68,6 +69,7 @@ from plain_losses import (  # benchmarks/: the script's own folder
     plain_kl_cov,
     plain_kl_loss,
     plain_low_var_kl,
+    plain_luspo,
     plain_m2po,
     plain_mix,
     plain_opmd,
@@ -79,6 +81,8 @@ from plain_losses import (  # benchmarks/: the script's own folder
     plain_sft_phi,
     plain_sppo,
     plain_topr,
+    plain_tpo,
+    plain_vespo,
 )
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -156,6 +160,11 @@ CASES: dict[str, tuple[Callable[[], Callable], Callable]] = {
         partial(ours_loss, "decoupled_ppo", behave_imp_weight_cap=1.05),
         partial(plain_decoupled_ppo, cap=1.05),
     ),
+    # TRL 1.16's losses, as TRL's GRPOTrainer / experimental trainers write them
+    "vespo": (partial(ours_loss, "vespo"), plain_vespo),
+    "luspo": (partial(ours_loss, "luspo"), plain_luspo),
+    "a2po": (partial(ours_loss, "a2po"), plain_a2po),
+    "tpo": (partial(ours_loss, "tpo"), plain_tpo),
     "kl/k2": (partial(ours_kl, "k2"), partial(plain_kl_loss, estimator=plain_k2)),
     "kl/low_var_kl": (partial(ours_kl, "low_var_kl"), partial(plain_kl_loss, estimator=plain_low_var_kl)),
     "entropy": (ours_entropy, plain_entropy),

@@ -411,3 +411,66 @@ def plain_dppo(logprob, old_logprob, action_mask, advantages, divergence="tv", c
 def plain_entropy(entropy, action_mask, entropy_coef=0.01, **_):
     entropy_loss = masked_mean(entropy, action_mask)
     return entropy_loss * entropy_coef, {"entropy_loss": entropy_loss.item()}
+
+
+def plain_vespo(logprob, old_logprob, action_mask, advantages, k=(2.0, 3.0), lam=(3.0, 2.0), **_):
+    """TRL 1.16's `loss_type="vespo"`: −sg(φ(W))·A·lp, token mean (its `get_gamma_weights`, written out)."""
+    adv = advantages.unsqueeze(-1)
+    log_ratio = torch.clamp(logprob.detach() - old_logprob, -20.0, 20.0)
+    log_w = torch.clamp((log_ratio * action_mask).sum(-1, keepdim=True), math.log(1e-8), 20.0)
+    k_seq = torch.where(adv >= 0, k[0], k[1])
+    lam_seq = torch.where(adv >= 0, lam[0], lam[1])
+    phi = torch.exp(lam_seq + k_seq * log_w - lam_seq * torch.exp(log_w))
+    pg_loss = plain_agg(-phi * adv * logprob, action_mask)
+    return pg_loss, {"vespo/phi_seq_mean": phi.mean().item(), "pg_loss": pg_loss.detach().item()}
+
+
+def plain_luspo(logprob, old_logprob, action_mask, advantages, clip_low=3e-4, clip_high=4e-4, **_):
+    """TRL 1.16's `loss_type="luspo"` with the sequence-level ratio: the clipped surrogate, Σ over each sequence's
+    tokens, mean over sequences."""
+    adv = advantages.unsqueeze(-1)
+    seq_log_ratio = ((logprob - old_logprob) * action_mask).sum(-1) / action_mask.sum(-1).clamp(min=1.0)
+    ratio = torch.exp(seq_log_ratio).unsqueeze(-1)
+    pg_losses = -torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv)
+    pg_loss = (pg_losses * action_mask).sum(-1).mean()
+    low = ((ratio < 1.0 - clip_low) & (adv < 0)).float()
+    high = ((ratio > 1.0 + clip_high) & (adv > 0)).float()
+    metrics = {
+        "clip_ratio/low_mean": low.mean().item(),
+        "clip_ratio/high_mean": high.mean().item(),
+        "clip_ratio/region_mean": torch.maximum(low, high).mean().item(),
+        "pg_loss": pg_loss.detach().item(),
+    }
+    return pg_loss, metrics
+
+
+def plain_a2po(logprob, ref_logprob, action_mask, advantages, beta2=1e-3, **_):
+    """TRL 1.16's `A2POTrainer.compute_loss`: (β₂·log π/π_ref − A)² per sequence, mean over the rows."""
+    implicit_reward = beta2 * ((logprob - ref_logprob.detach()) * action_mask).sum(-1)
+    loss = ((implicit_reward - advantages) ** 2).mean()
+    metrics = {
+        "a2po_loss": loss.detach().item(),
+        "implicit_reward": implicit_reward.detach().mean().item(),
+        "advantage": advantages.mean().item(),
+    }
+    return loss, metrics
+
+
+def plain_tpo(logprob, action_mask, expert_mask, beta=0.01, alpha=1.0, **_):
+    """TRL 1.16's `TPOTrainer` (`sigmoid`): −log σ(β·(S_c − S_r)) over the (chosen, rejected) pairs of the rows that
+    are not references, plus α·the NLL of the reference rows (the `expert_mask` rows)."""
+    sums = (logprob * action_mask).sum(-1)
+    pairs = sums[~expert_mask]
+    chosen, rejected = pairs[0::2], pairs[1::2]
+    preference = -F.logsigmoid(beta * (chosen - rejected)).mean()
+    nll = masked_mean(-logprob[expert_mask], action_mask[expert_mask])
+    loss = preference + alpha * nll
+    metrics = {
+        "chosen_reward": (beta * chosen.detach()).mean().item(),
+        "rejected_reward": (beta * rejected.detach()).mean().item(),
+        "accuracy_mean": (chosen > rejected).float().mean().item(),
+        "preference_loss": preference.detach().item(),
+        "nll_loss": nll.detach().item(),
+        "tpo_loss": loss.detach().item(),
+    }
+    return loss, metrics

@@ -42,7 +42,11 @@ def test_any_config_composes_any_algorithms_parts(base, target):
     spec = trl_ext.get_algorithm(target)
     composed = _config(GRPO_CONFIGS[base], policy_loss_fn=spec.policy_loss_fn, advantage_fn=spec.advantage_fn)
     parts = {**POLICY_LOSSES[spec.policy_loss_fn].default_args(), **ADVANTAGE_FNS[spec.advantage_fn].default_args()}
-    papers = {name: parts[name] for name, _ in spec.paper_settings if name in parts}
+    # the target's own defaults (DAPO's paper settings, VESPO's TRL ε) set back to the parts' defaults, by field name
+    fields = {a.name: a.field_name for c in (POLICY_LOSSES[spec.policy_loss_fn], ADVANTAGE_FNS[spec.advantage_fn])
+              for a in c.arguments}  # fmt: skip
+    own = (*spec.paper_settings, *spec.argument_defaults)
+    papers = {fields.get(name, name): parts[name] for name, _ in own if name in parts}
     assert _built(composed) == _built(_config(GRPO_CONFIGS[target], **papers))
 
 
@@ -105,7 +109,7 @@ def test_flat_fields_configure_the_algorithms_own_parts_and_pass_on_when_taken()
 
 
 BAD = [
-    ({"policy_loss_fn": "nope"}, r"policy_loss_fn='nope' is not valid; must be one of 'cispo'"),
+    ({"policy_loss_fn": "nope"}, r"policy_loss_fn='nope' is not valid; must be one of 'a2po', 'cispo'"),
     ({"advantage_fn": "nope"}, r"advantage_fn='nope' is not valid; must be one of "),
     ({"policy_loss_fn": "sapo", "policy_loss_fn_args": {"clip_range": 0.2}}, r"policy_loss_fn_args has 'clip_range', which 'sapo' does not take; its arguments: tau_pos"),
     ({"advantage_fn_args": {"tau": 2.0}}, r"advantage_fn_args has 'tau', which 'grpo' does not take"),

@@ -35,6 +35,7 @@ def test_every_grpo_family_algorithm_has_a_trainer_and_config():
     expected = {"grpo", "gspo", "cispo", "sapo", "topr", "sppo", "rec", "opmd", "asymre", "reinforceplusplus"}
     expected |= {"rloo", "raft", "m2po", "multi_step_grpo", "gigpo", "dapo", "grpo_verl"}
     expected |= {"gpg", "geo_mean", "dro", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl"}  # verl 0.9's losses
+    expected |= {"vespo", "luspo"}  # TRL 1.16's loss types
     assert set(ALGORITHMS) == expected
     for name in ALGORITHMS:
         spec = trl_ext.get_algorithm(name)

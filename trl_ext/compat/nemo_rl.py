@@ -36,7 +36,7 @@ each call uses trl_ext's default, the micro-batch's T, so micro-batches add up o
 same T.
 
 Supported losses: every `trl_ext.losses.POLICY_LOSSES` entry except those in `REFUSED` (`mix`, `mix_chord`,
-`dpo`), for which `as_loss_function` raises a ValueError saying why.
+`dpo`, `tpo`), for which `as_loss_function` raises a ValueError saying why.
 """
 
 from __future__ import annotations
@@ -86,6 +86,8 @@ REFUSED = {
     "mix_chord": _EXPERT_ROWS,
     "dpo": "it is a pairwise loss over (chosen, rejected) rows with its own batch layout; use NeMo-RL's DPO loss, "
     "or trl_ext.losses.DPOLoss directly",
+    "tpo": "it is a loss over (chosen, rejected, reference) triples whose reference rows an expert_mask marks, which "
+    "NeMo-RL's loss protocol does not carry; use trl_ext.losses.TPOLoss directly",
 }
 """Policy losses `as_loss_function` refuses, with the reason."""
 
